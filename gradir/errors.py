@@ -1,0 +1,132 @@
+"""The one exception family (rooted at ``GradirError``) and located diagnostics.
+
+A diagnostic is plain data: a message and, when the graph came from text, a span.
+It is rendered once, as::
+
+    FILE:LINE:COL: error: MESSAGE
+        <the source line>
+        ^^^^
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, NamedTuple, Optional, Sequence
+
+__all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
+           "ExecutionError", "InputError", "CompileError"]
+
+_MAX_SHOWN = 120  # columns of a long source line shown around the error
+
+
+class Span(NamedTuple):
+    """1-based line and column; ``end_col`` is exclusive and on ``line``."""
+
+    line: int
+    col: int
+    end_col: int
+
+
+@dataclass
+class Source:
+    """The text a graph was parsed from, kept to render diagnostics."""
+
+    filename: str
+    text: str
+    _lines: Optional[list[str]] = field(default=None, repr=False)
+
+    def line(self, n: int) -> str:
+        if self._lines is None:
+            self._lines = self.text.split("\n")
+        if 1 <= n <= len(self._lines):
+            return self._lines[n - 1].rstrip("\r")
+        return ""
+
+
+@dataclass
+class Diagnostic:
+    message: str
+    span: Optional[Span] = None
+    source: Optional[Source] = None
+    filename: Optional[str] = None
+
+    @property
+    def file(self) -> str:
+        if self.source is not None:
+            return self.source.filename
+        return self.filename or "<graph>"
+
+    def render(self) -> str:
+        if self.span is None:
+            return f"{self.file}: error: {self.message}"
+        head = f"{self.file}:{self.span.line}:{self.span.col}: error: {self.message}"
+        if self.source is None:
+            return head
+        text = self.source.line(self.span.line)
+        col0 = self.span.col - 1
+        end0 = max(col0 + 1, min(self.span.end_col - 1, len(text) + 1))
+        # Show a window of a very long line around the error.
+        start = 0
+        prefix = ""
+        if len(text) > _MAX_SHOWN:
+            start = max(0, min(col0 - 20, len(text) - _MAX_SHOWN))
+            if start > 0:
+                prefix = "..."
+            shown = text[start:start + _MAX_SHOWN]
+            suffix = "..." if start + _MAX_SHOWN < len(text) else ""
+            end0 = min(end0, start + _MAX_SHOWN + 1)
+        else:
+            shown, suffix = text, ""
+        shown = "".join(c if c.isprintable() or c == "\t" else "\ufffd" for c in shown)
+        pad = "".join("\t" if c == "\t" else " " for c in text[start:col0])
+        caret = "^" * max(1, end0 - col0)
+        return f"{head}\n    {prefix}{shown}{suffix}\n    {' ' * len(prefix)}{pad}{caret}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class GradirError(Exception):
+    """Base of every error gradir reports to a user; carries diagnostics."""
+
+    def __init__(self, diagnostics: str | Diagnostic | Iterable[Diagnostic]) -> None:
+        if isinstance(diagnostics, str):
+            diagnostics = [Diagnostic(diagnostics)]
+        elif isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics: list[Diagnostic] = list(diagnostics)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join(d.render() for d in self.diagnostics)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    @property
+    def messages(self) -> list[str]:
+        return [d.message for d in self.diagnostics]
+
+
+class ParseError(GradirError):
+    """The text is not well-formed IR (lexing, syntax, encoding)."""
+
+
+class VerifyError(GradirError):
+    """The graph is well-formed but invalid (names, arity, attributes, types)."""
+
+
+class CompileError(GradirError):
+    """The graph is valid but cannot be compiled (e.g. an op has no kernel)."""
+
+
+class InputError(GradirError):
+    """Run-time inputs do not match the graph (missing, unexpected, dtype, shape)."""
+
+
+class ExecutionError(GradirError):
+    """A kernel failed, or produced NaN/Inf under --check-numerics."""
+
+
+def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:
+    return sorted(diags, key=lambda d: (d.span.line, d.span.col) if d.span else (1 << 30, 0))

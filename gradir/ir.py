@@ -1,0 +1,664 @@
+"""The IR: op signatures as data, ``Op``/``BackwardOp``, and ``Graph``.
+
+Values are named ``tN``.  An op declares its operands, results and attributes
+as class-level data; one generic checker (``Op.check``) validates operand count,
+``_`` placement, attribute names/kinds/ranges and then runs the op's own type
+rule (``infer``), which raises ``OpError`` naming the operand or attribute at
+fault.  Subclasses are registered by class name without the ``Op`` suffix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequence
+
+from .errors import Diagnostic, Source, Span, VerifyError, errors_of
+from .types import DType, Dim, TensorType
+
+__all__ = ["Operand", "Attr", "REQUIRED", "Op", "BackwardOp", "Graph", "OpLoc", "OpError",
+           "InferContext", "OPS", "lookup_op", "format_attr_value", "VALUE_NAME"]
+
+VALUE_NAME = re.compile(r"t[0-9]+\Z")
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "strs")
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    optional: bool = False
+    variadic: bool = False  # one or more; only the last operand may be variadic
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute: ``kind`` is one of int, float, str, bool, ints, floats, strs.
+
+    ``default`` is ``REQUIRED`` (must be given) or a value; ``None`` means
+    "absent" (e.g. ``perm`` defaults to reversed axes).  ``choices``/``min``/
+    ``max`` constrain the value (each element for list kinds); ``check`` returns an
+    error message or ``None``.
+    """
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    choices: Optional[tuple] = None
+    min: Optional[float] = None
+    max: Optional[float] = None
+    check: Optional[Callable[[Any], Optional[str]]] = None
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def describe(self) -> str:
+        kind = {"ints": "list of int", "floats": "list of float", "strs": "list of str"}.get(self.kind, self.kind)
+        parts = [kind]
+        if self.choices:
+            parts.append("one of " + ", ".join(format_attr_value(c) for c in self.choices))
+        if self.min is not None and self.max is not None:
+            parts.append(f"{format_attr_value(self.min)}..{format_attr_value(self.max)}")
+        elif self.min is not None:
+            parts.append(f">= {format_attr_value(self.min)}")
+        return ", ".join(parts)
+
+    def coerce(self, value: Any) -> Any:
+        """Return ``value`` converted to this attribute's kind, or raise ValueError."""
+        k = self.kind
+        if value is None:
+            if self.default is None:
+                return None
+            raise ValueError(f"expects a {self.describe()}")
+        if k in ("ints", "floats", "strs"):
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"expects a list, got {format_attr_value(value)}")
+            elem = Attr(self.name, k[:-1], default=REQUIRED, choices=self.choices, min=self.min, max=self.max)
+            out = []
+            for v in value:
+                try:
+                    out.append(elem.coerce(v))
+                except ValueError as e:
+                    raise ValueError(f"list element {format_attr_value(v)}: {e}") from None
+            value = tuple(out)
+        elif k == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"expects an integer, got {format_attr_value(value)}")
+            value = int(value)
+        elif k == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"expects a number, got {format_attr_value(value)}")
+            value = float(value)
+        elif k == "str":
+            if not isinstance(value, str):
+                raise ValueError(f"expects a string, got {format_attr_value(value)}")
+        elif k == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"expects true or false, got {format_attr_value(value)}")
+        else:  # pragma: no cover - programming error
+            raise AssertionError(k)
+        if k in ("int", "float", "str"):
+            if self.choices is not None and value not in self.choices:
+                raise ValueError(f"must be one of {', '.join(format_attr_value(c) for c in self.choices)}, "
+                                 f"got {format_attr_value(value)}")
+            if self.min is not None and value < self.min:
+                raise ValueError(self._range_msg(value))
+            if self.max is not None and value > self.max:
+                raise ValueError(self._range_msg(value))
+        if self.check is not None:
+            msg = self.check(value)
+            if msg:
+                raise ValueError(msg)
+        return value
+
+    def _range_msg(self, value: Any) -> str:
+        if self.max is None:
+            return f"must be >= {format_attr_value(self.min)}, got {format_attr_value(value)}"
+        return (f"must be in {format_attr_value(self.min)}..{format_attr_value(self.max)}, "
+                f"got {format_attr_value(value)}")
+
+
+def format_attr_value(v: Any) -> str:
+    """Canonical text of an attribute value (floats: shortest round-trip repr)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(format_attr_value(x) for x in v) + "]"
+    if v is None:
+        return "none"
+    return repr(v)
+
+
+@dataclass
+class OpLoc:
+    """Where an op's pieces are in the source text."""
+
+    line: Span
+    name: Span
+    results: list[Span] = field(default_factory=list)
+    operands: list[Span] = field(default_factory=list)
+    attrs: dict[str, Span] = field(default_factory=dict)
+    attr_names: dict[str, Span] = field(default_factory=dict)
+    types: list[Span] = field(default_factory=list)
+
+
+class OpError(Exception):
+    """Raised by a type rule; ``operand``/``attr``/``result`` say where to point."""
+
+    def __init__(self, message: str, *, operand: int | None = None, attr: str | None = None,
+                 result: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.operand = operand
+        self.attr = attr
+        self.result = result
+
+
+class InferContext:
+    """What a type rule sees: the op, its operand types (``None`` if omitted) and attributes."""
+
+    def __init__(self, op: "Op", types: Sequence[Optional[TensorType]], attrs: Mapping[str, Any]) -> None:
+        self.op = op
+        self.types = list(types)
+        self.attrs = dict(attrs)
+
+    @property
+    def name(self) -> str:
+        return self.op.op_name
+
+    def fail(self, message: str, *, operand: int | None = None, attr: str | None = None) -> "None":
+        raise OpError(f"{self.name}: {message}", operand=operand, attr=attr)
+
+    def type(self, i: int) -> TensorType:
+        t = self.types[i]
+        assert t is not None
+        return t
+
+    def has(self, i: int) -> bool:
+        return i < len(self.types) and self.types[i] is not None
+
+    def operand_name(self, i: int) -> str:
+        sig = self.op.OPERANDS
+        if i < len(sig):
+            return sig[i].name
+        return f"{sig[-1].name}{i - len(sig) + 2}" if sig and sig[-1].variadic else f"#{i}"
+
+    # -- common checks ---------------------------------------------------
+    def dtype_in(self, i: int, allowed: Sequence[DType]) -> DType:
+        t = self.type(i)
+        if t.dtype not in allowed:
+            self.fail(f"operand {self.operand_name(i)} ({self.op.operand_value(i)}) has dtype {t.dtype}; "
+                      f"expected {' or '.join(d.value for d in allowed)}", operand=i)
+        return t.dtype
+
+    def rank(self, i: int, rank: int) -> TensorType:
+        t = self.type(i)
+        if t.rank != rank:
+            self.fail(f"operand {self.operand_name(i)} ({self.op.operand_value(i)}) must have rank {rank}, "
+                      f"got {t}", operand=i)
+        return t
+
+    def same_dtype(self, i: int, j: int) -> None:
+        a, b = self.type(i), self.type(j)
+        if a.dtype != b.dtype:
+            self.fail(f"operand {self.operand_name(j)} ({self.op.operand_value(j)}) has dtype {b.dtype} but "
+                      f"{self.operand_name(i)} ({self.op.operand_value(i)}) has {a.dtype}", operand=j)
+
+    def unify(self, i: int, j: int) -> TensorType:
+        """Operands ``i`` and ``j`` must have identical types (``?`` matches anything)."""
+        self.same_dtype(i, j)
+        a, b = self.type(i), self.type(j)
+        merged = unify_shapes(a.shape, b.shape)
+        if merged is None:
+            self.fail(f"operand {self.operand_name(j)} ({self.op.operand_value(j)}) has shape "
+                      f"{_fmt(b.shape)} but {self.operand_name(i)} ({self.op.operand_value(i)}) has "
+                      f"{_fmt(a.shape)}; they must be equal", operand=j)
+        return TensorType(a.dtype, merged)
+
+    def expect_shape(self, i: int, shape: Sequence[Dim], what: str = "") -> tuple:
+        """Operand ``i`` must have ``shape``; returns the unified shape."""
+        t = self.type(i)
+        merged = unify_shapes(t.shape, tuple(shape))
+        if merged is None:
+            self.fail(f"operand {self.operand_name(i)} ({self.op.operand_value(i)}) has shape {_fmt(t.shape)}; "
+                      f"expected {_fmt(shape)}{what}", operand=i)
+        return merged
+
+    def axis(self, attr: str, rank: int) -> int:
+        axis = self.attrs[attr]
+        if not -rank <= axis < rank or rank == 0:
+            self.fail(f"{attr} {axis} is out of range for rank {rank}", attr=attr)
+        return axis % rank
+
+
+def _fmt(shape: Sequence[Dim]) -> str:
+    from .types import format_shape
+    return format_shape(shape)
+
+
+def unify_dim(a: Dim, b: Dim) -> tuple[bool, Dim]:
+    if a is None:
+        return True, b
+    if b is None or a == b:
+        return True, a
+    return False, None
+
+
+def unify_shapes(a: Sequence[Dim], b: Sequence[Dim]) -> Optional[tuple]:
+    if len(a) != len(b):
+        return None
+    out = []
+    for x, y in zip(a, b):
+        ok, d = unify_dim(x, y)
+        if not ok:
+            return None
+        out.append(d)
+    return tuple(out)
+
+
+OPS: dict[str, type["Op"]] = {}
+
+
+def lookup_op(name: str) -> Optional[type["Op"]]:
+    return OPS.get(name)
+
+
+class Op:
+    """An operation: ``results = OpName(operands, attrs) : result_types``.
+
+    Class-level data (overridden by each op):
+
+    * ``OPERANDS``: the operand signature, in order.
+    * ``RESULTS``: result names (documentation and count).
+    * ``ATTRS``: the attribute signature, in printing order.
+    * ``infer(ctx)``: the type rule; returns one ``TensorType`` per result.
+    """
+
+    OPERANDS: ClassVar[tuple[Operand, ...]] = ()
+    RESULTS: ClassVar[tuple[str, ...]] = ("Y",)
+    ATTRS: ClassVar[tuple[Attr, ...]] = ()
+    abstract: ClassVar[bool] = True
+    is_backward: ClassVar[bool] = False
+    op_name: ClassVar[str] = "Op"
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.__dict__.get("abstract", False):
+            return
+        cls.abstract = False
+        name = cls.__name__
+        if not name.endswith("Op"):
+            raise TypeError(f"op class {name} must end in 'Op'")
+        cls.op_name = name[:-2]
+        if cls.op_name in OPS:
+            raise TypeError(f"op {cls.op_name} registered twice")
+        variadic = [k for k, o in enumerate(cls.OPERANDS) if o.variadic]
+        if variadic and variadic != [len(cls.OPERANDS) - 1]:
+            raise TypeError(f"{name}: only the last operand may be variadic")
+        OPS[cls.op_name] = cls
+
+    def __init__(self, results: Sequence[str], operands: Sequence[Optional[str]],
+                 attrs: Optional[Mapping[str, Any]] = None,
+                 result_types: Optional[Sequence[Optional[TensorType]]] = None,
+                 loc: Optional[OpLoc] = None) -> None:
+        if self.abstract:
+            raise TypeError(f"{type(self).__name__} is abstract")
+        self.results: list[str] = list(results)
+        self.operands: list[Optional[str]] = list(operands)
+        while self.operands and self.operands[-1] is None:  # trailing omitted operands are implied
+            self.operands.pop()
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.result_types: Optional[list[Optional[TensorType]]] = (
+            list(result_types) if result_types is not None else None)
+        self.loc = loc
+
+    # -- signature helpers -------------------------------------------------
+    @classmethod
+    def attr_spec(cls, name: str) -> Optional[Attr]:
+        for a in cls.ATTRS:
+            if a.name == name:
+                return a
+        return None
+
+    @classmethod
+    def num_results(cls, attrs: Mapping[str, Any]) -> int:
+        return len(cls.RESULTS)
+
+    @classmethod
+    def result_names(cls, attrs: Mapping[str, Any]) -> tuple[str, ...]:
+        return cls.RESULTS
+
+    @classmethod
+    def summary(cls) -> str:
+        doc = (cls.__doc__ or "").strip()
+        return doc.split("\n")[0] if doc else ""
+
+    @classmethod
+    def signature(cls) -> str:
+        ops = []
+        for o in cls.OPERANDS:
+            ops.append(o.name + ("..." if o.variadic else "") + ("?" if o.optional else ""))
+        attrs = []
+        for a in cls.ATTRS:
+            if a.required:
+                attrs.append(a.name)
+            elif a.default is None:
+                attrs.append(f"{a.name}?")
+            else:
+                attrs.append(f"{a.name}={format_attr_value(a.default)}")
+        results = ", ".join(cls.RESULTS) if cls.RESULTS else "..."
+        return f"{results} = {cls.op_name}({', '.join(ops + attrs)})"
+
+    def operand_value(self, i: int) -> str:
+        if i < len(self.operands) and self.operands[i] is not None:
+            return self.operands[i]  # type: ignore[return-value]
+        return "_"
+
+    def resolved_attrs(self) -> dict[str, Any]:
+        """Declared attributes with defaults filled in (raw values, uncoerced)."""
+        out = {}
+        for a in self.ATTRS:
+            if a.name in self.attrs:
+                out[a.name] = self.attrs[a.name]
+            elif not a.required:
+                out[a.name] = a.default
+        return out
+
+    # -- checking ----------------------------------------------------------
+    def check_signature(self) -> None:
+        """Check operand count, ``_`` placement, attributes and result count.
+
+        Raises ``_OpErrors`` with every problem found.  On success the attributes
+        are coerced and stored back, complete (defaults filled in, declared order).
+        """
+        errors: list[OpError] = []
+        name = self.op_name
+        sig = self.OPERANDS
+        n = len(self.operands)
+        has_var = bool(sig) and sig[-1].variadic
+        n_required = sum(1 for o in sig if not o.optional and not o.variadic) + (1 if has_var and not sig[-1].optional else 0)
+        # trailing omitted optionals may be left out
+        if (not has_var and n > len(sig)) or n < n_required:
+            if has_var:
+                want = f"at least {len(sig)}"
+            elif n_required == len(sig):
+                want = f"{len(sig)}"
+            else:
+                want = f"{n_required} to {len(sig)}"
+            names = ", ".join(o.name + ("?" if o.optional else "") + ("..." if o.variadic else "") for o in sig)
+            errors.append(OpError(f"{name} takes {want} operand{'' if want == '1' else 's'} ({names}), got {n}",
+                                  operand=len(sig) if n > len(sig) else None))
+        for i, v in enumerate(self.operands):
+            spec = sig[i] if i < len(sig) else (sig[-1] if has_var else None)
+            if v is None and spec is not None and not spec.optional:
+                errors.append(OpError(f"{name}: operand {spec.name} is required; '_' is only allowed for "
+                                      f"optional operands", operand=i))
+        n_res = None
+        attrs: dict[str, Any] = {}
+        for key, raw in self.attrs.items():
+            spec_a = self.attr_spec(key)
+            if spec_a is None:
+                known = [a.name for a in self.ATTRS]
+                hint = difflib.get_close_matches(key, known, n=1)
+                if hint:
+                    msg = f"{name} has no attribute '{key}'; did you mean '{hint[0]}'?"
+                elif known:
+                    msg = f"{name} has no attribute '{key}' (it has: {', '.join(known)})"
+                else:
+                    msg = f"{name} takes no attributes, got '{key}'"
+                errors.append(OpError(msg, attr=key))
+                continue
+            try:
+                attrs[key] = spec_a.coerce(raw)
+            except ValueError as e:
+                sep = "" if str(e).startswith("=") else " "
+                errors.append(OpError(f"{name}: attribute {key}{sep}{e}", attr=key))
+        for a in self.ATTRS:
+            if a.name not in self.attrs:
+                if a.required:
+                    errors.append(OpError(f"{name}: attribute '{a.name}' ({a.describe()}) is required"))
+                else:
+                    attrs[a.name] = a.default
+        if not errors:
+            self.attrs = {a.name: attrs[a.name] for a in self.ATTRS}
+            n_res = self.num_results(self.attrs)
+            if len(self.results) != n_res:
+                errors.append(OpError(
+                    f"{name} has {n_res} result{'s' if n_res != 1 else ''} "
+                    f"({', '.join(self.result_names(self.attrs))}), but {len(self.results)} "
+                    f"{'are' if len(self.results) != 1 else 'is'} assigned", result=0))
+        if errors:
+            raise _OpErrors(errors)
+
+    def check(self, operand_types: Sequence[Optional[TensorType]]) -> list[TensorType]:
+        """Validate this op given its operand types; return the result types.
+
+        Raises ``OpError`` (a type problem) or ``_OpErrors`` (signature problems).
+        """
+        self.check_signature()
+        sig = self.OPERANDS
+        n = len(self.operands)
+        n_res = self.num_results(self.attrs)
+        types = list(operand_types) + [None] * (max(len(sig), n) - len(operand_types))
+        ctx = InferContext(self, types, self.attrs)
+        self.check_attrs(ctx)
+        out = list(self.infer(ctx))
+        assert len(out) == n_res, (self.op_name, out)
+        return out
+
+    def check_attrs(self, ctx: InferContext) -> None:
+        """Cross-attribute checks that don't need types (hook)."""
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def validate(self, operand_types: Optional[Sequence[Optional[TensorType]]] = None) -> list[TensorType]:
+        """Check this op on its own; return result types or raise ``VerifyError``
+        whose diagnostics say why (never a bare ``False``).
+
+        Without ``operand_types`` only the arity and attributes can be checked
+        fully; operand types then default to the op's recorded ones, if any.
+        """
+        if operand_types is None:
+            raise VerifyError(Diagnostic(f"{self.op_name}: validate() needs the operand types "
+                                         "(or validate the op inside its Graph)"))
+        try:
+            types = self.check(operand_types)
+        except (OpError, _OpErrors) as e:
+            errs = e.errors if isinstance(e, _OpErrors) else [e]
+            raise VerifyError([Diagnostic(x.message) for x in errs]) from None
+        return types
+
+    # -- printing ----------------------------------------------------------
+    def to_string(self) -> str:
+        """The op's canonical line, e.g. ``t2 = ReluGrad(t0, t1) : Float32 [4]``."""
+        ops = list(self.operands)
+        while ops and ops[-1] is None and len(ops) > 0:
+            ops.pop()
+        args = ["_" if v is None else v for v in ops]
+        resolved = self.resolved_attrs()
+        for a in self.ATTRS:
+            if a.name not in resolved:
+                continue
+            v = resolved[a.name]
+            if not a.required and _attr_equal(v, a.default):
+                continue
+            args.append(f"{a.name}={format_attr_value(v)}")
+        # attributes not in the signature (invalid op) still print, for error messages
+        for k, v in self.attrs.items():
+            if self.attr_spec(k) is None:
+                args.append(f"{k}={format_attr_value(v)}")
+        line = f"{', '.join(self.results)} = {self.op_name}({', '.join(args)})"
+        if self.result_types and all(t is not None for t in self.result_types):
+            line += " : " + ", ".join(str(t) for t in self.result_types)  # type: ignore[arg-type]
+        return line
+
+    __str__ = to_string
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.to_string()}>"
+
+    def key(self) -> tuple:
+        """Structural identity (op type, results, operands, attributes, types)."""
+        return (self.op_name, tuple(self.results), tuple(self.operands), _freeze(self.resolved_attrs()),
+                tuple(self.result_types) if self.result_types else None)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Op) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def copy(self, **changes: Any) -> "Op":
+        kw = dict(results=self.results, operands=self.operands, attrs=self.attrs,
+                  result_types=self.result_types, loc=self.loc)
+        kw.update(changes)
+        return type(self)(**kw)
+
+
+class BackwardOp(Op):
+    """A gradient op: consumes upstream gradients and saved forward values."""
+
+    abstract = True
+    is_backward = True
+
+
+class _OpErrors(Exception):
+    def __init__(self, errors: list[OpError]) -> None:
+        super().__init__("; ".join(e.message for e in errors))
+        self.errors = errors
+
+
+def _attr_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_attr_equal(x, y) for x, y in zip(a, b))
+    if type(a) is bool or type(b) is bool:
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple((k, _freeze(x)) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, float) and math.isnan(v):
+        return ("nan",)
+    return (type(v).__name__, v) if isinstance(v, (bool, int, float)) else v
+
+
+@dataclass
+class GraphInput:
+    name: str
+    type: TensorType
+    span: Optional[Span] = None
+    type_span: Optional[Span] = None
+
+
+class Graph:
+    """Inputs, ops in order, outputs and an optional name.
+
+    ``validate()`` checks the whole graph (single assignment, use after
+    definition, each op's signature and types, outputs) and fills in every op's
+    result types; it raises ``VerifyError`` with *all* problems found.
+    """
+
+    def __init__(self, inputs: Iterable[GraphInput | tuple[str, TensorType]] = (),
+                 ops: Iterable[Op] = (), outputs: Iterable[str] = (), name: Optional[str] = None,
+                 source: Optional[Source] = None) -> None:
+        self.name = name
+        self.inputs: list[GraphInput] = [i if isinstance(i, GraphInput) else GraphInput(*i) for i in inputs]
+        self.ops: list[Op] = list(ops)
+        self.outputs: list[str] = list(outputs)
+        self.source = source
+        self.output_spans: list[Optional[Span]] = [None] * len(self.outputs)
+        self.name_span: Optional[Span] = None
+        self.types: dict[str, TensorType] = {}
+
+    # -- queries -------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.inputs]
+
+    def type_of(self, name: str) -> TensorType:
+        return self.types[name]
+
+    def producers(self) -> dict[str, Op]:
+        return {r: op for op in self.ops for r in op.results}
+
+    def fresh_name(self) -> str:
+        """A value name not used anywhere in the graph."""
+        used = set(self.input_names)
+        for op in self.ops:
+            used.update(op.results)
+        n = 0
+        for u in used:
+            n = max(n, int(u[1:]) + 1)
+        return f"t{n}"
+
+    # -- validation ------------------------------------------------------------
+    def diagnostics(self) -> list[Diagnostic]:
+        from .verify import verify_graph
+        return verify_graph(self)
+
+    def validate(self) -> "Graph":
+        diags = self.diagnostics()
+        if diags:
+            raise VerifyError(errors_of(diags))
+        return self
+
+    # -- printing ------------------------------------------------------------
+    def to_text(self) -> str:
+        lines = []
+        if self.name is not None:
+            lines.append(f"graph {self.name}")
+        for i in self.inputs:
+            lines.append(f"input {i.name} : {i.type}")
+        for op in self.ops:
+            if not op.result_types and self.types:
+                types = [self.types.get(r) for r in op.results]
+                if all(t is not None for t in types):
+                    op.result_types = types
+            lines.append(op.to_string())
+        if self.outputs:
+            lines.append("output " + ", ".join(self.outputs))
+        return "\n".join(lines) + "\n"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name or ''} {len(self.inputs)} inputs, {len(self.ops)} ops, {len(self.outputs)} outputs>"
+
+    def key(self) -> tuple:
+        return (self.name, tuple((i.name, i.type) for i in self.inputs), tuple(op.key() for op in self.ops),
+                tuple(self.outputs))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Graph) and self.key() == other.key()
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,53 @@
+"""The kernel table: one entry per op name, mapping it to a NumPy kernel.
+
+Calling convention (every kernel follows it):
+
+    fn(*operands, out=None, **attrs) -> ndarray | tuple[ndarray, ...]
+
+* ``operands`` are NumPy arrays in the op's operand order; an omitted optional
+  operand is passed as ``None``.  Kernels never modify an operand, except that an
+  ``inplace`` kernel must give the right answer when ``out`` *is* one of its
+  operands (the runtime's buffer plan reuses a dying operand's buffer).
+* ``out`` is ``None`` or a preallocated, C-contiguous array of the result's shape
+  and dtype (a tuple of them for multi-result ops, entries may be ``None``).
+  When given, the kernel writes into it and returns it.
+* ``attrs`` are the op's attributes by name, with defaults filled in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["KernelInfo", "KERNELS", "kernel", "get_kernel"]
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    fn: Callable[..., Any]
+    inplace: bool = False  # result may share the buffer of a same-shaped operand
+    blas: bool = False  # spends its time in BLAS (limits BLAS threads when run concurrently)
+
+
+KERNELS: dict[str, KernelInfo] = {}
+
+
+def kernel(name: str, *, inplace: bool = False, blas: bool = False) -> Callable:
+    """Decorator: register ``fn`` as the kernel of op ``name``."""
+
+    def register(fn: Callable) -> Callable:
+        if name in KERNELS:
+            raise ValueError(f"kernel for {name!r} registered twice")
+        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas)
+        return fn
+
+    return register
+
+
+def get_kernel(name: str) -> KernelInfo | None:
+    return KERNELS.get(name)
+
+
+# Families register themselves on import.
+from . import parallel  # noqa: E402,F401

@@ -1,0 +1,61 @@
+"""Intra-op parallelism: split a large kernel into row chunks run on a small pool.
+
+The runtime sets the number of threads (``set_threads``); kernels call
+``parallel_rows``.  Work below ~1 ms per chunk runs inline on the calling thread,
+because a pool round trip here costs ~100 µs (PERFORMANCE.md).  The split only
+depends on the array shape and the thread count, and each chunk computes exactly
+what the whole would for its rows, so results are identical for any thread count.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+__all__ = ["set_threads", "get_threads", "parallel_rows", "MIN_CHUNK_BYTES"]
+
+# Below this many bytes touched per chunk, splitting costs more than it saves.
+MIN_CHUNK_BYTES = 4 << 20
+
+_lock = threading.Lock()
+_threads = max(1, min(os.cpu_count() or 1, 2))
+_pool: ThreadPoolExecutor | None = None
+
+
+def set_threads(n: int) -> None:
+    """Set how many threads a kernel may use for its row chunks (>= 1)."""
+    global _threads
+    _threads = max(1, int(n))
+
+
+def get_threads() -> int:
+    return _threads
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2)), thread_name_prefix="gradir-chunk")
+        return _pool
+
+
+def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], None]) -> None:
+    """Call ``body(start, stop)`` over ``[0, n_rows)`` in contiguous row ranges.
+
+    ``bytes_per_row`` is the memory a row touches (all operands and results); it
+    decides whether splitting pays.  The calling thread runs the first chunk.
+    """
+    threads = _threads
+    if threads <= 1 or n_rows < 2 or n_rows * bytes_per_row < 2 * MIN_CHUNK_BYTES:
+        body(0, n_rows)
+        return
+    n = min(threads, n_rows, max(1, (n_rows * bytes_per_row) // MIN_CHUNK_BYTES))
+    bounds = [n_rows * k // n for k in range(n + 1)]
+    pool = _get_pool()
+    futures = [pool.submit(body, bounds[k], bounds[k + 1]) for k in range(1, n)]
+    body(bounds[0], bounds[1])
+    for f in futures:
+        f.result()

@@ -1,0 +1,44 @@
+"""Building blocks shared by the op families: base classes with a type rule."""
+
+from __future__ import annotations
+
+from ..ir import Attr, BackwardOp, InferContext, Op, Operand
+from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType
+
+__all__ = ["UnaryOp", "BinaryActivationGradOp", "ALPHA_LEAKY", "ALPHA_QUICKGELU", "axis_attr"]
+
+
+ALPHA_LEAKY = Attr("alpha", "float", 0.01, doc="slope for x <= 0")
+ALPHA_QUICKGELU = Attr("alpha", "float", 1.702, doc="sigmoid scale")
+
+
+def axis_attr(default: int) -> Attr:
+    return Attr("axis", "int", default, doc="axis (negative counts from the end)")
+
+
+class UnaryOp(Op):
+    """Element-wise op on one tensor; result has the operand's type."""
+
+    abstract = True
+    OPERANDS = (Operand("X"),)
+    DTYPES: tuple = FLOAT_DTYPES
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        ctx.dtype_in(0, self.DTYPES)
+        return [ctx.type(0)]
+
+
+class BinaryActivationGradOp(BackwardOp):
+    """ORT activation gradient: (dY, X-or-Y) of identical shape and float dtype -> dX."""
+
+    abstract = True
+    OPERANDS = (Operand("dY", doc="upstream gradient"), Operand("X", doc="forward input"))
+    RESULTS = ("dX",)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        ctx.dtype_in(0, FLOAT_DTYPES)
+        return [ctx.unify(0, 1)]
+
+
+# re-exported for families
+__all__ += ["ALL_DTYPES", "NUMERIC_DTYPES", "FLOAT_DTYPES"]

@@ -1,0 +1,232 @@
+"""LSTM ops: the cell (AiDotNet, gate order i,f,g,o) and the sequence layer (ORT, i,o,f,c)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..ir import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
+from ..types import FLOAT_DTYPES, INT_DTYPES, Dim, TensorType
+
+HIDDEN = Attr("hidden_size", "int", min=1, doc="hidden size H")
+
+# -- the cell ------------------------------------------------------------------
+_CELL_OPERANDS = (Operand("X", doc="[B, I]"), Operand("H", doc="[B, Hd] previous hidden state"),
+                  Operand("C", doc="[B, Hd] previous cell state"), Operand("W_ih", doc="[4Hd, I]"),
+                  Operand("W_hh", doc="[4Hd, Hd]"), Operand("Bias", doc="[4Hd]"))
+
+
+def _dim(a: Dim, b: Dim) -> Dim:
+    return a if a is not None else b
+
+
+def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
+    """Check the six cell operands starting at ``base``; return (B, I, Hd, dtype)."""
+    Hd = ctx.attrs["hidden_size"]
+    why = f" (hidden_size={Hd})"
+    x = ctx.rank(base, 2)
+    dtype = ctx.dtype_in(base, FLOAT_DTYPES)
+    for k in range(1, 6):
+        ctx.same_dtype(base, base + k)
+    B, I = x.shape
+    B = ctx.expect_shape(base + 1, [B, Hd], why)[0]
+    B = ctx.expect_shape(base + 2, [B, Hd], why)[0]
+    I = ctx.expect_shape(base + 3, [4 * Hd, I], why)[1]
+    ctx.expect_shape(base + 4, [4 * Hd, Hd], why)
+    ctx.expect_shape(base + 5, [4 * Hd], why)
+    return B, I, Hd, dtype
+
+
+class LSTMCellOp(Op):
+    """One LSTM step (PyTorch gate order i, f, g, o): returns (H', C')."""
+
+    OPERANDS = _CELL_OPERANDS
+    RESULTS = ("H_next", "C_next")
+    ATTRS = (HIDDEN,)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        B, I, Hd, dtype = _cell_dims(ctx, 0)
+        t = TensorType(dtype, [B, Hd])
+        return [t, t]
+
+
+def _cell_grad_shape(k: int, B: Dim, I: Dim, Hd: int) -> list:
+    return [[B, I], [B, Hd], [B, Hd], [4 * Hd, I], [4 * Hd, Hd], [4 * Hd]][k]
+
+
+_CELL_GRAD_OPERANDS = (Operand("dH_next", doc="[B, Hd] gradient w.r.t. H'"),
+                       Operand("dC_next", optional=True, doc="[B, Hd] gradient w.r.t. C' (default 0)"),
+                       *_CELL_OPERANDS)
+
+CELL_INPUT_NAMES = ("X", "H", "C", "W_ih", "W_hh", "Bias")
+
+
+def _cell_grad_types(ctx: InferContext, indices: tuple) -> list[TensorType]:
+    B, I, Hd, dtype = _cell_dims(ctx, 2)
+    ctx.same_dtype(2, 0)
+    B = ctx.expect_shape(0, [B, Hd], f" (hidden_size={Hd})")[0]
+    if ctx.has(1):
+        ctx.same_dtype(2, 1)
+        B = ctx.expect_shape(1, [B, Hd], f" (hidden_size={Hd})")[0]
+    return [TensorType(dtype, _cell_grad_shape(k, B, I, Hd)) for k in indices]
+
+
+class GradLSTMCellInputOp(BackwardOp):
+    """Gradient of LSTMCell w.r.t. one input: 0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias."""
+
+    OPERANDS = _CELL_GRAD_OPERANDS
+    RESULTS = ("dInput",)
+    ATTRS = (Attr("input_index", "int", min=0, max=5,
+                  doc="which gradient: 0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias"), HIDDEN)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        return _cell_grad_types(ctx, (ctx.attrs["input_index"],))
+
+
+def _check_indices(v: tuple) -> Optional[str]:
+    if not v:
+        return "must list at least one index"
+    if len(set(v)) != len(v):
+        return f"lists an index twice: {list(v)}"
+    return None
+
+
+class GradLSTMCellInputFusedOp(BackwardOp):
+    """Several GradLSTMCellInput gradients from one gate recomputation (made by the fusion pass)."""
+
+    OPERANDS = _CELL_GRAD_OPERANDS
+    RESULTS = ()
+    ATTRS = (Attr("input_indices", "ints", min=0, max=5, check=_check_indices,
+                  doc="the gradients produced, in result order"), HIDDEN)
+
+    @classmethod
+    def num_results(cls, attrs: Any) -> int:
+        return len(attrs["input_indices"])
+
+    @classmethod
+    def result_names(cls, attrs: Any) -> tuple[str, ...]:
+        return tuple("d" + CELL_INPUT_NAMES[k] for k in attrs["input_indices"])
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        return _cell_grad_types(ctx, tuple(ctx.attrs["input_indices"]))
+
+
+# -- the sequence layer (ORT) -------------------------------------------------------
+def _no_clip(v: Any) -> Optional[str]:
+    return ("is not supported: gradir computes the unclipped LSTM equations; "
+            "remove the clip attribute") if v is not None else None
+
+
+def _no_input_forget(v: int) -> Optional[str]:
+    return (f"={v} (coupled input and forget gates) is not supported; only input_forget=0 is"
+            if v != 0 else None)
+
+
+_ACTS = ("sigmoid", "tanh", "tanh")
+
+
+def _check_acts(v: tuple) -> Optional[str]:
+    if v is None or tuple(v) in (_ACTS, _ACTS * 2):
+        return None
+    return ('is not supported: only activations=["sigmoid", "tanh", "tanh"] (the ONNX default; '
+            f'repeated for bidirectional) is supported, got {format_attr_value(v)}')
+
+
+LAYER_ATTRS = (
+    HIDDEN,
+    Attr("direction", "str", "forward", choices=("forward", "reverse", "bidirectional")),
+    Attr("activations", "strs", None, check=_check_acts, doc="must be the ONNX default if given"),
+    Attr("clip", "float", None, check=_no_clip, doc="not supported (must be absent)"),
+    Attr("input_forget", "int", 0, check=_no_input_forget, doc="must be 0"),
+)
+
+
+def _num_dirs(ctx: InferContext) -> int:
+    return 2 if ctx.attrs["direction"] == "bidirectional" else 1
+
+
+class _LayerCheck:
+    """Track S, B, I while checking the many operands of the sequence ops."""
+
+    def __init__(self, ctx: InferContext) -> None:
+        self.ctx = ctx
+        self.H = ctx.attrs["hidden_size"]
+        self.D = _num_dirs(ctx)
+        self.why = f" (hidden_size={self.H}, direction=\"{ctx.attrs['direction']}\")"
+
+    def x(self, i: int) -> None:
+        x = self.ctx.rank(i, 3)
+        self.dtype = self.ctx.dtype_in(i, FLOAT_DTYPES)
+        self.S, self.B, self.I = x.shape
+        self.x_index = i
+
+    def check(self, i: int, template: list) -> None:
+        """Operand ``i`` (if given) must match ``template``, whose str entries name S, B or I."""
+        ctx = self.ctx
+        if not ctx.has(i):
+            return
+        ctx.same_dtype(self.x_index, i)
+        shape = [getattr(self, d) if isinstance(d, str) else d for d in template]
+        merged = ctx.expect_shape(i, shape, self.why)
+        for d, m in zip(template, merged):
+            if isinstance(d, str) and getattr(self, d) is None:
+                setattr(self, d, m)
+
+    def sl(self, i: int) -> None:
+        ctx = self.ctx
+        if not ctx.has(i):
+            return
+        ctx.dtype_in(i, INT_DTYPES)
+        self.B = ctx.expect_shape(i, [self.B], " (one sequence length per batch row)")[0]
+
+    def shapes(self) -> dict[str, list]:
+        D, H = self.D, self.H
+        return {"W": [D, 4 * H, "I"], "R": [D, 4 * H, H], "B": [D, 8 * H], "state": [D, "B", H],
+                "P": [D, 3 * H], "all": ["S", D, "B", H], "iofc": ["S", D, "B", 4 * H], "X": ["S", "B", "I"]}
+
+    def result(self, key: str) -> TensorType:
+        return TensorType(self.dtype, [getattr(self, d) if isinstance(d, str) else d for d in self.shapes()[key]])
+
+
+class LSTMTrainingOp(Op):
+    """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
+
+    OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 4H, I]"), Operand("R", doc="[D, 4H, H]"),
+                Operand("B", optional=True, doc="[D, 8H] (Wb then Rb)"),
+                Operand("SL", optional=True, doc="[B] Int32 sequence lengths"),
+                Operand("H0", optional=True, doc="[D, B, H]"), Operand("C0", optional=True, doc="[D, B, H]"),
+                Operand("P", optional=True, doc="[D, 3H] peepholes i, o, f"))
+    RESULTS = ("HAll", "HFinal", "CFinal", "CAll", "iofc")
+    ATTRS = LAYER_ATTRS
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        c = _LayerCheck(ctx)
+        c.x(0)
+        s = c.shapes()
+        for _ in range(2):  # a second pass lets dims learnt late (e.g. B from H0) reach earlier checks
+            for i, k in ((1, "W"), (2, "R"), (3, "B"), (5, "state"), (6, "state"), (7, "P")):
+                c.check(i, s[k])
+            c.sl(4)
+        return [c.result(k) for k in ("all", "state", "state", "all", "iofc")]
+
+
+class LSTMGradOp(BackwardOp):
+    """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
+
+    OPERANDS = (Operand("X"), Operand("W"), Operand("R"), Operand("SL", optional=True),
+                Operand("H0", optional=True), Operand("C0", optional=True), Operand("HAll"),
+                Operand("CAll"), Operand("iofc"), Operand("dHAll", optional=True),
+                Operand("dHFinal", optional=True), Operand("dCFinal", optional=True),
+                Operand("P", optional=True))
+    RESULTS = ("dX", "dW", "dR", "dB", "dH0", "dC0", "dP")
+    ATTRS = LAYER_ATTRS
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        c = _LayerCheck(ctx)
+        c.x(0)
+        s = c.shapes()
+        for _ in range(2):
+            for i, k in ((1, "W"), (2, "R"), (4, "state"), (5, "state"), (6, "all"), (7, "all"), (8, "iofc"),
+                         (9, "all"), (10, "state"), (11, "state"), (12, "P")):
+                c.check(i, s[k])
+            c.sl(3)
+        return [c.result(k) for k in ("X", "W", "R", "B", "state", "state", "P")]

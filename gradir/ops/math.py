@@ -1,0 +1,234 @@
+"""General forward ops (§2 of OPS.md): arithmetic, MatMul, layout, reductions."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..ir import Attr, InferContext, Op, Operand, unify_shapes
+from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType, format_shape
+from .common import UnaryOp
+
+__all__ = ["broadcast_shapes"]
+
+
+def broadcast_shapes(a: Sequence[Dim], b: Sequence[Dim]) -> Optional[tuple]:
+    """NumPy broadcasting with ``?`` dims; ``None`` if the shapes cannot broadcast."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out: list[Dim] = []
+    for x, y in zip(a, b):
+        if x == y:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        elif x is None:
+            out.append(y)
+        elif y is None:
+            out.append(x)
+        else:
+            return None
+    return tuple(out)
+
+
+class _Binary(Op):
+    abstract = True
+    OPERANDS = (Operand("A"), Operand("B"))
+    RESULTS = ("C",)
+    DTYPES: tuple = NUMERIC_DTYPES
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        ctx.dtype_in(0, self.DTYPES)
+        ctx.same_dtype(0, 1)
+        a, b = ctx.type(0), ctx.type(1)
+        shape = broadcast_shapes(a.shape, b.shape)
+        if shape is None:
+            ctx.fail(f"shapes {format_shape(a.shape)} ({self.operand_value(0)}) and {format_shape(b.shape)} "
+                     f"({self.operand_value(1)}) cannot be broadcast together", operand=1)
+        return [TensorType(a.dtype, shape)]
+
+
+class AddOp(_Binary):
+    """A + B with NumPy broadcasting."""
+
+
+class SubOp(_Binary):
+    """A - B with NumPy broadcasting."""
+
+
+class MulOp(_Binary):
+    """A * B with NumPy broadcasting."""
+
+
+class DivOp(_Binary):
+    """A / B with NumPy broadcasting (floating point)."""
+
+    DTYPES = FLOAT_DTYPES
+
+
+class NegOp(UnaryOp):
+    """-x."""
+
+    DTYPES = NUMERIC_DTYPES
+
+
+class ExpOp(UnaryOp):
+    """exp(x)."""
+
+
+class LogOp(UnaryOp):
+    """Natural logarithm."""
+
+
+class IdentityOp(UnaryOp):
+    """x, unchanged."""
+
+    DTYPES = ALL_DTYPES
+
+
+class MatMulOp(Op):
+    """NumPy matmul: batched over leading dims (broadcast), 1-D operands promoted."""
+
+    OPERANDS = (Operand("A"), Operand("B"))
+    RESULTS = ("C",)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        ctx.dtype_in(0, NUMERIC_DTYPES)
+        ctx.same_dtype(0, 1)
+        a, b = ctx.type(0), ctx.type(1)
+        for i, t in ((0, a), (1, b)):
+            if t.rank == 0:
+                ctx.fail(f"operand {self.operand_value(i)} is a scalar; MatMul needs rank >= 1", operand=i)
+        sa, sb = list(a.shape), list(b.shape)
+        va, vb = len(sa) == 1, len(sb) == 1
+        if va:
+            sa = [1] + sa
+        if vb:
+            sb = sb + [1]
+        k1, k2 = sa[-1], sb[-2]
+        if k1 is not None and k2 is not None and k1 != k2:
+            ctx.fail(f"inner dimensions differ: {format_shape(a.shape)} @ {format_shape(b.shape)} "
+                     f"({k1} vs {k2})", operand=1)
+        batch = broadcast_shapes(sa[:-2], sb[:-2])
+        if batch is None:
+            ctx.fail(f"batch dimensions of {format_shape(a.shape)} and {format_shape(b.shape)} cannot be "
+                     "broadcast together", operand=1)
+        shape = list(batch) + ([] if va else [sa[-2]]) + ([] if vb else [sb[-1]])
+        return [TensorType(a.dtype, shape)]
+
+
+def _check_perm(p: tuple) -> Optional[str]:
+    if p is not None and sorted(p) != list(range(len(p))):
+        return f"must be a permutation of 0..{len(p) - 1}, got {list(p)}"
+    return None
+
+
+class TransposeOp(Op):
+    """Permute axes; default reverses them."""
+
+    OPERANDS = (Operand("X"),)
+    ATTRS = (Attr("perm", "ints", None, check=_check_perm, doc="result axis k is input axis perm[k]"),)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        t = ctx.type(0)
+        perm = ctx.attrs["perm"]
+        if perm is None:
+            perm = tuple(reversed(range(t.rank)))
+        if len(perm) != t.rank:
+            ctx.fail(f"perm {list(perm)} has {len(perm)} entries but the operand has rank {t.rank}", attr="perm")
+        return [t.with_shape([t.shape[p] for p in perm])]
+
+
+def _check_reshape(s: tuple) -> Optional[str]:
+    if sum(1 for d in s if d == -1) > 1:
+        return "may contain -1 at most once"
+    bad = [d for d in s if d != -1 and d <= 0]
+    if bad:
+        return f"entries must be positive or -1, got {bad[0]}"
+    return None
+
+
+class ReshapeOp(Op):
+    """Same elements, new shape (one -1 entry is inferred)."""
+
+    OPERANDS = (Operand("X"),)
+    ATTRS = (Attr("shape", "ints", check=_check_reshape, doc="new shape; one -1 allowed"),)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        t = ctx.type(0)
+        shape = list(ctx.attrs["shape"])
+        n = t.numel
+        known = 1
+        for d in shape:
+            if d != -1:
+                known *= d
+        if -1 in shape:
+            if n is None:
+                shape[shape.index(-1)] = None
+            elif n % known:
+                ctx.fail(f"cannot reshape {t} ({n} elements) to {format_shape(shape).replace('None', '-1')}",
+                         attr="shape")
+            else:
+                shape[shape.index(-1)] = n // known
+        elif n is not None and n != known:
+            ctx.fail(f"cannot reshape {t} ({n} elements) to {format_shape(shape)} ({known} elements)",
+                     attr="shape")
+        return [t.with_shape(shape)]
+
+
+class _Reduce(Op):
+    abstract = True
+    OPERANDS = (Operand("X"),)
+    ATTRS = (Attr("axes", "ints", None, doc="axes to reduce (default: all)"),
+             Attr("keepdims", "bool", False, doc="keep reduced axes with size 1"))
+    DTYPES: tuple = NUMERIC_DTYPES
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        t = ctx.type(0)
+        ctx.dtype_in(0, self.DTYPES)
+        axes = ctx.attrs["axes"]
+        if axes is None:
+            axes = tuple(range(t.rank))
+        norm = []
+        for a in axes:
+            if not -t.rank <= a < t.rank:
+                ctx.fail(f"axis {a} is out of range for rank {t.rank}", attr="axes")
+            norm.append(a % t.rank)
+        if len(set(norm)) != len(norm):
+            ctx.fail(f"axes {list(axes)} name an axis twice", attr="axes")
+        if ctx.attrs["keepdims"]:
+            shape = [1 if k in norm else d for k, d in enumerate(t.shape)]
+        else:
+            shape = [d for k, d in enumerate(t.shape) if k not in norm]
+        return [t.with_shape(shape)]
+
+
+class ReduceSumOp(_Reduce):
+    """Sum over `axes` (default all)."""
+
+
+class ReduceMeanOp(_Reduce):
+    """Mean over `axes` (default all)."""
+
+    DTYPES = FLOAT_DTYPES
+
+
+class SumOp(Op):
+    """Element-wise sum of n >= 1 operands of identical type (gradient accumulation)."""
+
+    OPERANDS = (Operand("X", variadic=True),)
+    RESULTS = ("Y",)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        ctx.dtype_in(0, NUMERIC_DTYPES)
+        shape = ctx.type(0).shape
+        for i in range(1, len(self.operands)):
+            ctx.same_dtype(0, i)
+            merged = unify_shapes(shape, ctx.type(i).shape)
+            if merged is None:
+                ctx.fail(f"operand {self.operand_value(i)} has shape {format_shape(ctx.type(i).shape)} but "
+                         f"{self.operand_value(0)} has {format_shape(shape)}; they must be equal", operand=i)
+            shape = merged
+        return [ctx.type(0).with_shape(shape)]

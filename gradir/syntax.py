@@ -1,0 +1,575 @@
+"""Parser (lark LALR, tree-less Transformer) and printer, side by side.
+
+The Transformer only builds plain statement records with source spans; every
+semantic check (names, op signatures, types) lives in ``verify.py``, so lark
+never wraps our exceptions.  The parser is built once per process.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+from contextlib import contextmanager
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple, Optional, Union
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from .errors import Diagnostic, ParseError, Source, Span, VerifyError, errors_of
+from .ir import OPS, Graph, GraphInput, Op, OpLoc
+from .types import DType, TensorType
+
+__all__ = ["parse", "load", "print_graph", "grammar_text"]
+
+
+def grammar_text() -> str:
+    """The grammar: ``grammar/gradir.lark`` (installed as ``gradir.grammar``)."""
+    try:
+        return resources.files("gradir.grammar").joinpath("gradir.lark").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):  # running from a source tree without install
+        return (Path(__file__).resolve().parent.parent / "grammar" / "gradir.lark").read_text(encoding="utf-8")
+
+
+def _span(tok: Token) -> Span:
+    return Span(tok.line, tok.column, tok.end_column)
+
+
+def _span2(a: Span, b: Span) -> Span:
+    return Span(a.line, a.col, b.end_col if b.line == a.line else a.end_col)
+
+
+class TypeSyntax(NamedTuple):
+    dtype: tuple  # (text, Span)
+    dims: Optional[list]  # list of (value or None, Span or None); None for `scalar`
+    span: Span
+
+
+class Stmt(NamedTuple):
+    kind: str  # graph | input | op | output
+    data: dict
+
+
+@v_args(inline=True)
+class _Build(Transformer):
+    """Turn parse events into ``Stmt`` records (no semantic checks)."""
+
+    def start(self, *stmts: Stmt) -> list[Stmt]:
+        return list(stmts)
+
+    def graph_decl(self, name: Token) -> Stmt:
+        return Stmt("graph", {"name": str(name), "span": _span(name)})
+
+    def input_decl(self, value: Token, typ: TypeSyntax) -> Stmt:
+        return Stmt("input", {"name": str(value), "span": _span(value), "type": typ})
+
+    def output_decl(self, *values: Token) -> Stmt:
+        return Stmt("output", {"names": [(str(v), _span(v)) for v in values]})
+
+    def op_decl(self, results: list, name: Token, args: Optional[list], types: Optional[list]) -> Stmt:
+        return Stmt("op", {"results": results, "name": (str(name), _span(name)), "args": args or [],
+                           "types": types})
+
+    def results(self, *values: Token) -> list:
+        return [(str(v), _span(v)) for v in values]
+
+    def args(self, *args: Any) -> list:
+        return list(args)
+
+    def operand(self, tok: Token) -> tuple:
+        return ("operand", str(tok), _span(tok))
+
+    def hole(self, tok: Token) -> tuple:
+        return ("operand", None, _span(tok))
+
+    def attr(self, name: Token, value: tuple) -> tuple:
+        return ("attr", str(name), _span(name), value)
+
+    # attribute values: (python value, span or None, error or None)
+    def int(self, tok: Token) -> tuple:
+        return (int(tok), _span(tok), None)
+
+    def float(self, tok: Token) -> tuple:
+        return (float(tok), _span(tok), None)
+
+    def string(self, tok: Token) -> tuple:
+        try:
+            return (json.loads(tok), _span(tok), None)
+        except ValueError:
+            return (None, _span(tok), f"invalid escape in string {tok}")
+
+    def true(self) -> tuple:
+        return (True, None, None)
+
+    def false(self) -> tuple:
+        return (False, None, None)
+
+    def list(self, *items: Any) -> tuple:
+        items = tuple(i for i in items if i is not None and not isinstance(i, Token))
+        err = next((i[2] for i in items if i[2]), None)
+        if any(isinstance(i[0], (tuple, list)) for i in items):
+            err = err or "nested lists are not allowed as attribute values"
+        span = next((i[1] for i in items if i[1] is not None), None)
+        return (tuple(i[0] for i in items), span, err)
+
+    def types(self, *ts: TypeSyntax) -> list:
+        return list(ts)
+
+    def type(self, dtype: Token, shape: tuple) -> TypeSyntax:
+        dims, end = shape
+        return TypeSyntax((str(dtype), _span(dtype)), dims, _span2(_span(dtype), _span(end)))
+
+    def dims(self, lsqb: Token, *rest: Any) -> tuple:
+        return ([d for d in rest[:-1] if d is not None], rest[-1])
+
+    def scalar(self, tok: Token) -> tuple:
+        return (None, tok)
+
+    def dim(self, tok: Token) -> tuple:
+        return (int(tok), _span(tok))
+
+    def unknown_dim(self) -> tuple:
+        return (None, None)
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(grammar_text(), parser="lalr", lexer="contextual", transformer=_Build(),
+                maybe_placeholders=True, cache=False)
+
+
+def _syntax_error(e: UnexpectedInput, source: Source) -> Diagnostic:
+    if isinstance(e, UnexpectedCharacters):
+        line = source.line(e.line)
+        ch = line[e.column - 1] if 0 < e.column <= len(line) else ""
+        what = repr(ch) if ch.isprintable() else f"character U+{ord(ch):04X}" if ch else "character"
+        msg = f"unexpected {what}"
+        allowed = _describe_expected(e.allowed or set())
+        if allowed:
+            msg += f"; expected {allowed}"
+        return Diagnostic(msg, Span(e.line, e.column, e.column + 1), source)
+    if isinstance(e, UnexpectedEOF):
+        lines = source.text.split("\n")
+        n = len(lines)
+        return Diagnostic(f"unexpected end of file; expected {_describe_expected(set(e.expected))}",
+                          Span(n, len(lines[-1]) + 1, len(lines[-1]) + 2), source)
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        expected = _describe_expected(e.accepts or e.expected)
+        if tok.type == "$END":
+            lines = source.text.rstrip("\n").split("\n")
+            n = len(lines)
+            return Diagnostic(f"unexpected end of file; expected {expected}",
+                              Span(n, len(lines[-1]) + 1, len(lines[-1]) + 2), source)
+        shown = "end of line" if tok.type == "_NL" else f"'{tok}'"
+        return Diagnostic(f"unexpected {shown}; expected {expected}",
+                          Span(tok.line, tok.column, (tok.end_column or tok.column + 1) if tok.type != "_NL" else tok.column + 1),
+                          source)
+    return Diagnostic(str(e), None, source)  # pragma: no cover
+
+
+_TERMINAL_NAMES = {
+    "VALUE": "a value name like t0", "HOLE": "'_'", "IDENT": "a name", "INT": "an integer",
+    "FLOAT": "a number", "STRING": "a string", "_NL": "end of line", "$END": "end of file",
+    "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "COMMA": "','", "EQUAL": "'='",
+    "COLON": "':'", "QMARK": "'?'", "GRAPH": "'graph'", "INPUT": "'input'", "OUTPUT": "'output'",
+    "TRUE": "'true'", "FALSE": "'false'", "SCALAR": "'scalar'",
+}
+
+
+def _describe_expected(names: set) -> str:
+    names = sorted(set(names) - {"COMMENT", "WS"}, key=lambda n: (n.startswith("_") or n.startswith("$"), n))
+    shown = [_TERMINAL_NAMES.get(n, n.lower()) for n in names]
+    if not shown:
+        return "something else"
+    if len(shown) == 1:
+        return shown[0]
+    return "one of " + ", ".join(shown)
+
+
+# -- the line-level fast path ------------------------------------------------------
+# lark defines the language.  Big files are nearly always in canonical form (the
+# printer's output), and lark's pure-Python LALR runs at ~7,000 lines/s, so each
+# line is first tried against strict regular expressions for the canonical forms.
+# They accept a subset of what the grammar accepts and build the very same
+# statement records; if any line falls outside that subset, the whole text is
+# parsed by lark instead (so syntax errors always come from lark).  A Hypothesis
+# test checks the two paths agree.
+_ID = r"[A-Za-z_][A-Za-z0-9_]*"
+_TRAIL = r"[ \t]*(?:#.*)?"
+_TYPE = r"(" + _ID + r") (\[(?:(?:[0-9]+|\?)(?:, (?:[0-9]+|\?))*)?\]|scalar)"
+_RE_BLANK = re.compile(_TRAIL)
+_RE_OP = re.compile(r"[ \t]*(t[0-9]+(?:, t[0-9]+)*) = (" + _ID + r")\(([^()#]*)\)(?: : ([^#]*?))?" + _TRAIL)
+_RE_INPUT = re.compile(r"([ \t]*input )(t[0-9]+) : " + _TYPE + _TRAIL)
+_RE_OUTPUT = re.compile(r"([ \t]*output )(t[0-9]+(?:, t[0-9]+)*)" + _TRAIL)
+_RE_GRAPH = re.compile(r"([ \t]*graph )(" + _ID + r")" + _TRAIL)
+_RE_VALUE = re.compile(r"t[0-9]+")
+_RE_TYPE = re.compile(_TYPE)
+_RE_ARG = re.compile(r"(t[0-9]+|_)(?:, |$)|(" + _ID + r")=(\[[^\[\]]*\]|\"[^\"\\]*\"|[^,\[\]\" ]+)(?:, |$)")
+_RE_INT = re.compile(r"[+-]?[0-9]+")
+_RE_FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+"
+                       r"|inf|nan)")
+_RE_RESULT = re.compile(r"t[0-9]+")
+_KEYWORDS = frozenset({"graph", "input", "output", "true", "false", "scalar", "_"})
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _plain_ident(name: str) -> bool:
+    return name not in _KEYWORDS and not (name[0] == "t" and name[1:].isdigit())
+
+
+def _fast_scalar(text: str, line: int, col: int) -> tuple:
+    span = Span(line, col, col + len(text))
+    if _RE_INT.fullmatch(text):
+        return (int(text), span, None)
+    if _RE_FLOAT.fullmatch(text):
+        return (float(text), span, None)
+    if text == "true":
+        return (True, None, None)
+    if text == "false":
+        return (False, None, None)
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"' and '"' not in text[1:-1] and "\\" not in text:
+        return (text[1:-1], span, None)
+    raise _Fallback
+
+
+def _fast_value(text: str, line: int, col: int) -> tuple:
+    if text.startswith("["):
+        inner = text[1:-1]
+        if not inner:
+            return ((), None, None)
+        items, c = [], col + 1
+        for part in inner.split(", "):
+            items.append(_fast_scalar(part, line, c))
+            c += len(part) + 2
+        return (tuple(i[0] for i in items), items[0][1], None)
+    return _fast_scalar(text, line, col)
+
+
+_FAST_TYPES: dict[str, TensorType] = {}
+
+
+class FastType(NamedTuple):
+    """A canonical type text whose TensorType is known (spans computed only on error)."""
+
+    type: TensorType
+    span: Span
+
+
+def _fast_type(m: "re.Match", line: int, g: int) -> "TypeSyntax | FastType":
+    key = m.group(g, g + 1)
+    t = _FAST_TYPES.get(key)
+    if t is not None:
+        return FastType(t, Span(line, m.start(g) + 1, m.end(g + 1) + 1))
+    ts = _fast_type_syntax(m, line, g)
+    diags: list = []
+    t = _type_from_syntax(ts, None, diags)
+    if t is not None and not diags and len(_FAST_TYPES) < 4096:
+        _FAST_TYPES[key] = t
+    return ts
+
+
+def _fast_type_syntax(m: "re.Match", line: int, g: int) -> TypeSyntax:
+    dtype, shape = m.group(g), m.group(g + 1)
+    if not _plain_ident(dtype):
+        raise _Fallback
+    dspan = Span(line, m.start(g) + 1, m.end(g) + 1)
+    if shape == "scalar":
+        return TypeSyntax((dtype, dspan), None, dspan)
+    dims = []
+    c = m.start(g + 1) + 2
+    if len(shape) > 2:
+        for part in shape[1:-1].split(", "):
+            dims.append((None, None) if part == "?" else (int(part), Span(line, c, c + len(part))))
+            c += len(part) + 2
+    return TypeSyntax((dtype, dspan), dims, Span(line, dspan.col, m.end(g + 1) + 1))
+
+
+def _fast_line(text: str, n: int) -> Optional[Stmt]:
+    """The statement on line ``n`` if it is in canonical form, ``None`` if blank;
+    raises ``_Fallback`` otherwise."""
+    if text.endswith("\r"):
+        text = text[:-1]
+    m = _RE_OP.fullmatch(text)
+    if m:
+        results = [(r.group(), Span(n, m.start(1) + r.start() + 1, m.start(1) + r.end() + 1))
+                   for r in _RE_RESULT.finditer(m.group(1))]
+        name = m.group(2)
+        if not _plain_ident(name):
+            raise _Fallback
+        args = []
+        body, base = m.group(3), m.start(3)
+        pos = 0
+        while pos < len(body):
+            a = _RE_ARG.match(body, pos)
+            if a is None:
+                raise _Fallback
+            if a.group(1) is not None:
+                sp = Span(n, base + a.start(1) + 1, base + a.end(1) + 1)
+                args.append(("operand", None if a.group(1) == "_" else a.group(1), sp))
+            else:
+                key = a.group(2)
+                if not _plain_ident(key):
+                    raise _Fallback
+                args.append(("attr", key, Span(n, base + a.start(2) + 1, base + a.end(2) + 1),
+                             _fast_value(a.group(3), n, base + a.start(3) + 1)))
+            pos = a.end()
+        if body.endswith(", "):
+            raise _Fallback
+        types = None
+        if m.group(4) is not None:
+            types = []
+            tb, tbase, pos = m.group(4), m.start(4), 0
+            while True:
+                t = _RE_TYPE.match(tb, pos)
+                if t is None:
+                    raise _Fallback
+                ts = _fast_type(t, n, 1)
+                off = tbase  # shift spans from the types group to line columns
+                if isinstance(ts, FastType):
+                    types.append(FastType(ts.type, Span(n, ts.span.col + off, ts.span.end_col + off)))
+                else:
+                    dt = (ts.dtype[0], Span(n, ts.dtype[1].col + off, ts.dtype[1].end_col + off))
+                    dims = None if ts.dims is None else [
+                        (v, Span(n, sp.col + off, sp.end_col + off) if sp else None) for v, sp in ts.dims]
+                    types.append(TypeSyntax(dt, dims, Span(n, ts.span.col + off, ts.span.end_col + off)))
+                pos = t.end()
+                if pos == len(tb):
+                    break
+                if not tb.startswith(", ", pos):
+                    raise _Fallback
+                pos += 2
+        return Stmt("op", {"results": results, "name": (name, Span(n, m.start(2) + 1, m.end(2) + 1)),
+                           "args": args, "types": types})
+    m = _RE_INPUT.fullmatch(text)
+    if m:
+        return Stmt("input", {"name": m.group(2), "span": Span(n, m.start(2) + 1, m.end(2) + 1),
+                              "type": _fast_type(m, n, 3)})
+    m = _RE_OUTPUT.fullmatch(text)
+    if m:
+        base = m.start(2)
+        return Stmt("output", {"names": [(r.group(), Span(n, base + r.start() + 1, base + r.end() + 1))
+                                         for r in _RE_RESULT.finditer(m.group(2))]})
+    m = _RE_GRAPH.fullmatch(text)
+    if m:
+        if not _plain_ident(m.group(2)):
+            raise _Fallback
+        return Stmt("graph", {"name": m.group(2), "span": Span(n, m.start(2) + 1, m.end(2) + 1)})
+    if _RE_BLANK.fullmatch(text):
+        return None
+    raise _Fallback
+
+
+def _statements(text: str, *, fast: bool = True) -> list[Stmt]:
+    """Parse ``text`` into statements (fast path first, lark for anything else)."""
+    if fast:
+        try:
+            out = []
+            for n, line in enumerate(text.split("\n"), 1):
+                st = _fast_line(line, n)
+                if st is not None:
+                    out.append(st)
+            return out
+        except _Fallback:
+            pass
+    return _parser().parse(text)
+
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: parsing allocates millions of small,
+    acyclic objects, and its repeated full-heap scans made big files quadratic."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool = True) -> Graph:
+    with _no_gc():
+        return _parse(text, filename, verify=verify)
+
+
+def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool = True) -> Graph:
+    """Parse IR text into a ``Graph`` and (by default) validate it.
+
+    Raises ``ParseError`` for malformed text and ``VerifyError`` listing every
+    semantic problem; both are ``GradirError``s with located diagnostics.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            before = bytes(text[:e.start])
+            line = before.count(b"\n") + 1
+            col = e.start - (before.rfind(b"\n") + 1) + 1
+            src = Source(filename, before.decode("utf-8", "replace"))
+            raise ParseError(Diagnostic(
+                f"file is not UTF-8 text (byte 0x{text[e.start]:02x} at offset {e.start}); "
+                "gradir IR files are UTF-8 text", Span(line, col, col + 1), src)) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    source = Source(filename, text)
+    try:
+        stmts: list[Stmt] = _statements(text)
+    except UnexpectedInput as e:
+        raise ParseError(_syntax_error(e, source)) from None
+    except RecursionError:  # pragma: no cover - defensive
+        raise ParseError(Diagnostic("input is too deeply nested", Span(1, 1, 2), source)) from None
+    graph, diags, poisoned = _build_graph(stmts, source)
+    if verify:
+        from .verify import verify_graph
+        diags = diags + verify_graph(graph, poisoned=poisoned)
+        if diags:
+            raise VerifyError(errors_of(diags))
+    elif diags:
+        raise VerifyError(errors_of(diags))
+    return graph
+
+
+def load(path: Union[str, os.PathLike], *, verify: bool = True) -> Graph:
+    """Read and parse a ``.gir`` file (``-`` reads standard input)."""
+    import sys
+    name = str(path)
+    try:
+        if name == "-":
+            data = sys.stdin.buffer.read()
+            name = "<stdin>"
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except OSError as e:
+        raise ParseError(Diagnostic(f"cannot read file: {e.strerror or e}", filename=name)) from None
+    return parse(data, name, verify=verify)
+
+
+_DTYPES = {d.value: d for d in DType}
+_TYPE_CACHE: dict = {}
+
+
+def _type_from_syntax(ts: "TypeSyntax | FastType", source: Optional[Source], diags: list) -> Optional[TensorType]:
+    if isinstance(ts, FastType):
+        return ts.type
+    try:
+        dtype = _DTYPES[ts.dtype[0]]
+    except KeyError:
+        try:
+            DType.parse(ts.dtype[0])
+        except ValueError as e:
+            diags.append(Diagnostic(str(e), ts.dtype[1], source))
+        return None
+    if ts.dims is None:
+        return TensorType(dtype, ())
+    shape = []
+    ok = True
+    for value, span in ts.dims:
+        if value is not None and value <= 0:
+            diags.append(Diagnostic(f"dimension {value} is not a positive integer or '?'", span, source))
+            ok = False
+        shape.append(value)
+    return TensorType(dtype, shape) if ok else None
+
+
+def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnostic], dict]:
+    """Statements -> Graph.  Structural problems that prevent building an op
+    (unknown op name, bad type syntax, misplaced header) become diagnostics; the
+    names such ops define are returned as ``poisoned`` (defined, type unknown)."""
+    diags: list[Diagnostic] = []
+    poisoned: dict[str, Span] = {}
+    graph = Graph(source=source)
+    outputs: list[tuple[str, Span]] = []
+    for k, st in enumerate(stmts):
+        d = st.data
+        if st.kind == "graph":
+            if graph.name is not None:
+                diags.append(Diagnostic(f"second graph header; the graph is already named '{graph.name}'",
+                                        d["span"], source))
+            elif k != 0:
+                diags.append(Diagnostic("the graph header must be the first statement", d["span"], source))
+            else:
+                graph.name = d["name"]
+                graph.name_span = d["span"]
+        elif st.kind == "input":
+            t = _type_from_syntax(d["type"], source, diags)
+            if t is None:
+                poisoned[d["name"]] = d["span"]
+                continue
+            graph.inputs.append(GraphInput(d["name"], t, d["span"], d["type"].span))
+        elif st.kind == "output":
+            outputs.extend(d["names"])
+        else:
+            op_name, name_span = d["name"]
+            results = d["results"]
+            cls = OPS.get(op_name)
+            if cls is None:
+                import difflib
+                public = [n for n, c in OPS.items() if not n.endswith("Fused")]
+                lower = {n.lower(): n for n in public}
+                hint = [lower[op_name.lower()]] if op_name.lower() in lower else []
+                hint = hint or difflib.get_close_matches(op_name, public, n=1, cutoff=0.6)
+                msg = f"unknown op '{op_name}'"
+                msg += f"; did you mean '{hint[0]}'?" if hint else " (gradir ops lists them all)"
+                diags.append(Diagnostic(msg, name_span, source))
+                for r, sp in results:
+                    poisoned.setdefault(r, sp)
+                continue
+            operands, op_spans, attrs, attr_spans, attr_name_spans = [], [], {}, {}, {}
+            bad = False
+            seen_attr = False
+            for a in d["args"]:
+                if a[0] == "operand":
+                    if seen_attr:
+                        diags.append(Diagnostic(f"{op_name}: operands must come before attributes",
+                                                a[2], source))
+                        bad = True
+                    operands.append(a[1])
+                    op_spans.append(a[2])
+                else:
+                    seen_attr = True
+                    _, key, kspan, (value, vspan, err) = a
+                    if key in attrs:
+                        diags.append(Diagnostic(f"{op_name}: attribute '{key}' is given twice", kspan, source))
+                        bad = True
+                    if err:
+                        diags.append(Diagnostic(f"{op_name}: attribute {key}: {err}", vspan or kspan, source))
+                        bad = True
+                    attrs[key] = value
+                    attr_name_spans[key] = kspan
+                    attr_spans[key] = _span2(kspan, vspan) if vspan else kspan
+            types = None
+            type_spans: list[Span] = []
+            if d["types"] is not None:
+                types = []
+                for ts in d["types"]:
+                    t = _type_from_syntax(ts, source, diags)
+                    if t is None:
+                        bad = True
+                    types.append(t)
+                    type_spans.append(ts.span)
+            loc = OpLoc(line=Span(results[0][1].line, results[0][1].col, 0), name=name_span,
+                        results=[sp for _, sp in results], operands=op_spans, attrs=attr_spans,
+                        attr_names=attr_name_spans, types=type_spans)
+            if bad:
+                for r, sp in results:
+                    poisoned.setdefault(r, sp)
+                continue
+            graph.ops.append(cls([r for r, _ in results], operands, attrs, types, loc))
+    graph.outputs = [n for n, _ in outputs]
+    graph.output_spans = [sp for _, sp in outputs]
+    return graph, diags, poisoned
+
+
+def print_graph(graph: Graph) -> str:
+    """Canonical text of ``graph`` (same as ``graph.to_text()``)."""
+    return graph.to_text()

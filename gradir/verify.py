@@ -1,0 +1,154 @@
+"""Graph-level verification with source spans.
+
+Checks single assignment, use after definition, every op's signature and type
+rule (``Op.check``), declared types against inferred ones, and the outputs.
+All problems are collected; a value whose defining op failed is "poisoned" so
+that one mistake does not cascade into a page of follow-on errors.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .errors import Diagnostic, Span
+from .ir import VALUE_NAME, Graph, Op, OpError, _OpErrors
+from .types import TensorType
+
+__all__ = ["verify_graph"]
+
+
+def _op_span(op: Op, e: OpError) -> Optional[Span]:
+    loc = op.loc
+    if loc is None:
+        return None
+    if e.operand is not None:
+        if e.operand < len(loc.operands):
+            return loc.operands[e.operand]
+        return loc.name
+    if e.attr is not None:
+        return loc.attrs.get(e.attr, loc.name)
+    if e.result is not None and loc.results:
+        return loc.results[e.result]
+    return loc.name
+
+
+def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnostic]:
+    """Return every problem in ``graph`` (empty if valid); fills ``graph.types``
+    and each op's ``result_types`` when the graph is valid."""
+    src = graph.source
+    diags: list[Diagnostic] = []
+
+    def err(msg: str, span: Optional[Span]) -> None:
+        diags.append(Diagnostic(msg, span, src, filename=None))
+
+    poisoned = dict(poisoned or {})
+    types: dict[str, TensorType] = {}
+    where: dict[str, Optional[Span]] = {}  # first definition site
+    # every definition, for "used before it is defined (line N)" messages
+    later: dict[str, Optional[Span]] = {}
+    for op in graph.ops:
+        for k, r in enumerate(op.results):
+            later.setdefault(r, op.loc.results[k] if op.loc and k < len(op.loc.results) else None)
+
+    def define(name: str, span: Optional[Span], t: Optional[TensorType]) -> None:
+        if not VALUE_NAME.match(name):
+            err(f"'{name}' is not a value name; values are named t followed by a number (t0, t17)", span)
+            return
+        if name in where or name in poisoned:
+            prev = where.get(name) or poisoned.get(name)
+            at = f" (at line {prev.line})" if prev else ""
+            err(f"{name} is already defined{at}; each value is assigned exactly once", span)
+            return
+        where[name] = span
+        if t is None:
+            poisoned[name] = span
+        else:
+            types[name] = t
+
+    for inp in graph.inputs:
+        define(inp.name, inp.span, inp.type)
+
+    for op in graph.ops:
+        loc = op.loc
+        # operands: defined before use?
+        operand_types: list[Optional[TensorType]] = []
+        unknown = False
+        for i, v in enumerate(op.operands):
+            if v is None:
+                operand_types.append(None)
+                continue
+            span = loc.operands[i] if loc and i < len(loc.operands) else None
+            if v in types:
+                dspan = where.get(v)
+                if span and dspan and dspan.line > span.line:
+                    err(f"{v} is used before it is defined (at line {dspan.line})", span)
+                    unknown = True
+                operand_types.append(types[v])
+            elif v in poisoned:
+                unknown = True
+                operand_types.append(None)
+            else:
+                unknown = True
+                operand_types.append(None)
+                if v in later:
+                    at = f" (at line {later[v].line})" if later[v] else ""
+                    err(f"{v} is used before it is defined{at}", span)
+                else:
+                    err(f"{v} is not defined", span)
+        result_types: Optional[list] = None
+        try:
+            if unknown:
+                op.check_signature()
+            else:
+                result_types = op.check(operand_types)
+        except _OpErrors as es:
+            for e in es.errors:
+                err(e.message, _op_span(op, e))
+        except OpError as e:
+            err(e.message, _op_span(op, e))
+        # declared types
+        if result_types is not None and op.result_types is not None:
+            given = op.result_types
+            if len(given) != len(result_types):
+                span = loc.types[0] if loc and loc.types else (loc.name if loc else None)
+                err(f"{op.op_name} has {len(result_types)} result(s) but {len(given)} type(s) are given", span)
+                result_types = None
+            else:
+                for k, (g, t) in enumerate(zip(given, result_types)):
+                    if g is not None and g != t:
+                        span = loc.types[k] if loc and k < len(loc.types) else None
+                        err(f"{op.results[k]}: declared type {g} does not match the inferred type {t}", span)
+                        result_types = None
+                        break
+        for k, r in enumerate(op.results):
+            span = loc.results[k] if loc and k < len(loc.results) else None
+            if r in op.results[:k]:
+                err(f"{r} is assigned twice by the same op", span)
+                continue
+            define(r, span, result_types[k] if result_types is not None else None)
+        if result_types is not None:
+            op.result_types = list(result_types)
+
+    seen: set[str] = set()
+    for k, name in enumerate(graph.outputs):
+        span = graph.output_spans[k] if k < len(graph.output_spans) else None
+        if name in seen:
+            err(f"{name} is listed as an output twice", span)
+        seen.add(name)
+        if name not in types and name not in poisoned:
+            if name in later:
+                err(f"output {name} is not defined before the output line", span)
+            else:
+                err(f"output {name} is not defined", span)
+    if not graph.outputs:
+        if src is not None:
+            lines = src.text.rstrip("\n").split("\n") if src.text.strip() else [""]
+            n = len(lines)
+            msg = ("empty graph: no inputs, ops or outputs" if not graph.inputs and not graph.ops
+                   and not poisoned else "graph has no outputs; add a line 'output tN'")
+            err(msg, Span(n, 1, max(2, len(lines[-1]) + 1)))
+        else:
+            err("graph has no outputs", None)
+    if not diags:
+        graph.types = types
+    return diags

@@ -1,0 +1,227 @@
+"""Hypothesis strategies: random *valid* graphs using every registered op.
+
+``OP_EXAMPLES`` maps each op name to a function ``draw -> (operand types,
+attrs)`` that makes a valid instance; a test checks every registered op has one,
+so a new op cannot slip past the round-trip tests.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hypothesis import strategies as st
+
+from gradir import DType, Graph, GraphInput, OPS, TensorType
+
+FLOATS = [DType.Float32, DType.Float64]
+dims = st.integers(1, 5)
+
+
+def shape(draw, min_rank=0, max_rank=4):
+    return [draw(dims) for _ in range(draw(st.integers(min_rank, max_rank)))]
+
+
+def fdtype(draw):
+    return draw(st.sampled_from(FLOATS))
+
+
+def T(dtype, shp):
+    return TensorType(dtype, shp)
+
+
+nice_floats = st.one_of(st.floats(-10, 10, allow_nan=False, width=64),
+                        st.sampled_from([0.01, 1.702, 1e-05, 0.1, 1e300, -2.5, 3.0]))
+
+
+def _unary(draw, dtypes=FLOATS):
+    return [T(draw(st.sampled_from(dtypes)), shape(draw))], {}
+
+
+def _alpha_unary(draw):
+    ts, _ = _unary(draw)
+    return ts, ({"alpha": draw(nice_floats)} if draw(st.booleans()) else {})
+
+
+def _grad(draw):
+    t = T(fdtype(draw), shape(draw))
+    return [t, t], {}
+
+
+def _alpha_grad(draw):
+    ts, _ = _grad(draw)
+    return ts, ({"alpha": draw(nice_floats)} if draw(st.booleans()) else {})
+
+
+def _axis_unary(draw, grad=False):
+    shp = shape(draw, 1)
+    t = T(fdtype(draw), shp)
+    return ([t, t] if grad else [t]), {"axis": draw(st.integers(-len(shp), len(shp) - 1))}
+
+
+def _binary(draw, dtypes=FLOATS + [DType.Int32, DType.Int64]):
+    dt = draw(st.sampled_from(dtypes))
+    a = shape(draw)
+    b = list(a[draw(st.integers(0, len(a))):])  # a suffix broadcasts
+    b = [1 if draw(st.booleans()) else d for d in b]
+    if draw(st.booleans()):
+        a, b = b, a
+    return [T(dt, a), T(dt, b)], {}
+
+
+def _matmul(draw):
+    dt = fdtype(draw)
+    m, k, n = draw(dims), draw(dims), draw(dims)
+    batch = shape(draw, 0, 2)
+    a = batch + [m, k] if draw(st.booleans()) else [k]
+    b = [k, n] if draw(st.booleans()) else ([k] if len(a) > 1 else [k, n])
+    return [T(dt, a), T(dt, b)], {}
+
+
+def _transpose(draw):
+    shp = shape(draw)
+    perm = draw(st.permutations(list(range(len(shp)))))
+    return [T(draw(st.sampled_from(list(DType))), shp)], ({"perm": list(perm)} if draw(st.booleans()) else {})
+
+
+def _reshape(draw):
+    shp = shape(draw, 1)
+    n = 1
+    for d in shp:
+        n *= d
+    new = [n] if draw(st.booleans()) else [1, n]
+    if draw(st.booleans()):
+        new[draw(st.integers(0, len(new) - 1))] = -1
+    return [T(fdtype(draw), shp)], {"shape": new}
+
+
+def _reduce(draw, dtypes=FLOATS):
+    shp = shape(draw, 1)
+    attrs = {}
+    if draw(st.booleans()):
+        axes = draw(st.lists(st.integers(0, len(shp) - 1), unique=True, max_size=len(shp)))
+        attrs["axes"] = [a - len(shp) if draw(st.booleans()) else a for a in axes]
+    if draw(st.booleans()):
+        attrs["keepdims"] = draw(st.booleans())
+    return [T(draw(st.sampled_from(dtypes)), shp)], attrs
+
+
+def _sum(draw):
+    t = T(fdtype(draw), shape(draw))
+    return [t] * draw(st.integers(1, 4)), {}
+
+
+def _cell(draw):
+    dt = fdtype(draw)
+    B, I, H = draw(dims), draw(dims), draw(dims)
+    return [T(dt, [B, I]), T(dt, [B, H]), T(dt, [B, H]), T(dt, [4 * H, I]), T(dt, [4 * H, H]),
+            T(dt, [4 * H])], B, I, H, dt
+
+
+def _lstm_cell(draw):
+    ts, B, I, H, dt = _cell(draw)
+    return ts, {"hidden_size": H}
+
+
+def _grad_cell(draw, fused=False):
+    ts, B, I, H, dt = _cell(draw)
+    dc = T(dt, [B, H]) if draw(st.booleans()) else None
+    attrs = {"hidden_size": H}
+    if fused:
+        attrs["input_indices"] = draw(st.lists(st.integers(0, 5), min_size=1, max_size=6, unique=True))
+    else:
+        attrs["input_index"] = draw(st.integers(0, 5))
+    return [T(dt, [B, H]), dc] + ts, attrs
+
+
+def _layer(draw):
+    dt = fdtype(draw)
+    S, B, I, H = draw(dims), draw(dims), draw(dims), draw(dims)
+    direction = draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
+    D = 2 if direction == "bidirectional" else 1
+    attrs = {"hidden_size": H}
+    if direction != "forward" or draw(st.booleans()):
+        attrs["direction"] = direction
+    if draw(st.booleans()):
+        attrs["activations"] = ["sigmoid", "tanh", "tanh"] * D
+    opt = lambda t: t if draw(st.booleans()) else None  # noqa: E731
+    return dt, S, B, I, H, D, attrs, opt
+
+
+def _lstm_training(draw):
+    dt, S, B, I, H, D, attrs, opt = _layer(draw)
+    ts = [T(dt, [S, B, I]), T(dt, [D, 4 * H, I]), T(dt, [D, 4 * H, H]), opt(T(dt, [D, 8 * H])),
+          opt(T(draw(st.sampled_from([DType.Int32, DType.Int64])), [B])), opt(T(dt, [D, B, H])),
+          opt(T(dt, [D, B, H])), opt(T(dt, [D, 3 * H]))]
+    return ts, attrs
+
+
+def _lstm_grad(draw):
+    dt, S, B, I, H, D, attrs, opt = _layer(draw)
+    ts = [T(dt, [S, B, I]), T(dt, [D, 4 * H, I]), T(dt, [D, 4 * H, H]), opt(T(DType.Int32, [B])),
+          opt(T(dt, [D, B, H])), opt(T(dt, [D, B, H])), T(dt, [S, D, B, H]), T(dt, [S, D, B, H]),
+          T(dt, [S, D, B, 4 * H]), opt(T(dt, [S, D, B, H])), opt(T(dt, [D, B, H])), opt(T(dt, [D, B, H])),
+          opt(T(dt, [D, 3 * H]))]
+    return ts, attrs
+
+
+OP_EXAMPLES: dict[str, Callable] = {
+    **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log"]},
+    "Neg": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
+    "Identity": lambda d: _unary(d, list(DType)),
+    "LeakyRelu": _alpha_unary, "QuickGelu": _alpha_unary,
+    "Softmax": _axis_unary, "LogSoftmax": _axis_unary,
+    **{n: _grad for n in ["ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"]},
+    "LeakyReluGrad": _alpha_grad, "QuickGeluGrad": _alpha_grad,
+    **{n: (lambda d: _axis_unary(d, True)) for n in ["SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad",
+                                                      "LogSoftmaxGrad_13"]},
+    "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": lambda d: _binary(d, FLOATS),
+    "MatMul": _matmul, "Transpose": _transpose, "Reshape": _reshape,
+    "ReduceSum": lambda d: _reduce(d, FLOATS + [DType.Int32, DType.Int64]), "ReduceMean": _reduce,
+    "Sum": _sum,
+    "LSTMCell": _lstm_cell, "GradLSTMCellInput": _grad_cell,
+    "GradLSTMCellInputFused": lambda d: _grad_cell(d, True),
+    "LSTMTraining": _lstm_training, "LSTMGrad": _lstm_grad,
+}
+
+
+@st.composite
+def graphs(draw, max_ops: int = 6, unknown_dims: bool = True) -> Graph:
+    """A random valid graph: several ops (any registered), some sharing inputs,
+    some `?` dims, some `_` operands, some types omitted; validated."""
+    n_ops = draw(st.integers(1, max_ops))
+    counter = iter(range(10_000))
+    names = sorted(OPS)
+    inputs: list[GraphInput] = []
+    ops = []
+    outputs = []
+    available: dict[TensorType, list[str]] = {}
+    for _ in range(n_ops):
+        name = draw(st.sampled_from(names))
+        types, attrs = OP_EXAMPLES[name](draw)
+        operands = []
+        for t in types:
+            if t is None:
+                operands.append(None)
+                continue
+            if t in available and draw(st.booleans()):
+                operands.append(draw(st.sampled_from(available[t])))
+                continue
+            v = f"t{next(counter)}"
+            shown = t
+            if unknown_dims and t.rank and draw(st.integers(0, 4)) == 0:
+                k = draw(st.integers(0, t.rank - 1))
+                shown = t.with_shape([None if j == k else d for j, d in enumerate(t.shape)])
+            inputs.append(GraphInput(v, shown))
+            available.setdefault(t, []).append(v)
+            operands.append(v)
+        cls = OPS[name]
+        n_res = cls.num_results(cls(["t0"], operands, attrs).resolved_attrs())
+        results = [f"t{next(counter)}" for _ in range(n_res)]
+        op = cls(results, operands, attrs)
+        ops.append(op)
+        outputs.extend(r for r in results if draw(st.booleans()))
+    if not outputs:
+        outputs = list(ops[-1].results)
+    name = draw(st.sampled_from([None, "g", "random_graph"]))
+    g = Graph(inputs, ops, outputs, name=name)
+    return g.validate()

@@ -1,0 +1,137 @@
+"""The gradir command line: check, fmt, ops; exit codes; no tracebacks."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gradir.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
+GOOD = "input t0 : Float32 [2]\nt1 = Relu(t0)\noutput t1\n"
+BAD = "input t0 : Float32 [2]\nt1 = Relu(t9)\noutput t1\n"
+
+
+def run(*args, stdin=None):
+    """Run the installed console script the way a user would."""
+    exe = os.path.join(os.path.dirname(sys.executable), "gradir")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli"]
+    return subprocess.run(cmd + list(args), input=stdin, capture_output=True, text=True, cwd=ROOT)
+
+
+def test_check_all_samples(capsys):
+    assert main(["check", *SAMPLES]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": ok (") == len(SAMPLES)
+
+
+def test_check_reports_every_bad_file_and_exits_1(tmp_path, capsys):
+    bad1, bad2, good = tmp_path / "a.gir", tmp_path / "b.gir", tmp_path / "c.gir"
+    bad1.write_text(BAD)
+    bad2.write_text("input t0 : Float32 [2]\nt1 = Relu(t0\n")
+    good.write_text(GOOD)
+    assert main(["check", str(bad1), str(bad2), str(good)]) == 1
+    cap = capsys.readouterr()
+    assert f"{bad1}:2:11: error: t9 is not defined" in cap.err
+    assert f"{bad2}:2:13: error: unexpected end of line" in cap.err
+    assert f"{good}: ok" in cap.out
+    assert "Traceback" not in cap.err
+
+
+def test_check_stdin():
+    r = run("check", "-", stdin=BAD)
+    assert r.returncode == 1
+    assert r.stderr.startswith("<stdin>:2:11: error: t9 is not defined\n")
+    assert "Traceback" not in r.stderr
+    assert run("check", "-", stdin=GOOD).returncode == 0
+
+
+def test_missing_file_is_an_error_not_a_traceback(capsys):
+    assert main(["check", "/nonexistent/x.gir"]) == 1
+    err = capsys.readouterr().err
+    assert "/nonexistent/x.gir: error: cannot read file: No such file or directory" in err
+
+
+def test_usage_errors_exit_2():
+    assert run().returncode == 2
+    r = run("check")
+    assert r.returncode == 2 and "error:" in r.stderr
+    assert run("frobnicate").returncode == 2
+    r = run("fmt", "-i", "-")
+    assert r.returncode == 2
+
+
+def test_fmt_prints_canonical_text(tmp_path, capsys):
+    f = tmp_path / "x.gir"
+    f.write_text("# comment\ninput t0:Float32[2]\nt1=LeakyRelu( t0 , alpha=0.01 )   # default alpha\noutput t1\n")
+    assert main(["fmt", str(f)]) == 0
+    assert capsys.readouterr().out == "input t0 : Float32 [2]\nt1 = LeakyRelu(t0) : Float32 [2]\noutput t1\n"
+    assert main(["fmt", "--check", str(f)]) == 1
+
+
+def test_fmt_in_place_is_atomic_and_keeps_bad_files(tmp_path, capsys):
+    f = tmp_path / "x.gir"
+    f.write_text("input t0:Float32[2]\nt1=Relu(t0)\noutput t1\n")
+    os.chmod(f, 0o640)
+    assert main(["fmt", "-i", str(f)]) == 0
+    assert f.read_text() == "input t0 : Float32 [2]\nt1 = Relu(t0) : Float32 [2]\noutput t1\n"
+    assert oct(os.stat(f).st_mode & 0o777) == "0o640"
+    assert main(["fmt", "--check", str(f)]) == 0
+    bad = tmp_path / "bad.gir"
+    bad.write_text(BAD)
+    assert main(["fmt", "-i", str(bad)]) == 1
+    assert bad.read_text() == BAD  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.gir", "x.gir"]  # no temp files left
+
+
+def test_fmt_output_file(tmp_path):
+    src, out = tmp_path / "a.gir", tmp_path / "b.gir"
+    src.write_text(GOOD)
+    assert main(["fmt", str(src), "-o", str(out)]) == 0
+    assert out.read_text() == "input t0 : Float32 [2]\nt1 = Relu(t0) : Float32 [2]\noutput t1\n"
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_fmt_is_idempotent_on_samples(path, capsys):
+    assert main(["fmt", path]) == 0
+    once = capsys.readouterr().out
+    r = run("fmt", "-", stdin=once)
+    assert r.returncode == 0 and r.stdout == once
+
+
+def test_ops_lists_every_op(capsys):
+    import gradir
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    for name, cls in gradir.OPS.items():
+        assert f"  {name}" in out
+        for a in cls.ATTRS:
+            assert a.name in out
+    assert "LeakyReluGrad [backward]" in out and "alpha=0.01" in out
+    assert "input_index (int, 0..5, required)" in out
+
+
+def test_ops_markdown(capsys):
+    assert main(["ops", "--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("# gradir op reference")
+    assert "### `GradLSTMCellInput` (backward)" in md
+    assert "| `direction` | str, one of \"forward\", \"reverse\", \"bidirectional\" | `\"forward\"` |" in md
+
+
+def test_internal_errors_are_brief_unless_traceback(monkeypatch, capsys):
+    import gradir.cli as cli
+    monkeypatch.setattr(cli, "cmd_check", lambda a: 1 / 0)
+    parser_args = ["check", "x"]
+    # rebuild so the patched function is used
+    assert cli.main(parser_args) == 3
+    err = capsys.readouterr().err
+    assert "internal error: ZeroDivisionError" in err and "Traceback" not in err
+    assert cli.main(["--traceback", *parser_args]) == 3
+    assert "Traceback" in capsys.readouterr().err

@@ -1,0 +1,177 @@
+"""Malformed files: each gives located, caret-marked errors, never a traceback."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradir
+from gradir import GradirError, ParseError, VerifyError
+from gradir.cli import main
+
+HEAD = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [2, 3]\n"
+
+# (name, text, expected line, expected col, message fragment)
+CASES = [
+    ("syntax: missing paren", HEAD + "t2 = ReluGrad(t0, t1\noutput t2\n", 3, 21, "expected"),
+    ("syntax: stray token", HEAD + "t2 = ReluGrad(t0, t1) extra\noutput t2\n", 3, 23, "unexpected 'extra'"),
+    ("syntax: bad character", HEAD + "t2 = ReluGrad(t0, t1) @\noutput t2\n", 3, 23, "unexpected '@'"),
+    ("syntax: missing colon", "input t0 Float32 [2]\n", 1, 10, "expected ':'"),
+    ("syntax: unterminated string", HEAD + 't2 = Relu(t0, mode="x)\noutput t2\n', 3, 20, "unexpected"),
+    ("bad value name", "input x0 : Float32 [2]\n", 1, 7, "unexpected"),
+    ("unknown op", HEAD + "t2 = ReluGard(t0, t1)\noutput t2\n", 3, 6, "unknown op 'ReluGard'; did you mean 'ReluGrad'?"),
+    ("unknown op, case", HEAD + "t2 = relugrad(t0, t1)\noutput t2\n", 3, 6, "did you mean 'ReluGrad'?"),
+    ("redefinition", HEAD + "t2 = Relu(t0)\nt2 = Relu(t1)\noutput t2\n", 4, 1, "t2 is already defined (at line 3)"),
+    ("input redefined", HEAD + "input t1 : Float32 [2]\nt2 = Relu(t0)\noutput t2\n", 3, 7, "t1 is already defined"),
+    ("use before def", HEAD + "t2 = Relu(t3)\nt3 = Relu(t0)\noutput t2\n", 3, 11, "t3 is used before it is defined (at line 4)"),
+    ("undefined", HEAD + "t2 = Relu(t9)\noutput t2\n", 3, 11, "t9 is not defined"),
+    ("too few operands", HEAD + "t2 = ReluGrad(t0)\noutput t2\n", 3, 6, "ReluGrad takes 2 operands (dY, X), got 1"),
+    ("too many operands", HEAD + "t2 = Relu(t0, t1)\noutput t2\n", 3, 15, "Relu takes 1 operand (X), got 2"),
+    ("hole not optional", HEAD + "t2 = ReluGrad(_, t1)\noutput t2\n", 3, 15, "operand dY is required; '_' is only allowed for optional operands"),
+    ("unknown attribute", HEAD + "t2 = LeakyRelu(t0, alpah=0.2)\noutput t2\n", 3, 20, "has no attribute 'alpah'; did you mean 'alpha'?"),
+    ("attribute kind", HEAD + 't2 = LeakyRelu(t0, alpha="big")\noutput t2\n', 3, 20, "attribute alpha expects a number"),
+    ("attribute twice", HEAD + "t2 = LeakyRelu(t0, alpha=0.1, alpha=0.2)\noutput t2\n", 3, 31, "attribute 'alpha' is given twice"),
+    ("axis out of range", HEAD + "t2 = SoftmaxGrad_13(t0, t1, axis=3)\noutput t2\n", 3, 29, "SoftmaxGrad_13: axis 3 is out of range for rank 2"),
+    ("input_index range", "input t0 : Float32 [1, 1]\ninput t1 : Float32 [4, 1]\ninput t2 : Float32 [4]\n"
+     "t3 = GradLSTMCellInput(t0, _, t0, t0, t0, t1, t1, t2, input_index=6, hidden_size=1)\noutput t3\n",
+     4, 55, "attribute input_index must be in 0..5, got 6"),
+    ("direction value", "input t0 : Float32 [1, 1, 1]\ninput t1 : Float32 [1, 4, 1]\n"
+     't2, t3, t4, t5, t6 = LSTMTraining(t0, t1, t1, hidden_size=1, direction="sideways")\noutput t2\n',
+     3, 62, 'must be one of "forward", "reverse", "bidirectional", got "sideways"'),
+    ("clip unsupported", "input t0 : Float32 [1, 1, 1]\ninput t1 : Float32 [1, 4, 1]\n"
+     "t2, t3, t4, t5, t6 = LSTMTraining(t0, t1, t1, hidden_size=1, clip=5.0)\noutput t2\n",
+     3, 62, "clip is not supported"),
+    ("input_forget unsupported", "input t0 : Float32 [1, 1, 1]\ninput t1 : Float32 [1, 4, 1]\n"
+     "t2, t3, t4, t5, t6 = LSTMTraining(t0, t1, t1, hidden_size=1, input_forget=1)\noutput t2\n",
+     3, 62, "attribute input_forget=1 (coupled input and forget gates) is not supported; only input_forget=0 is"),
+    ("activations unsupported", "input t0 : Float32 [1, 1, 1]\ninput t1 : Float32 [1, 4, 1]\n"
+     't2, t3, t4, t5, t6 = LSTMTraining(t0, t1, t1, hidden_size=1, activations=["relu", "tanh", "tanh"])\noutput t2\n',
+     3, 62, 'only activations=["sigmoid", "tanh", "tanh"]'),
+    ("hidden_size disagrees", "input t0 : Float32 [1, 1, 1]\ninput t1 : Float32 [1, 4, 1]\n"
+     "t2, t3, t4, t5, t6 = LSTMTraining(t0, t1, t1, hidden_size=2)\noutput t2\n",
+     3, 39, "has shape [1, 4, 1]; expected [1, 8, 1] (hidden_size=2"),
+    ("missing required attribute", "input t0 : Float32 [1, 1, 1]\ninput t1 : Float32 [1, 4, 1]\n"
+     "t2, t3, t4, t5, t6 = LSTMTraining(t0, t1, t1)\noutput t2\n", 3, 22, "attribute 'hidden_size' (int, >= 1) is required"),
+    ("wrong result count", HEAD + "t2, t3 = Relu(t0)\noutput t2\n", 3, 1, "Relu has 1 result (Y), but 2 are assigned"),
+    ("shape mismatch", "input t0 : Float32 [2, 3]\ninput t1 : Float32 [3, 2]\nt2 = ReluGrad(t0, t1)\noutput t2\n",
+     3, 19, "operand X (t1) has shape [3, 2] but dY (t0) has [2, 3]; they must be equal"),
+    ("dtype mismatch", "input t0 : Float32 [2]\ninput t1 : Float64 [2]\nt2 = Add(t0, t1)\noutput t2\n",
+     3, 14, "operand B (t1) has dtype Float64 but A (t0) has Float32"),
+    ("int dtype for activation", "input t0 : Int32 [2]\nt1 = Relu(t0)\noutput t1\n", 2, 11, "has dtype Int32; expected Float32 or Float64"),
+    ("broadcast", "input t0 : Float32 [2, 3]\ninput t1 : Float32 [4]\nt2 = Add(t0, t1)\noutput t2\n",
+     3, 14, "shapes [2, 3] (t0) and [4] (t1) cannot be broadcast together"),
+    ("matmul inner", HEAD + "t2 = MatMul(t0, t1)\noutput t2\n", 3, 17, "inner dimensions differ: [2, 3] @ [2, 3] (3 vs 2)"),
+    ("declared type", HEAD + "t2 = Relu(t0) : Float32 [3, 2]\noutput t2\n", 3, 17, "t2: declared type Float32 [3, 2] does not match the inferred type Float32 [2, 3]"),
+    ("unknown dtype", "input t0 : Float16 [2]\nt1 = Relu(t0)\noutput t1\n", 1, 12, "unknown dtype 'Float16'; expected one of Float32, Float64, Int32, Int64, Bool"),
+    ("zero dim", "input t0 : Float32 [0, 2]\noutput t0\n", 1, 21, "dimension 0 is not a positive integer or '?'"),
+    ("negative dim", "input t0 : Float32 [-2]\noutput t0\n", 1, 21, "dimension -2 is not a positive integer"),
+    ("output undefined", HEAD + "output t7\n", 3, 8, "output t7 is not defined"),
+    ("output twice", HEAD + "output t0, t0\n", 3, 12, "t0 is listed as an output twice"),
+    ("no outputs", HEAD, 2, 1, "graph has no outputs; add a line 'output tN'"),
+    ("empty file", "", 1, 1, "empty graph"),
+    ("only comments", "# nothing here\n\n", 1, 1, "empty graph"),
+    ("second header", "graph a\ngraph b\ninput t0 : Float32 [1]\noutput t0\n", 2, 7, "second graph header"),
+    ("header not first", "input t0 : Float32 [1]\ngraph a\noutput t0\n", 2, 7, "the graph header must be the first statement"),
+    ("reshape", HEAD + "t2 = Reshape(t0, shape=[4, -1])\noutput t2\n", 3, 18, "cannot reshape Float32 [2, 3] (6 elements)"),
+    ("perm", HEAD + "t2 = Transpose(t0, perm=[0, 0])\noutput t2\n", 3, 20, "must be a permutation of 0..1"),
+    ("operand after attribute", HEAD + "t2 = LeakyRelu(alpha=0.2, t0)\noutput t2\n", 3, 27, "operands must come before attributes"),
+    ("binary garbage", "\x00\x01\x02\xff garbage", 1, 1, "unexpected character U+0000"),
+]
+
+
+@pytest.mark.parametrize("name,text,line,col,fragment", CASES, ids=[c[0] for c in CASES])
+def test_malformed_file_gives_a_located_error(name, text, line, col, fragment):
+    with pytest.raises(GradirError) as e:
+        gradir.parse(text, "bad.gir")
+    rendered = e.value.render()
+    first = [d for d in e.value.diagnostics if fragment in d.message]
+    assert first, f"no diagnostic contains {fragment!r}:\n{rendered}"
+    d = first[0]
+    assert (d.span.line, d.span.col) == (line, col), rendered
+    block = d.render().split("\n")
+    assert block[0] == f"bad.gir:{line}:{col}: error: {d.message}"
+    assert len(block) == 3 and set(block[2].strip()) == {"^"}, rendered
+    assert "Traceback" not in rendered
+
+
+def test_all_verification_errors_are_reported():
+    text = HEAD + "t2 = ReluGard(t0, t1)\nt3 = Relu(t9)\nt4 = LeakyRelu(t0, beta=1)\nt5 = Relu(t0)\noutput t5\n"
+    with pytest.raises(VerifyError) as e:
+        gradir.parse(text, "bad.gir")
+    lines = [d.span.line for d in e.value.diagnostics]
+    assert lines == [3, 4, 5]
+
+
+def test_errors_do_not_cascade_from_a_bad_op():
+    text = HEAD + "t2 = ReluGard(t0, t1)\nt3 = Relu(t2)\nt4 = TanhGrad(t3, t2)\noutput t4\n"
+    with pytest.raises(VerifyError) as e:
+        gradir.parse(text)
+    assert len(e.value.diagnostics) == 1
+
+
+def test_caret_spans_the_whole_token():
+    with pytest.raises(VerifyError) as e:
+        gradir.parse(HEAD + "t2 = ReluGard(t0, t1)\noutput t2\n", "f.gir")
+    assert e.value.render().split("\n")[2] == "         ^^^^^^^^"
+
+
+def test_very_long_line_is_shown_around_the_error():
+    text = HEAD + "t2 = Relu(t0" + ", t0" * 5000 + ", @)\noutput t2\n"
+    with pytest.raises(ParseError) as e:
+        gradir.parse(text, "long.gir")
+    block = e.value.render().split("\n")
+    assert block[0].startswith("long.gir:3:")
+    assert len(block[1]) < 200 and "@" in block[1]
+    assert block[2].index("^") == block[1].index("@")
+
+
+def test_invalid_utf8_is_located():
+    with pytest.raises(ParseError) as e:
+        gradir.parse(b"input t0 : Float32 [2]\n# caf\xe9\n", "latin1.gir")
+    assert e.value.diagnostics[0].span[:2] == (2, 6)
+    assert "not UTF-8" in str(e.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_raise_only_gradir_errors(data):
+    try:
+        gradir.parse(data, "fuzz.gir")
+    except GradirError as e:
+        assert re.match(r"fuzz\.gir(:\d+:\d+)?: error: ", e.render())
+
+
+TOKENS = st.sampled_from(["t0", "t1", "t2", "=", "(", ")", ",", ":", "Relu", "ReluGrad", "LSTMGrad", "_",
+                          "Float32", "[", "]", "2", "?", "-1", "1.5", '"s"', "true", "axis", "input",
+                          "output", "graph", "scalar", "\n", " ", "#c"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TOKENS, max_size=40))
+def test_random_token_soup_raises_only_gradir_errors(tokens):
+    text = " ".join(tokens)
+    try:
+        gradir.parse(text, "soup.gir")
+    except GradirError as e:
+        assert "soup.gir" in e.render()
+
+
+def test_op_validate_explains_itself():
+    from gradir.ops.activation import SoftmaxGrad_13Op
+    op = SoftmaxGrad_13Op(["t2"], ["t0", "t1"], {"axis": 5})
+    t = gradir.TensorType("Float32", [2, 3])
+    with pytest.raises(VerifyError) as e:
+        op.validate([t, t])
+    assert "axis 5 is out of range for rank 2" in str(e.value)
+    assert SoftmaxGrad_13Op(["t2"], ["t0", "t1"]).validate([t, t]) == [t]
+
+
+def test_graph_validate_without_source_has_no_location():
+    from gradir.ops.activation import ReluOp
+    g = gradir.Graph([("t0", gradir.TensorType("Float32", [2]))], [ReluOp(["t1"], ["t5"])], ["t1"])
+    with pytest.raises(VerifyError) as e:
+        g.validate()
+    assert str(e.value) == "<graph>: error: t5 is not defined"

@@ -1,0 +1,180 @@
+"""Parser and printer: round trips, canonical printing, the fast path vs lark."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradir
+from gradir import DType, Graph, TensorType
+from gradir.syntax import FastType, TypeSyntax, _statements, _type_from_syntax
+from strategies import OP_EXAMPLES, graphs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
+
+
+def _normalize(stmts):
+    """Statements from either path, with types resolved, for comparison."""
+    out = []
+    for st_ in stmts:
+        d = dict(st_.data)
+        if "type" in d:
+            d["type"] = _norm_type(d["type"])
+        if d.get("types") is not None:
+            d["types"] = [_norm_type(t) for t in d["types"]]
+        out.append((st_.kind, d))
+    return out
+
+
+def _norm_type(t):
+    if isinstance(t, FastType):
+        return (t.type, t.span)
+    diags = []
+    return (_type_from_syntax(t, None, diags), t.span, [x.message for x in diags])
+
+
+def _same(a, b):
+    na, nb = _normalize(a), _normalize(b)
+    # lark-built types carry a diagnostics list (always empty for valid types)
+    strip = lambda s: [(k, {kk: ([x[:2] for x in v] if kk == "types" and v else (v[:2] if kk == "type" else v))
+                            for kk, v in d.items()}) for k, d in s]  # noqa: E731
+    return strip(na) == strip(nb)
+
+
+def test_samples_exist_and_start_with_a_comment():
+    assert len(SAMPLES) >= 6
+    for path in SAMPLES:
+        with open(path, encoding="utf-8") as f:
+            assert f.readline().startswith("# "), path
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_sample_round_trip_is_stable(path):
+    g = gradir.load(path)
+    text = g.to_text()
+    g2 = gradir.parse(text)
+    assert g2 == g
+    assert g2.to_text() == text
+    # the fast path and lark agree on the sample as written and in canonical form
+    src = open(path, encoding="utf-8").read()
+    assert _same(_statements(src), _statements(src, fast=False))
+    assert _same(_statements(text), _statements(text, fast=False))
+
+
+def test_every_registered_op_has_a_random_example():
+    assert set(OP_EXAMPLES) == set(gradir.OPS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs())
+def test_print_parse_print_is_stable(g: Graph):
+    text = g.to_text()
+    g2 = gradir.parse(text)
+    assert g2 == g
+    assert g2.to_text() == text
+    assert gradir.parse(g2.to_text()).to_text() == text
+    # the regex fast path builds exactly what lark builds
+    assert _same(_statements(text), _statements(text, fast=False))
+
+
+SPACING = st.sampled_from(["", " ", "  ", "\t"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs(max_ops=3), st.data())
+def test_free_spacing_comments_and_omitted_types_parse_the_same(g: Graph, data):
+    """Hand-written variants (odd spacing, comments, no types, CRLF) mean the same graph."""
+    lines = g.to_text().splitlines()
+    out = []
+    for line in lines:
+        if " = " in line and " : " in line and data.draw(st.booleans()):
+            line = line.split(" : ")[0]  # omit the types: inferred
+        sp = data.draw(SPACING)
+        line = line.replace(", ", "," + sp).replace(" = ", sp + "=" + sp)
+        if data.draw(st.booleans()):
+            line += "   # a comment"
+        out.append(line)
+        if data.draw(st.booleans()):
+            out.append("")
+    nl = data.draw(st.sampled_from(["\n", "\r\n"]))
+    text = nl.join(out) + nl
+    g2 = gradir.parse(text)
+    assert g2 == g
+    assert g2.to_text() == g.to_text()
+    assert _same(_statements(text), _statements(text, fast=False))
+
+
+def test_types_are_inferred_when_omitted():
+    g = gradir.parse("input t0 : Float32 [2, 3]\ninput t1 : Float32 [3, 4]\nt2 = MatMul(t0, t1)\n"
+                     "t3 = Transpose(t2)\noutput t3\n")
+    assert g.ops[1].result_types == [TensorType(DType.Float32, [4, 2])]
+    assert "t3 = Transpose(t2) : Float32 [4, 2]" in g.to_text()
+
+
+@pytest.mark.parametrize("value,text", [
+    (0.001, "0.001"), (1.702, "1.702"), (1e-05, "1e-05"), (0.1 + 0.2, "0.30000000000000004"),
+    (1.0, "1.0"), (-2.5, "-2.5"), (1e300, "1e+300"), (float("inf"), "inf"),
+])
+def test_float_attributes_print_shortest_round_trip(value, text):
+    g = gradir.parse(f"input t0 : Float64 [3]\nt1 = LeakyRelu(t0, alpha={text})\noutput t1\n")
+    assert g.ops[0].attrs["alpha"] == value
+    printed = g.to_text()
+    assert f"alpha={text})" in printed
+    assert gradir.parse(printed).ops[0].attrs["alpha"] == value
+
+
+def test_defaults_are_not_printed_and_ints_coerce_to_float():
+    g = gradir.parse("input t0 : Float32 [3]\nt1 = LeakyRelu(t0, alpha=0.01)\nt2 = QuickGelu(t0, alpha=2)\n"
+                     "output t1, t2\n")
+    text = g.to_text()
+    assert "t1 = LeakyRelu(t0) : Float32 [3]" in text
+    assert "t2 = QuickGelu(t0, alpha=2.0) : Float32 [3]" in text
+
+
+def test_scalar_unknown_dims_and_strings():
+    g = gradir.parse('input t0 : Float64 []\ninput t1 : Float32 [?, 4]\nt2 = Neg(t0)\nt3 = Softmax(t1)\n'
+                     'output t2, t3\n')
+    assert "input t0 : Float64 scalar" in g.to_text()
+    assert "t3 = Softmax(t1) : Float32 [?, 4]" in g.to_text()
+    text = ('input t0 : Float32 [3, 2, 4]\ninput t1 : Float32 [2, 16, 4]\ninput t2 : Float32 [2, 16, 4]\n'
+            't3, t4, t5, t6, t7 = LSTMTraining(t0, t1, t2, hidden_size=4, direction="bidirectional", '
+            'activations=["sigmoid", "tanh", "tanh", "sigmoid", "tanh", "tanh"])\noutput t3\n')
+    g = gradir.parse(text)
+    assert g.ops[0].attrs["activations"] == ("sigmoid", "tanh", "tanh") * 2
+    assert gradir.parse(g.to_text()) == g
+
+
+def test_string_escapes_round_trip():
+    # an unsupported direction with escapes: the message shows it, and printing re-escapes it
+    with pytest.raises(gradir.VerifyError) as e:
+        gradir.parse('input t0 : Float32 [1, 1, 1]\ninput t1 : Float32 [1, 4, 1]\n'
+                     't2, t3, t4, t5, t6 = LSTMTraining(t0, t1, t1, hidden_size=1, direction="a\\"b\\\\c")\n'
+                     'output t2\n')
+    assert 'got "a\\"b\\\\c"' in str(e.value)
+
+
+def test_graph_api_and_str():
+    g = gradir.load(SAMPLES[0])
+    op = g.ops[0]
+    assert str(op) == op.to_string()
+    assert op.to_string() in g.to_text()
+    assert repr(g).startswith("<Graph")
+
+
+def test_op_names_print_without_op_suffix():
+    from gradir.ops.lstm import GradLSTMCellInputOp
+    from gradir.ops.activation import ReluGradOp
+    assert GradLSTMCellInputOp.op_name == "GradLSTMCellInput"
+    assert ReluGradOp.op_name == "ReluGrad"
+    assert issubclass(ReluGradOp, gradir.BackwardOp) and ReluGradOp.is_backward
+    assert not gradir.OPS["Relu"].is_backward
+
+
+def test_non_editable_grammar_is_packaged():
+    from gradir.syntax import grammar_text
+    assert "op_decl" in grammar_text()
