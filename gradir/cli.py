@@ -141,8 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    from . import runcli
+    return [runcli.register]
+
+
 # Later layers (runtime, autodiff) add their subcommands here.
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = _extra_commands()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

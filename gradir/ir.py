@@ -473,6 +473,10 @@ class Op:
     def check_attrs(self, ctx: InferContext) -> None:
         """Cross-attribute checks that don't need types (hook)."""
 
+    def demo_range(self, operand: int, types: Mapping[str, TensorType]) -> Optional[tuple[int, int]]:
+        """Inclusive value range for a generated integer operand in a demo run (hook)."""
+        return None
+
     def infer(self, ctx: InferContext) -> list[TensorType]:  # pragma: no cover - abstract
         raise NotImplementedError
 

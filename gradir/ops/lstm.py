@@ -187,8 +187,19 @@ class _LayerCheck:
         return TensorType(self.dtype, [getattr(self, d) if isinstance(d, str) else d for d in self.shapes()[key]])
 
 
+def _sl_range(op: Op, operand: int, sl_index: int, types: Any) -> Optional[tuple[int, int]]:
+    if operand != sl_index:
+        return None
+    x = types.get(op.operands[0]) if op.operands else None
+    S = x.shape[0] if x is not None and x.rank == 3 and x.shape[0] is not None else 1
+    return (1, S)
+
+
 class LSTMTrainingOp(Op):
     """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
+
+    def demo_range(self, operand: int, types: Any) -> Optional[tuple[int, int]]:
+        return _sl_range(self, operand, 4, types)
 
     OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 4H, I]"), Operand("R", doc="[D, 4H, H]"),
                 Operand("B", optional=True, doc="[D, 8H] (Wb then Rb)"),
@@ -211,6 +222,9 @@ class LSTMTrainingOp(Op):
 
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
+
+    def demo_range(self, operand: int, types: Any) -> Optional[tuple[int, int]]:
+        return _sl_range(self, operand, 3, types)
 
     OPERANDS = (Operand("X"), Operand("W"), Operand("R"), Operand("SL", optional=True),
                 Operand("H0", optional=True), Operand("C0", optional=True), Operand("HAll"),

@@ -1,0 +1,144 @@
+"""Kernels for the general forward ops (OPS.md §2): arithmetic, MatMul, layout, reductions.
+
+Element-wise kernels write into ``out`` (which may be one of their operands:
+the buffer plan reuses a dying operand) and split large arrays into row chunks
+over the kernel threads (``parallel_rows``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import kernel
+from .parallel import parallel_rows
+
+
+def _elementwise(ufunc: Callable, *arrays: np.ndarray, out: Optional[np.ndarray], dtype=None) -> np.ndarray:
+    """Apply a NumPy ufunc (with broadcasting) in row chunks of the result."""
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    if out is None:
+        out = np.empty(shape, dtype=dtype or np.result_type(*arrays))
+    if out.ndim == 0 or out.size < (1 << 16):
+        ufunc(*arrays, out=out)
+        return out
+    # row chunks along axis 0 of the result; operands broadcast along it are passed whole
+    views = [a if a.ndim < out.ndim or a.shape[0] == 1 else None for a in arrays]
+    n = out.shape[0]
+    row_bytes = out.itemsize * (out.size // n) * (len(arrays) + 1)
+
+    def body(lo: int, hi: int) -> None:
+        args = [a if v is not None else a[lo:hi] for a, v in zip(arrays, views)]
+        ufunc(*args, out=out[lo:hi])
+
+    if n == 1:  # one giant row: chunk the flattened array instead (shapes are identical then)
+        ufunc(*arrays, out=out)
+        return out
+    parallel_rows(n, row_bytes, body)
+    return out
+
+
+@kernel("Add", inplace=True)
+def add(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    return _elementwise(np.add, a, b, out=out)
+
+
+@kernel("Sub", inplace=True)
+def sub(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    return _elementwise(np.subtract, a, b, out=out)
+
+
+@kernel("Mul", inplace=True)
+def mul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    return _elementwise(np.multiply, a, b, out=out)
+
+
+@kernel("Div", inplace=True)
+def div(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    return _elementwise(np.divide, a, b, out=out)
+
+
+@kernel("Neg", inplace=True)
+def neg(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    return _elementwise(np.negative, x, out=out)
+
+
+@kernel("Exp", inplace=True)
+def exp(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    return _elementwise(np.exp, x, out=out)
+
+
+@kernel("Log", inplace=True)
+def log(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    return _elementwise(np.log, x, out=out)
+
+
+@kernel("Identity", inplace=True)
+def identity(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    if out is x:
+        return out
+    return _copy(x, out)
+
+
+def _copy(x: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
+    if out is None:
+        return x.copy()
+    np.copyto(out, x)
+    return out
+
+
+@kernel("Sum", inplace=True)
+def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    if len(xs) == 1:
+        return _copy(xs[0], out) if out is not xs[0] else out
+    first = _elementwise(np.add, xs[0], xs[1], out=out)
+    for x in xs[2:]:
+        _elementwise(np.add, first, x, out=first)
+    return first
+
+
+@kernel("MatMul", blas=True)
+def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    if out is None:
+        return np.matmul(a, b)
+    return np.matmul(a, b, out=out)
+
+
+@kernel("Transpose")
+def transpose(x: np.ndarray, *, perm=None, out: Optional[np.ndarray] = None) -> np.ndarray:
+    t = np.transpose(x, perm)
+    if out is None:
+        return np.ascontiguousarray(t)
+    np.copyto(out, t)
+    return out
+
+
+@kernel("Reshape")
+def reshape(x: np.ndarray, *, shape, out: Optional[np.ndarray] = None) -> np.ndarray:
+    if out is None:
+        return np.array(x, copy=True).reshape(shape)
+    np.copyto(out.reshape(x.shape), x)
+    return out
+
+
+def _axes(axes, ndim: int):
+    return tuple(range(ndim)) if axes is None else tuple(a % ndim for a in axes) if ndim else ()
+
+
+@kernel("ReduceSum")
+def reduce_sum(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
+    r = np.sum(x, axis=_axes(axes, x.ndim), keepdims=keepdims, dtype=x.dtype)
+    if out is None:
+        return np.asarray(r)
+    out[...] = r
+    return out
+
+
+@kernel("ReduceMean")
+def reduce_mean(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
+    r = np.mean(x, axis=_axes(axes, x.ndim), keepdims=keepdims, dtype=x.dtype)
+    if out is None:
+        return np.asarray(r)
+    out[...] = r
+    return out

@@ -1,0 +1,95 @@
+"""Graph-to-graph passes, each a small named unit that can be listed and switched off.
+
+A pass takes a validated ``Program`` (the graph plus its networkx lowering) and
+rewrites it in place, returning a short description of what it changed.  The
+default pipeline is ``DEFAULT_PASSES``; ``gradir plan --passes`` lists them and
+``--disable NAME`` (or ``compile(..., disable=[...])``) switches one off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import networkx as nx
+
+from ..ir import Graph, Op
+
+__all__ = ["Program", "Pass", "PASSES", "DEFAULT_PASSES", "run_passes", "register_pass"]
+
+
+class Program:
+    """A graph being compiled: ops in a valid order, outputs, and value aliases.
+
+    ``aliases`` maps a graph output name to the value that now computes it (set
+    when CSE merges an output into an identical earlier value).
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.ops: list[Op] = list(graph.ops)
+        self.types = dict(graph.types)
+        self.inputs = [i.name for i in graph.inputs]
+        self.outputs = list(graph.outputs)
+        self.aliases: dict[str, str] = {}
+
+    def resolve(self, name: str) -> str:
+        while name in self.aliases:
+            name = self.aliases[name]
+        return name
+
+    @property
+    def live_outputs(self) -> list[str]:
+        return [self.resolve(o) for o in self.outputs]
+
+    def lower(self) -> nx.DiGraph:
+        """networkx view: one node per op (its index), an edge per value use."""
+        g = nx.DiGraph()
+        producer: dict[str, int] = {}
+        g.add_nodes_from(range(len(self.ops)))
+        for k, op in enumerate(self.ops):
+            for v in op.operands:
+                if v is not None and v in producer:
+                    g.add_edge(producer[v], k, value=v)
+            for r in op.results:
+                producer[r] = k
+        return g
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    fn: Callable[[Program], str]
+    doc: str
+
+
+PASSES: dict[str, Pass] = {}
+
+
+def register_pass(name: str, doc: str) -> Callable:
+    def deco(fn: Callable[[Program], str]) -> Callable:
+        PASSES[name] = Pass(name, fn, doc)
+        return fn
+    return deco
+
+
+from . import basic, fusion  # noqa: E402,F401  (register the passes)
+
+DEFAULT_PASSES = ["cse", "dce", "fuse-lstm-cell-grads"]
+
+
+def run_passes(program: Program, names: Optional[list[str]] = None,
+               disable: Optional[list[str]] = None) -> list[tuple[str, str]]:
+    """Run the pipeline; returns ``(pass name, what it did)`` for each pass run."""
+    names = list(DEFAULT_PASSES if names is None else names)
+    disable = list(disable or [])
+    unknown = [n for n in names + disable if n not in PASSES]
+    if unknown:
+        from ..errors import CompileError
+        raise CompileError(f"unknown pass '{unknown[0]}'; passes are: {', '.join(PASSES)}")
+    log = []
+    for n in names:
+        if n in disable:
+            continue
+        log.append((n, PASSES[n].fn(program)))
+    return log

@@ -1,0 +1,224 @@
+"""``gradir run`` and ``gradir plan``: the runtime's command-line front end."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import time
+import zipfile
+from typing import Optional
+
+import numpy as np
+
+from .errors import Diagnostic, InputError
+from .ir import Graph
+
+__all__ = ["register", "demo_inputs", "load_inputs", "save_outputs"]
+
+
+def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    """Reproducible inputs: floats ~ N(0, 1), integers in the range their consumer
+    expects (e.g. sequence lengths in 1..S), booleans fair coins; '?' dims are 2."""
+    rng = np.random.default_rng(seed)
+    ranges: dict[str, tuple[int, int]] = {}
+    for op in graph.ops:
+        for i, v in enumerate(op.operands):
+            if v is not None and v not in ranges:
+                r = op.demo_range(i, graph.types)
+                if r is not None:
+                    ranges[v] = r
+    out = {}
+    for inp in graph.inputs:
+        t = inp.type
+        shape = tuple(2 if d is None else d for d in t.shape)
+        dt = t.dtype.numpy
+        if dt.kind == "f":
+            out[inp.name] = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "b":
+            out[inp.name] = rng.random(shape) < 0.5
+        else:
+            lo, hi = ranges.get(inp.name, (0, 9))
+            out[inp.name] = rng.integers(lo, hi + 1, size=shape).astype(dt)
+    return out
+
+
+def _load_array_file(path: str, what: str) -> object:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(Diagnostic(f"{what}: no such file", filename=path)) from None
+    except IsADirectoryError:
+        raise InputError(Diagnostic(f"{what}: is a directory", filename=path)) from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        msg = str(e)
+        if "allow_pickle" in msg or "Object arrays" in msg:
+            msg = "it holds Python objects (pickles), which gradir never loads"
+        raise InputError(Diagnostic(f"{what}: not a valid NumPy file ({msg})", filename=path)) from None
+
+
+def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    if npz:
+        data = _load_array_file(npz, "--inputs")
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(Diagnostic("--inputs: expected an .npz archive of named arrays, got a single "
+                                        ".npy array (use --input tN=FILE.npy)", filename=npz))
+        try:
+            with data:
+                for k in data.files:
+                    arrays[k] = data[k]
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            msg = str(e)
+            if "allow_pickle" in msg or "Object arrays" in msg:
+                msg = "it holds Python objects (pickles), which gradir never loads"
+            raise InputError(Diagnostic(f"--inputs: cannot read array '{k}': {msg}", filename=npz)) from None
+    for pair in pairs:
+        name, _, path = pair.partition("=")
+        a = _load_array_file(path, f"--input {name}")
+        if isinstance(a, np.lib.npyio.NpzFile):
+            a.close()
+            raise InputError(Diagnostic(f"--input {name}: expected a .npy array, got an .npz archive",
+                                        filename=path))
+        arrays[name] = a
+    return arrays
+
+
+def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
+    """Write outputs to an .npz under their value names, atomically."""
+    from .cli import _write_atomic
+    buf = io.BytesIO()
+    np.savez(buf, **outputs)
+    try:
+        _write_atomic(path, buf.getvalue())
+    except OSError as e:
+        raise InputError(Diagnostic(f"cannot write outputs: {e.strerror or e}", filename=path)) from None
+
+
+def _stats_table(outputs: dict[str, np.ndarray]) -> str:
+    rows = [("output", "dtype", "shape", "min", "max", "mean", "L2 norm")]
+    for name, a in outputs.items():
+        from .types import DType, format_shape
+        try:
+            dt = DType.from_numpy(a.dtype).value
+        except ValueError:
+            dt = str(a.dtype)
+        if a.size and a.dtype.kind in "fiub":
+            f = a.astype(np.float64, copy=False)
+            stats = [f"{f.min():.6g}", f"{f.max():.6g}", f"{f.mean():.6g}", f"{np.sqrt(np.sum(f * f)):.6g}"]
+        else:
+            stats = ["-"] * 4
+        rows.append((name, dt, format_shape(a.shape), *stats))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    lines = []
+    for j, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) if k < 3 else c.rjust(w) for k, (c, w) in enumerate(zip(r, widths))))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _progress(k: int, n: int, stream) -> None:
+    width = 30
+    done = int(width * k / n)
+    stream.write(f"\r[{'#' * done}{'.' * (width - done)}] {k}/{n}")
+    if k == n:
+        stream.write("\n")
+    stream.flush()
+
+
+def _fmt_time(s: float) -> str:
+    return f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runtime import compile
+    from .syntax import load
+    graph = load(args.file)
+    exe = compile(graph, threads=args.threads)
+    if args.inputs is None and not args.input:
+        inputs = demo_inputs(graph, args.seed)
+        print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
+              file=sys.stderr)
+    else:
+        inputs = load_inputs(args.inputs, args.input)
+    trace: Optional[list] = [] if args.trace else None
+    times = []
+    show = args.repeat > 1 and sys.stderr.isatty()
+    outputs = {}
+    for k in range(args.repeat):
+        t0 = time.perf_counter()
+        outputs = exe.run(inputs, check_numerics=args.check_numerics,
+                          trace=trace if (trace is not None and k == args.repeat - 1) else None)
+        times.append(time.perf_counter() - t0)
+        if show:
+            _progress(k + 1, args.repeat, sys.stderr)
+    print(_stats_table(outputs))
+    if args.repeat > 1:
+        print(f"time: min {_fmt_time(min(times))}, median {_fmt_time(statistics.median(times))} over "
+              f"{args.repeat} runs ({exe.threads} thread{'s' if exe.threads > 1 else ''})")
+    else:
+        print(f"time: {_fmt_time(times[0])} ({exe.threads} thread{'s' if exe.threads > 1 else ''})")
+    if args.output:
+        save_outputs(args.output, outputs)
+        print(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {args.output}")
+    if trace is not None:
+        import json
+        from .cli import _write_atomic
+        doc = {"traceEvents": trace, "displayTimeUnit": "ms",
+               "otherData": {"graph": graph.name or args.file, "threads": exe.threads}}
+        _write_atomic(args.trace, json.dumps(doc).encode("utf-8"))
+        print(f"wrote a trace of {len(trace)} ops to {args.trace} (open it in Perfetto or chrome://tracing)")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .passes import PASSES
+    from .runtime import compile
+    from .syntax import load
+    if args.list_passes:
+        for p in PASSES.values():
+            print(f"{p.name}: {p.doc}")
+        return 0
+    if not args.file:
+        from .cli import _Usage
+        raise _Usage("plan: a FILE is needed")
+    graph = load(args.file)
+    exe = compile(graph, threads=args.threads, disable=args.disable)
+    p = exe.program
+    optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name)
+    optimized.types = p.types
+    sys.stdout.write(optimized.to_text())
+    sys.stdout.write(exe.plan.describe())
+    return 0
+
+
+def _pair(text: str) -> str:
+    name, eq, path = text.partition("=")
+    if not eq or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    return text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("run", help="compile and run a graph; print a summary of the outputs")
+    r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
+    r.add_argument("--inputs", metavar="IN.npz", help="named input arrays (loaded with pickles disabled)")
+    r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
+                   help="one input array (repeatable)")
+    r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their value names")
+    r.add_argument("--threads", type=int, default=None, metavar="N", help="worker threads (default: cores, max 2)")
+    r.add_argument("--seed", type=int, default=0, metavar="S", help="seed for generated inputs (default 0)")
+    r.add_argument("--repeat", type=int, default=1, metavar="N", help="run N times; report min/median time")
+    r.add_argument("--trace", metavar="TRACE.json", help="write a Chrome trace-event file (one event per op)")
+    r.add_argument("--check-numerics", action="store_true", help="stop at the first op producing NaN or Inf")
+    r.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("plan", help="print the optimized IR, the schedule and the planned peak memory")
+    p.add_argument("file", metavar="FILE", nargs="?", help="IR file ('-' reads standard input)")
+    p.add_argument("--disable", action="append", default=[], metavar="PASS", help="switch a pass off")
+    p.add_argument("--list-passes", action="store_true", help="list the compiler passes")
+    p.add_argument("--threads", type=int, default=None, metavar="N")
+    p.set_defaults(func=cmd_plan)

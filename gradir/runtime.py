@@ -1,0 +1,406 @@
+"""The executor: dataflow over a thread pool, buffer reuse, tracing, numerics checks.
+
+``compile(graph)`` validates, runs the passes and builds the plan once;
+``Executable.run(inputs)`` may then be called many times.  With one thread the
+steps run in schedule order on the caller's thread.  With more, an op starts as
+soon as its operands are ready: the caller's thread dispatches, runs tiny ops
+inline and hands the rest to a pool.  Kernels are deterministic and each op
+computes the same thing whatever ran beside it, so results are bit-for-bit
+identical for every thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+
+from .errors import (CompileError, Diagnostic, ExecutionError, GradirError, InputError, VerifyError)
+from .ir import Graph, GraphInput
+from .kernels import parallel
+from .passes import Program, run_passes
+from .schedule import Plan, Step, build_plan
+from .types import DType, TensorType, format_shape
+
+__all__ = ["compile", "Executable", "default_threads"]
+
+# ops whose results are smaller than this run inline on the dispatching thread
+INLINE_BYTES = 256 << 10
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 2))
+
+
+def _import_kernel_families() -> None:
+    from . import kernels  # noqa: F401
+    for fam in ("math", "activation", "lstm", "shape"):
+        try:
+            __import__(f"gradir.kernels.{fam}")
+        except ModuleNotFoundError as e:  # a family not written yet
+            if e.name != f"gradir.kernels.{fam}":
+                raise
+
+
+def compile(graph_or_text: Union[Graph, str], threads: Optional[int] = None, *,
+            passes: Optional[list[str]] = None, disable: Optional[list[str]] = None,
+            filename: str = "<string>") -> "Executable":
+    """Validate, optimize and plan a graph; returns an ``Executable``.
+
+    ``graph_or_text`` is a ``Graph`` or IR text.  ``threads`` (default: the
+    number of cores, at most 2) bounds the worker threads.  ``passes``/``disable``
+    choose the compiler passes (see ``gradir.passes.PASSES``).
+    """
+    from .syntax import parse
+    _import_kernel_families()
+    if isinstance(graph_or_text, str):
+        graph = parse(graph_or_text, filename)
+    elif isinstance(graph_or_text, Graph):
+        graph = graph_or_text
+        if not graph.types:
+            graph.validate()
+    else:
+        raise TypeError(f"compile() takes a Graph or IR text, not {type(graph_or_text).__name__}")
+    program = Program(graph)
+    log = run_passes(program, passes, disable)
+    plan = build_plan(program, log)
+    return Executable(graph, program, plan, threads)
+
+
+class _Pool:
+    """Freed intermediate buffers, reused for later results of the same dtype and shape."""
+
+    def __init__(self) -> None:
+        self._free: dict[tuple, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, dtype: np.dtype, shape: tuple) -> Optional[np.ndarray]:
+        with self._lock:
+            lst = self._free.get((dtype, shape))
+            return lst.pop() if lst else None
+
+    def give(self, arr: np.ndarray) -> None:
+        if arr.base is not None or not arr.flags.c_contiguous or not arr.flags.writeable:
+            return
+        with self._lock:
+            lst = self._free.setdefault((arr.dtype, arr.shape), [])
+            if len(lst) < 4:
+                lst.append(arr)
+
+
+class Executable:
+    """A compiled graph: ``run(inputs)`` / ``exe(**inputs)`` -> dict of outputs."""
+
+    def __init__(self, graph: Graph, program: Program, plan: Plan, threads: Optional[int]) -> None:
+        self.graph = graph
+        self.program = program
+        self.plan = plan
+        self.threads = default_threads() if threads is None else max(1, int(threads))
+        self._input_types = {i.name: i.type for i in graph.inputs}
+        self._pool = _Pool()
+        self._shape_cache: dict[tuple, dict[str, TensorType]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.graph.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.outputs)
+
+    def __repr__(self) -> str:
+        return (f"<Executable {self.graph.name or ''} {len(self.plan.steps)} steps, threads={self.threads}, "
+                f"inputs={self.input_names}, outputs={self.output_names}>")
+
+    def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
+        return self.run(inputs)
+
+    # -- inputs ------------------------------------------------------------
+    def check_inputs(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, TensorType]]:
+        """Validate run-time inputs; returns C-contiguous arrays and the concrete types of every value."""
+        problems = []
+        missing = [n for n in self.input_names if n not in inputs]
+        unexpected = [n for n in inputs if n not in self._input_types]
+        if missing:
+            problems.append(f"missing input{'s' if len(missing) > 1 else ''} "
+                            + ", ".join(f"{n} ({self._input_types[n]})" for n in missing))
+        if unexpected:
+            problems.append(f"unexpected input{'s' if len(unexpected) > 1 else ''} {', '.join(map(str, unexpected))}"
+                            f" (the graph's inputs are {', '.join(self.input_names)})")
+        arrays: dict[str, np.ndarray] = {}
+        for name in self.input_names:
+            if name not in inputs:
+                continue
+            want = self._input_types[name]
+            a = inputs[name]
+            if not isinstance(a, np.ndarray):
+                a = np.asarray(a)
+            got = _describe(a)
+            if a.dtype != want.dtype.numpy:
+                problems.append(f"input {name}: expected {want}, got {got} (dtype "
+                                f"{_dtype_name(a.dtype)} instead of {want.dtype})")
+                continue
+            if a.ndim != want.rank:
+                problems.append(f"input {name}: expected {want}, got {got} (rank {a.ndim} instead of {want.rank})")
+                continue
+            bad = [k for k, (d, w) in enumerate(zip(a.shape, want.shape)) if w is not None and d != w]
+            if bad or 0 in a.shape:
+                k = bad[0] if bad else a.shape.index(0)
+                problems.append(f"input {name}: expected {want}, got {got} (dimension {k} is {a.shape[k]})")
+                continue
+            arrays[name] = np.ascontiguousarray(a)
+        if problems:
+            raise InputError([Diagnostic(p, filename=self._file) for p in problems])
+        return arrays, self._concrete_types(arrays)
+
+    @property
+    def _file(self) -> str:
+        return self.graph.source.filename if self.graph.source else "<graph>"
+
+    def _concrete_types(self, arrays: Mapping[str, np.ndarray]) -> dict[str, TensorType]:
+        """Every value's type for these input shapes ('?' dims bound); cached per shape signature."""
+        if self.plan.static:
+            return self.plan.types
+        key = tuple(arrays[n].shape for n in self.input_names)
+        with self._lock:
+            hit = self._shape_cache.get(key)
+        if hit is not None:
+            return hit
+        inputs = [GraphInput(i.name, TensorType(i.type.dtype, arrays[i.name].shape)) for i in self.graph.inputs]
+        g = Graph(inputs, [op.copy(result_types=None) for op in self.program.ops], self.program.live_outputs,
+                  self.graph.name, self.graph.source)
+        diags = g.diagnostics()
+        if diags:
+            shapes = ", ".join(f"{n} {format_shape(arrays[n].shape)}" for n in self.input_names)
+            raise InputError([Diagnostic(f"the input shapes are inconsistent ({shapes}): {d.message}",
+                                         d.span, d.source) for d in diags])
+        if len(self._shape_cache) < 64:
+            with self._lock:
+                self._shape_cache[key] = g.types
+        return g.types
+
+    # -- running ----------------------------------------------------------------
+    def run(self, inputs: Mapping[str, Any], *, check_numerics: bool = False,
+            trace: Optional[list] = None) -> dict[str, np.ndarray]:
+        """Run the graph; returns ``{output name: array}`` in output order.
+
+        ``check_numerics`` stops at the first op that produces NaN or Inf.
+        ``trace``, if a list, receives one Chrome trace event per op.
+        """
+        arrays, types = self.check_inputs(inputs)
+        run = _Run(self, arrays, types, check_numerics, trace)
+        values = run.execute()
+        out = {}
+        for name in self.plan.outputs:
+            v = self.program.resolve(name)
+            out[name] = values[v]
+        return out
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    try:
+        return DType.from_numpy(dt).value
+    except ValueError:
+        return str(dt)
+
+
+def _describe(a: np.ndarray) -> str:
+    return f"{_dtype_name(a.dtype)} {format_shape(a.shape)}"
+
+
+class _Run:
+    """One execution of a plan."""
+
+    def __init__(self, exe: Executable, arrays: dict, types: dict, check_numerics: bool,
+                 trace: Optional[list]) -> None:
+        self.exe = exe
+        self.plan = exe.plan
+        self.values: dict[str, np.ndarray] = dict(arrays)
+        self.types = types
+        self.check_numerics = check_numerics
+        self.trace = trace
+        self.t0 = time.perf_counter()
+        self.inputs = set(arrays)
+        self.lock = threading.Lock()
+
+    # one step
+    def run_step(self, st: Step) -> None:
+        values = self.values
+        args = [None if v is None else values[v] for v in st.operands]
+        outs: list[Optional[np.ndarray]] = []
+        for j, r in enumerate(st.results):
+            if j in st.inplace:
+                outs.append(args[st.inplace[j]])
+                continue
+            t = self.types.get(r)
+            outs.append(self.exe._pool.take(t.dtype.numpy, t.shape) if t is not None and t.is_static else None)
+        start = time.perf_counter() if self.trace is not None else 0.0
+        try:
+            if len(st.results) == 1:
+                res = st.kernel.fn(*args, out=outs[0], **st.op.attrs)
+                res = (res,)
+            else:
+                res = st.kernel.fn(*args, out=tuple(outs), **st.op.attrs)
+        except GradirError:
+            raise
+        except Exception as e:  # a kernel failed: say where, with the operand shapes
+            raise self._error(st, f"{type(e).__name__}: {e}", args) from e
+        if self.trace is not None:
+            end = time.perf_counter()
+            self.trace.append({"name": st.op.op_name, "cat": "op", "ph": "X", "pid": os.getpid(),
+                               "tid": threading.get_ident() % 100000, "ts": (start - self.t0) * 1e6,
+                               "dur": (end - start) * 1e6,
+                               "args": {"results": ", ".join(st.results),
+                                        "line": st.op.loc.line.line if st.op.loc else None}})
+        if len(res) != len(st.results):  # pragma: no cover - kernel bug
+            raise self._error(st, f"kernel returned {len(res)} results, expected {len(st.results)}", args)
+        for r, a, want in zip(st.results, res, outs):
+            t = self.types.get(r)
+            if t is not None and (a.shape != t.shape if t.is_static else a.ndim != t.rank) or \
+                    (t is not None and a.dtype != t.dtype.numpy):
+                raise self._error(st, f"kernel produced {_describe(a)} for {r}, expected {t}", args)
+            if self.check_numerics and a.dtype.kind == "f" and not np.isfinite(a).all():
+                bad = np.argwhere(~np.isfinite(a))[0]
+                what = "NaN" if np.isnan(a[tuple(bad)]) else "Inf"
+                raise self._error(st, f"produced {what} in {r} at index {list(map(int, bad))} "
+                                      f"(--check-numerics)", args, numerics=True)
+            values[r] = a
+        for v in st.free_after:
+            a = values.pop(v, None)
+            if a is not None and v not in self.inputs and not any(st.operands[i] == v for i in st.inplace.values()):
+                self.exe._pool.give(a)
+
+    def _error(self, st: Step, msg: str, args: list, numerics: bool = False) -> ExecutionError:
+        op = st.op
+        shapes = ", ".join(f"{v} {_describe(a)}" for v, a in zip(st.operands, args) if v is not None)
+        where = f"line {op.loc.line.line}: " if op.loc else ""
+        text = f"while executing {where}{op.to_string()}: {msg}"
+        if not numerics:
+            text += f" (operands: {shapes})"
+        span = op.loc.results[0] if op.loc and op.loc.results else None
+        if span is not None:
+            span = type(span)(span.line, span.col, len(op.to_string()) + span.col)
+        return ExecutionError(Diagnostic(text, span, self.exe.graph.source if span else None,
+                                         filename=self.exe._file))
+
+    def execute(self) -> dict[str, np.ndarray]:
+        exe = self.exe
+        threads = exe.threads
+        prev = parallel.get_threads()
+        parallel.set_threads(threads)
+        limiter = None
+        try:
+            if threads > 1 and self.plan.blas_concurrency:
+                limiter = _blas_limit(max(1, (os.cpu_count() or 1) // threads))
+            if threads <= 1 or len(self.plan.steps) < 2:
+                for st in self.plan.steps:
+                    self.run_step(st)
+            else:
+                self._dataflow(threads)
+        finally:
+            parallel.set_threads(prev)
+            if limiter is not None:
+                limiter.restore_original_limits()
+        return self.values
+
+    def _dataflow(self, threads: int) -> None:
+        steps = self.plan.steps
+        waiting = [len(st.deps) for st in steps]
+        dependents: list[list[int]] = [[] for _ in steps]
+        for st in steps:
+            for d in st.deps:
+                dependents[d].append(st.index)
+        ready = [st.index for st in steps if waiting[st.index] == 0]
+        done_q: "queue.SimpleQueue[tuple[int, Optional[BaseException]]]" = queue.SimpleQueue()
+        pool = _executor(threads)
+        running = 0
+        finished = 0
+        error: Optional[BaseException] = None
+
+        def work(k: int) -> None:
+            try:
+                self.run_step(steps[k])
+                done_q.put((k, None))
+            except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+                done_q.put((k, e))
+
+        def complete(k: int) -> None:
+            nonlocal finished
+            finished += 1
+            for d in dependents[k]:
+                waiting[d] -= 1
+                if waiting[d] == 0:
+                    ready.append(d)
+
+        while finished < len(steps):
+            while ready and error is None:
+                ready.sort(reverse=True)  # lowest schedule index first: stable, memory-friendly
+                k = ready.pop()
+                st = steps[k]
+                if _is_tiny(st, self.types) or (running >= threads):
+                    try:
+                        self.run_step(st)
+                    except BaseException as e:  # noqa: BLE001
+                        error = error or e
+                        finished += 1
+                        break
+                    complete(k)
+                else:
+                    running += 1
+                    pool.submit(work, k)
+            if finished >= len(steps) or (error is not None and running == 0):
+                break
+            if running == 0 and not ready:  # pragma: no cover - a cycle would be a planner bug
+                raise ExecutionError("internal error: the schedule deadlocked")
+            k, e = done_q.get()
+            running -= 1
+            if e is not None:
+                error = error or e
+                finished += 1
+                continue
+            complete(k)
+        if error is not None:
+            raise error
+
+
+def _is_tiny(st: Step, types: dict) -> bool:
+    if st.kernel.blas:
+        return False
+    total = 0
+    for r in st.results:
+        t = types.get(r)
+        if t is None or not t.is_static:
+            return False
+        total += t.nbytes or 0
+    return total < INLINE_BYTES
+
+
+_EXECUTORS: dict[int, ThreadPoolExecutor] = {}
+_EXEC_LOCK = threading.Lock()
+
+
+def _executor(threads: int) -> ThreadPoolExecutor:
+    with _EXEC_LOCK:
+        ex = _EXECUTORS.get(threads)
+        if ex is None:
+            ex = _EXECUTORS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gradir")
+        return ex
+
+
+_CONTROLLER = None
+
+
+def _blas_limit(n: int):
+    """Limit BLAS threads (process-wide) while several BLAS ops may run at once."""
+    global _CONTROLLER
+    from threadpoolctl import ThreadpoolController
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=n, user_api="blas")

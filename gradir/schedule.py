@@ -1,0 +1,203 @@
+"""Scheduling: topological order (networkx), liveness and the buffer plan.
+
+The plan is computed once per compiled graph:
+
+* ``order``: a topological order of the ops (the source order when it is one);
+* liveness: each value is freed right after its last use (graph outputs are kept,
+  inputs belong to the caller and are never written);
+* in-place reuse: an element-wise (``inplace``) kernel writes its result into an
+  operand's buffer when that operand dies at this op and has the same dtype and
+  shape.  The donor's other readers become dependencies of the step, so the
+  reuse stays safe when steps run in parallel;
+* peak memory: the largest total size of live values along the schedule, next
+  to the naive total (every value kept alive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import networkx as nx
+
+from .errors import CompileError, Diagnostic
+from .ir import Op
+from .kernels import KERNELS, KernelInfo
+from .passes import Program
+from .types import TensorType, format_shape
+
+__all__ = ["Step", "Plan", "build_plan"]
+
+
+@dataclass
+class Step:
+    index: int
+    op: Op
+    kernel: KernelInfo
+    operands: list[Optional[str]]  # padded with None to the op's full operand count
+    results: list[str]
+    deps: set[int] = field(default_factory=set)  # steps that must finish first
+    free_after: list[str] = field(default_factory=list)  # values whose last use is this step
+    inplace: dict[int, int] = field(default_factory=dict)  # result index -> donor operand index
+    blas_concurrent: bool = False  # another BLAS step may run at the same time
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    inputs: list[str]
+    outputs: list[str]  # graph output names, in order
+    aliases: dict[str, str]  # output name -> value that computes it
+    types: dict[str, TensorType]
+    pass_log: list[tuple[str, str]]
+    peak_bytes: Optional[int]
+    naive_bytes: Optional[int]
+    static: bool  # every type fully known
+    blas_concurrency: bool
+
+    def describe(self) -> str:
+        """The schedule and memory plan, as ``gradir plan`` prints it."""
+        lines = ["# passes"]
+        lines += [f"#   {name}: {what}" for name, what in self.pass_log] or ["#   (none)"]
+        lines.append(f"# schedule: {len(self.steps)} steps")
+        for s in self.steps:
+            notes = []
+            if s.inplace:
+                notes.append("in place: " + ", ".join(f"{s.results[r]} reuses {s.operands[o]}"
+                                                      for r, o in s.inplace.items()))
+            if s.free_after:
+                notes.append("frees " + ", ".join(s.free_after))
+            if s.kernel.blas:
+                notes.append("BLAS")
+            line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
+            lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
+        if self.aliases:
+            lines.append("# outputs computed by merged values: "
+                         + ", ".join(f"{k} = {v}" for k, v in self.aliases.items()))
+        lines.append(f"# memory: planned peak {_mb(self.peak_bytes)}, naive total {_mb(self.naive_bytes)}"
+                     + ("" if self.static else " (values with '?' dims are not counted)"))
+        return "\n".join(lines) + "\n"
+
+
+def _mb(n: Optional[int]) -> str:
+    if n is None:
+        return "unknown"
+    if n < 1 << 20:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _bytes(t: Optional[TensorType]) -> int:
+    if t is None:
+        return 0
+    return t.nbytes or 0
+
+
+def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
+    ops = program.ops
+    missing = [op for op in ops if op.op_name not in KERNELS]
+    if missing:
+        diags = []
+        for op in missing:
+            span = op.loc.name if op.loc else None
+            diags.append(Diagnostic(f"op '{op.op_name}' has no kernel yet, so this graph cannot run "
+                                    f"({op.to_string()})", span, program.graph.source))
+        raise CompileError(diags)
+    dag = program.lower()
+    order = list(nx.lexicographical_topological_sort(dag)) if not _in_order(dag) else list(range(len(ops)))
+    types = program.types
+    outputs = set(program.live_outputs)
+    inputs = set(program.inputs)
+
+    steps: list[Step] = []
+    producer: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for pos, k in enumerate(order):
+        op = ops[k]
+        n = max(len(op.OPERANDS), len(op.operands))
+        operands = list(op.operands) + [None] * (n - len(op.operands))
+        st = Step(pos, op, KERNELS[op.op_name], operands, list(op.results))
+        for v in op.operands:
+            if v is None:
+                continue
+            if v in producer:
+                st.deps.add(producer[v])
+            readers.setdefault(v, []).append(pos)
+        for r in op.results:
+            producer[r] = pos
+        steps.append(st)
+
+    # liveness
+    last_use: dict[str, int] = {}
+    for v, rs in readers.items():
+        last_use[v] = max(rs)
+    for st in steps:
+        for r in st.results:
+            if r not in readers and r not in outputs:
+                st.free_after.append(r)  # never read: dropped at once
+    for v, pos in last_use.items():
+        if v not in outputs and v not in inputs:
+            steps[pos].free_after.append(v)
+
+    # in-place reuse of a dying operand's buffer
+    for st in steps:
+        if not st.kernel.inplace:
+            continue
+        used: set[int] = set()
+        for j, r in enumerate(st.results):
+            tr = types.get(r)
+            for i, v in enumerate(st.operands):
+                if (v is None or i in used or v in inputs or v in outputs or last_use.get(v) != st.index
+                        or types.get(v) != tr or tr is None):
+                    continue
+                st.inplace[j] = i
+                used.update(k for k, w in enumerate(st.operands) if w == v)
+                # every other reader of v must finish before v's buffer is overwritten
+                st.deps.update(p for p in readers[v] if p != st.index)
+                break
+
+    # BLAS concurrency: can two BLAS steps run at once?  (ancestor bitsets over BLAS steps)
+    blas_ids = {st.index: b for b, st in enumerate(s for s in steps if s.kernel.blas)}
+    anc: list[int] = [0] * len(steps)
+    concurrent = False
+    if len(blas_ids) > 1:
+        for st in steps:
+            a = 0
+            for d in st.deps:
+                a |= anc[d]
+                if d in blas_ids:
+                    a |= 1 << blas_ids[d]
+            anc[st.index] = a
+        seen_mask = 0
+        for st in steps:
+            if st.index in blas_ids:
+                b = blas_ids[st.index]
+                others = seen_mask & ~anc[st.index]
+                if others:
+                    concurrent = True
+                    st.blas_concurrent = True
+                    for s2 in steps:  # mark the partners too
+                        if s2.index in blas_ids and others >> blas_ids[s2.index] & 1:
+                            s2.blas_concurrent = True
+                seen_mask |= 1 << b
+
+    # memory: simulate the schedule
+    static = all(t.is_static for t in types.values())
+    live = sum(_bytes(types.get(v)) for v in inputs)
+    peak = live
+    naive = live
+    for st in steps:
+        new = sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
+        naive += sum(_bytes(types.get(r)) for r in st.results)
+        live += new
+        peak = max(peak, live)
+        for v in st.free_after:
+            donated = any(st.operands[i] == v for i in st.inplace.values())
+            if not donated:
+                live -= _bytes(types.get(v))
+    return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
+                peak, naive, static, concurrent)
+
+
+def _in_order(dag: nx.DiGraph) -> bool:
+    return all(u < v for u, v in dag.edges)
