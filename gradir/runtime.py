@@ -11,6 +11,7 @@ identical for every thread count.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import queue
@@ -29,10 +30,6 @@ from .schedule import Plan, Step, build_plan
 from .types import DType, TensorType, format_shape
 
 __all__ = ["compile", "Executable", "default_threads"]
-
-# ops whose results are smaller than this run inline on the dispatching thread
-INLINE_BYTES = 256 << 10
-
 
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
@@ -67,9 +64,11 @@ def compile(graph_or_text: Union[Graph, str], threads: Optional[int] = None, *,
             graph.validate()
     else:
         raise TypeError(f"compile() takes a Graph or IR text, not {type(graph_or_text).__name__}")
-    program = Program(graph)
-    log = run_passes(program, passes, disable)
-    plan = build_plan(program, log)
+    from .syntax import _no_gc
+    with _no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
+        program = Program(graph)
+        log = run_passes(program, passes, disable)
+        plan = build_plan(program, log)
     return Executable(graph, program, plan, threads)
 
 
@@ -106,6 +105,16 @@ class Executable:
         self._pool = _Pool()
         self._shape_cache: dict[tuple, dict[str, TensorType]] = {}
         self._lock = threading.Lock()
+
+    def _straight_line(self):
+        """The schedule as one generated Python function (torch.fx style): each
+        step a direct call, values in locals, ``del`` after the last use.  Tiny
+        ops with an exact ufunc call it directly; large results come from and go
+        back to the buffer pool."""
+        fn = getattr(self, "_codegen_fn", None)
+        if fn is None:
+            fn = self._codegen_fn = _codegen(self.plan, self._pool)
+        return fn
 
     @property
     def input_names(self) -> list[str]:
@@ -211,8 +220,15 @@ def _dtype_name(dt: np.dtype) -> str:
         return str(dt)
 
 
-def _describe(a: np.ndarray) -> str:
+def _describe(a: Any) -> str:
+    if isinstance(a, _Planned):
+        return str(a.type)
     return f"{_dtype_name(a.dtype)} {format_shape(a.shape)}"
+
+
+class _Planned:
+    def __init__(self, t: Optional[TensorType]) -> None:
+        self.type = t
 
 
 class _Run:
@@ -277,6 +293,15 @@ class _Run:
             if a is not None and v not in self.inputs and not any(st.operands[i] == v for i in st.inplace.values()):
                 self.exe._pool.give(a)
 
+    def _fail(self, k: int, e: BaseException) -> None:
+        """Re-raise an exception from the generated code as a located ExecutionError."""
+        if isinstance(e, GradirError) or k < 0 or not isinstance(e, Exception):
+            raise e
+        st = self.plan.steps[k]
+        # operand arrays are gone from the generated function's locals: report their planned types
+        args = [_Planned(self.types.get(v)) if v is not None else None for v in st.operands]
+        raise self._error(st, f"{type(e).__name__}: {e}", args) from e
+
     def _error(self, st: Step, msg: str, args: list, numerics: bool = False) -> ExecutionError:
         op = st.op
         shapes = ", ".join(f"{v} {_describe(a)}" for v, a in zip(st.operands, args) if v is not None)
@@ -299,7 +324,10 @@ class _Run:
         try:
             if threads > 1 and self.plan.blas_concurrency:
                 limiter = _blas_limit(max(1, (os.cpu_count() or 1) // threads))
-            if threads <= 1 or len(self.plan.steps) < 2:
+            if self.trace is None and not self.check_numerics and self.types is self.plan.types and (
+                    threads <= 1 or not self.plan.heavy_concurrency):
+                self.values = exe._straight_line()(self)  # nothing to overlap: generated straight-line code
+            elif threads <= 1 or len(self.plan.steps) < 2:
                 for st in self.plan.steps:
                     self.run_step(st)
             else:
@@ -344,7 +372,7 @@ class _Run:
                 ready.sort(reverse=True)  # lowest schedule index first: stable, memory-friendly
                 k = ready.pop()
                 st = steps[k]
-                if _is_tiny(st, self.types) or (running >= threads):
+                if st.tiny or running >= threads:
                     try:
                         self.run_step(st)
                     except BaseException as e:  # noqa: BLE001
@@ -370,16 +398,61 @@ class _Run:
             raise error
 
 
-def _is_tiny(st: Step, types: dict) -> bool:
-    if st.kernel.blas:
-        return False
-    total = 0
-    for r in st.results:
-        t = types.get(r)
-        if t is None or not t.is_static:
-            return False
-        total += t.nbytes or 0
-    return total < INLINE_BYTES
+def _codegen(plan: Plan, pool: _Pool):
+    env: dict[str, Any] = {"_P": pool.take, "_G": pool.give}
+    local: dict[str, str] = {}
+    lines = ["def _run(_R):", "    _V = _R.values", "    _s = -1", "    try:"]
+    for name in plan.inputs:
+        local[name] = f"v{len(local)}"
+        lines.append(f"        {local[name]} = _V[{name!r}]")
+    inputs = set(plan.inputs)
+    for st in plan.steps:
+        k = st.index
+        args = []
+        for v in st.operands:
+            args.append("None" if v is None else local[v])
+        res = []
+        for r in st.results:
+            local[r] = f"v{len(local)}"
+            res.append(local[r])
+        lines.append(f"        _s = {k}")
+        outs = []
+        for j, r in enumerate(st.results):
+            if j in st.inplace:
+                outs.append(args[st.inplace[j]])
+            elif not st.tiny and plan.types.get(r) is not None and plan.types[r].is_static:
+                t = plan.types[r]
+                env[f"_T{k}_{j}"] = (t.dtype.numpy, t.shape)
+                outs.append(f"_P(*_T{k}_{j})")
+            else:
+                outs.append("None")
+        uf = st.kernel.ufunc
+        if st.tiny and uf is not None and len(st.results) == 1 and not st.op.attrs:
+            env[f"_U{k}"] = uf
+            out = f", out={outs[0]}" if outs[0] != "None" else ""
+            lines.append(f"        {res[0]} = _U{k}({', '.join(args)}{out})")
+        else:
+            env[f"_K{k}"] = st.kernel.fn
+            env[f"_A{k}"] = st.op.attrs
+            out = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
+            call = f"_K{k}({', '.join(args + ['out=' + out, '**_A' + str(k)])})"
+            if len(res) == 1:
+                lines.append(f"        {res[0]} = {call}")
+            else:
+                lines.append(f"        {', '.join(res)}, = {call}")
+        for v in st.free_after:
+            donated = any(st.operands[i] == v for i in st.inplace.values())
+            if not st.tiny and not donated and v not in inputs:
+                lines.append(f"        _G({local[v]})")
+            lines.append(f"        del {local[v]}")
+    ret = ", ".join(f"{v!r}: {local[v]}" for v in dict.fromkeys(plan.live_outputs))
+    lines.append(f"        return {{{ret}}}")
+    lines.append("    except BaseException as _e:")
+    lines.append("        _R._fail(_s, _e)")
+    src = "\n".join(lines) + "\n"
+    code = builtins.compile(src, "<gradir straight-line plan>", "exec")
+    exec(code, env)
+    return env["_run"]
 
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}

@@ -40,6 +40,7 @@ class Step:
     free_after: list[str] = field(default_factory=list)  # values whose last use is this step
     inplace: dict[int, int] = field(default_factory=dict)  # result index -> donor operand index
     blas_concurrent: bool = False  # another BLAS step may run at the same time
+    tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
 
 
 @dataclass
@@ -53,7 +54,18 @@ class Plan:
     peak_bytes: Optional[int]
     naive_bytes: Optional[int]
     static: bool  # every type fully known
-    blas_concurrency: bool
+    blas_concurrency: bool  # two BLAS steps may run at once
+    heavy_concurrency: bool  # two non-tiny steps may run at once: worth the dataflow executor
+
+    @property
+    def live_outputs(self) -> list[str]:
+        """The values the outputs come from (after CSE merged some)."""
+        out = []
+        for o in self.outputs:
+            while o in self.aliases:
+                o = self.aliases[o]
+            out.append(o)
+        return out
 
     def describe(self) -> str:
         """The schedule and memory plan, as ``gradir plan`` prints it."""
@@ -98,10 +110,15 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
     missing = [op for op in ops if op.op_name not in KERNELS]
     if missing:
         diags = []
+        first: dict[str, list] = {}
         for op in missing:
+            first.setdefault(op.op_name, []).append(op)
+        for name, uses in first.items():
+            op = uses[0]
             span = op.loc.name if op.loc else None
-            diags.append(Diagnostic(f"op '{op.op_name}' has no kernel yet, so this graph cannot run "
-                                    f"({op.to_string()})", span, program.graph.source))
+            more = f"; {len(uses) - 1} more use{'s' if len(uses) > 2 else ''}" if len(uses) > 1 else ""
+            diags.append(Diagnostic(f"op '{name}' has no kernel yet, so this graph cannot run "
+                                    f"({op.to_string()}{more})", span, program.graph.source))
         raise CompileError(diags)
     dag = program.lower()
     order = list(nx.lexicographical_topological_sort(dag)) if not _in_order(dag) else list(range(len(ops)))
@@ -156,30 +173,12 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
                 st.deps.update(p for p in readers[v] if p != st.index)
                 break
 
-    # BLAS concurrency: can two BLAS steps run at once?  (ancestor bitsets over BLAS steps)
-    blas_ids = {st.index: b for b, st in enumerate(s for s in steps if s.kernel.blas)}
-    anc: list[int] = [0] * len(steps)
-    concurrent = False
-    if len(blas_ids) > 1:
-        for st in steps:
-            a = 0
-            for d in st.deps:
-                a |= anc[d]
-                if d in blas_ids:
-                    a |= 1 << blas_ids[d]
-            anc[st.index] = a
-        seen_mask = 0
-        for st in steps:
-            if st.index in blas_ids:
-                b = blas_ids[st.index]
-                others = seen_mask & ~anc[st.index]
-                if others:
-                    concurrent = True
-                    st.blas_concurrent = True
-                    for s2 in steps:  # mark the partners too
-                        if s2.index in blas_ids and others >> blas_ids[s2.index] & 1:
-                            s2.blas_concurrent = True
-                seen_mask |= 1 << b
+    for st in steps:
+        st.tiny = _is_tiny(st, types)
+    blas = _concurrent(steps, lambda st: st.kernel.blas)
+    for st in steps:
+        st.blas_concurrent = st.index in blas
+    heavy = _concurrent(steps, lambda st: not st.tiny)
 
     # memory: simulate the schedule
     static = all(t.is_static for t in types.values())
@@ -196,7 +195,54 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
             if not donated:
                 live -= _bytes(types.get(v))
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
-                peak, naive, static, concurrent)
+                peak, naive, static, bool(blas), bool(heavy))
+
+
+# results smaller than this (bytes) make a step "tiny": run inline, never worth a thread hop
+INLINE_BYTES = 256 << 10
+
+
+def _is_tiny(st: Step, types: dict) -> bool:
+    if st.kernel.blas:
+        return False
+    total = 0
+    for r in st.results:
+        t = types.get(r)
+        if t is None or not t.is_static:
+            return False
+        total += t.nbytes or 0
+    return total < INLINE_BYTES
+
+
+def _concurrent(steps: list[Step], pred) -> set[int]:
+    """Indices of the steps satisfying ``pred`` that may run at the same time as
+    another such step (neither is an ancestor of the other).  Ancestor sets are
+    bitsets over the selected steps, built in one pass over the schedule."""
+    ids = {st.index: b for b, st in enumerate(s for s in steps if pred(s))}
+    if len(ids) < 2:
+        return set()
+    anc = [0] * len(steps)
+    for st in steps:
+        a = 0
+        for d in st.deps:
+            a |= anc[d]
+            if d in ids:
+                a |= 1 << ids[d]
+        anc[st.index] = a
+    out: set[int] = set()
+    seen = 0
+    by_bit = {b: i for i, b in ids.items()}
+    for st in steps:
+        if st.index in ids:
+            others = seen & ~anc[st.index]
+            if others:
+                out.add(st.index)
+                while others:
+                    low = others & -others
+                    out.add(by_bit[low.bit_length() - 1])
+                    others ^= low
+            seen |= 1 << ids[st.index]
+    return out
 
 
 def _in_order(dag: nx.DiGraph) -> bool:

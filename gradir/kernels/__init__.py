@@ -28,18 +28,23 @@ class KernelInfo:
     fn: Callable[..., Any]
     inplace: bool = False  # result may share the buffer of a same-shaped operand
     blas: bool = False  # spends its time in BLAS (limits BLAS threads when run concurrently)
+    ufunc: Any = None  # a NumPy ufunc computing exactly this op (no attributes): used for tiny arrays
 
 
 KERNELS: dict[str, KernelInfo] = {}
 
 
-def kernel(name: str, *, inplace: bool = False, blas: bool = False) -> Callable:
-    """Decorator: register ``fn`` as the kernel of op ``name``."""
+def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any = None) -> Callable:
+    """Decorator: register ``fn`` as the kernel of op ``name``.
+
+    ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
+    runtime calls it directly for tiny arrays, where a kernel's own overhead shows.
+    """
 
     def register(fn: Callable) -> Callable:
         if name in KERNELS:
             raise ValueError(f"kernel for {name!r} registered twice")
-        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas)
+        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc)
         return fn
 
     return register

@@ -39,37 +39,37 @@ def _elementwise(ufunc: Callable, *arrays: np.ndarray, out: Optional[np.ndarray]
     return out
 
 
-@kernel("Add", inplace=True)
+@kernel("Add", inplace=True, ufunc=np.add)
 def add(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _elementwise(np.add, a, b, out=out)
 
 
-@kernel("Sub", inplace=True)
+@kernel("Sub", inplace=True, ufunc=np.subtract)
 def sub(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _elementwise(np.subtract, a, b, out=out)
 
 
-@kernel("Mul", inplace=True)
+@kernel("Mul", inplace=True, ufunc=np.multiply)
 def mul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _elementwise(np.multiply, a, b, out=out)
 
 
-@kernel("Div", inplace=True)
+@kernel("Div", inplace=True, ufunc=np.divide)
 def div(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _elementwise(np.divide, a, b, out=out)
 
 
-@kernel("Neg", inplace=True)
+@kernel("Neg", inplace=True, ufunc=np.negative)
 def neg(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _elementwise(np.negative, x, out=out)
 
 
-@kernel("Exp", inplace=True)
+@kernel("Exp", inplace=True, ufunc=np.exp)
 def exp(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _elementwise(np.exp, x, out=out)
 
 
-@kernel("Log", inplace=True)
+@kernel("Log", inplace=True, ufunc=np.log)
 def log(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _elementwise(np.log, x, out=out)
 

@@ -1,0 +1,130 @@
+"""Runtime benchmarks, each a ratio against a baseline measured in the same run.
+
+1. dispatch overhead: a 10,000-op chain of tiny element-wise ops through
+   gradir vs calling the same NumPy functions in a plain Python loop (goal <= 1.5x);
+2. parallelism: two independent element-wise-heavy branches, 2 threads vs 1
+   (goal >= 1.6x speed-up);
+3. compile time for a 100,000-op graph: parse, verify, passes, plan (goal < 10 s).
+
+    python benchmarks/bench_runtime.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import gradir  # noqa: E402
+from gradir.syntax import parse  # noqa: E402
+
+
+def best(fn, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def dispatch(n_ops: int) -> None:
+    ops = [("Neg", np.negative), ("Exp", np.exp), ("Neg", np.negative), ("Tanh", np.tanh)]
+    lines = ["input t0 : Float32 [16]"]
+    for k in range(n_ops):
+        lines.append(f"t{k + 1} = {ops[k % 4][0]}(t{k})")
+    lines.append(f"output t{n_ops}")
+    exe = gradir.compile("\n".join(lines) + "\n", threads=2)
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    fns = [f for _, f in ops]
+
+    def plain():
+        y = x
+        for k in range(n_ops):
+            y = fns[k % 4](y)
+        return y
+
+    ref = plain()
+    out = exe.run({"t0": x})[f"t{n_ops}"]
+    assert np.array_equal(ref, out)
+    t_plain = best(plain)
+    t_gradir = best(lambda: exe.run({"t0": x}))
+    ratio = t_gradir / t_plain
+    print(f"dispatch: {n_ops} tiny ops (Float32 [16])   plain NumPy loop {t_plain * 1e3:7.2f} ms   "
+          f"gradir {t_gradir * 1e3:7.2f} ms   ratio {ratio:.2f}x   (goal <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
+    print(f"          per op: plain {t_plain / n_ops * 1e6:.2f} us, gradir {t_gradir / n_ops * 1e6:.2f} us")
+
+
+def parallel(rows: int) -> None:
+    # each branch: a chain of transcendental element-wise ops on its own 16 MiB tensor
+    text = [f"input t0 : Float32 [{rows}, 1024]", f"input t1 : Float32 [{rows}, 1024]"]
+    n = 2
+    heads = ["t0", "t1"]
+    for step in range(6):
+        for b in range(2):
+            op = ["Tanh", "Exp", "Sigmoid", "Neg", "Tanh", "Sigmoid"][step]
+            text.append(f"t{n} = {op}({heads[b]})")
+            heads[b] = f"t{n}"
+            n += 1
+    text.append(f"t{n} = Add({heads[0]}, {heads[1]})")
+    text.append(f"output t{n}")
+    src = "\n".join(text) + "\n"
+    rng = np.random.default_rng(0)
+    inputs = {"t0": rng.standard_normal((rows, 1024)).astype(np.float32),
+              "t1": rng.standard_normal((rows, 1024)).astype(np.float32)}
+    from gradir.kernels import parallel as par
+    # whole-op parallelism only: keep each kernel on one thread in both runs
+    saved = par.MIN_CHUNK_BYTES
+    par.MIN_CHUNK_BYTES = 1 << 62
+    try:
+        e1 = gradir.compile(src, threads=1)
+        e2 = gradir.compile(src, threads=2)
+        r1 = e1.run(inputs)
+        r2 = e2.run(inputs)
+        assert all(np.array_equal(r1[k], r2[k]) for k in r1)
+        t1 = best(lambda: e1.run(inputs))
+        t2 = best(lambda: e2.run(inputs))
+    finally:
+        par.MIN_CHUNK_BYTES = saved
+    e2b = gradir.compile(src, threads=2)
+    t2b = best(lambda: e2b.run(inputs))
+    s = t1 / t2
+    print(f"parallel: 2 independent branches of 6 element-wise ops on [{rows}, 1024] Float32")
+    print(f"          1 thread {t1 * 1e3:7.1f} ms   2 threads {t2 * 1e3:7.1f} ms   speed-up {s:.2f}x   "
+          f"(goal >= 1.6x: {'met' if s >= 1.6 else 'NOT met'})")
+    print(f"          2 threads with row-chunked kernels too: {t2b * 1e3:7.1f} ms ({t1 / t2b:.2f}x)")
+
+
+def compile_time(n_ops: int) -> None:
+    sys.path.insert(0, os.path.dirname(__file__))
+    from bench_check import generate
+    text = generate(n_ops)
+    parse("input t0 : Float32 [1]\noutput t0\n")
+    t0 = time.perf_counter()
+    g = parse(text, "big.gir")
+    t1 = time.perf_counter()
+    exe = gradir.compile(g)
+    t2 = time.perf_counter()
+    total = t2 - t0
+    print(f"compile: {n_ops} ops   parse+verify {t1 - t0:6.2f} s   passes+plan {t2 - t1:6.2f} s   "
+          f"total {total:6.2f} s   (goal < 10 s: {'met' if total < 10 else 'NOT met'})")
+    print(f"          plan: {len(exe.plan.steps)} steps, peak {exe.plan.peak_bytes / 2**20:.1f} MiB, "
+          f"naive {exe.plan.naive_bytes / 2**20:.1f} MiB")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
+    args = ap.parse_args()
+    dispatch(1000 if args.quick else 10_000)
+    parallel(1024 if args.quick else 4096)
+    compile_time(10_000 if args.quick else 100_000)
+
+
+if __name__ == "__main__":
+    main()

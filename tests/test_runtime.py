@@ -1,0 +1,327 @@
+"""Compiler passes, schedule, buffer plan and the executor."""
+
+from __future__ import annotations
+
+import json
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradir
+from gradir import CompileError, ExecutionError, InputError
+from gradir.cli import main
+from gradir.kernels import KERNELS
+from gradir.runcli import demo_inputs
+from strategies import OP_EXAMPLES, graphs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MATH_OPS = ["Add", "Sub", "Mul", "Div", "Neg", "Exp", "Log", "Identity", "MatMul", "Transpose", "Reshape",
+            "ReduceSum", "ReduceMean", "Sum"]
+
+
+def test_every_op_has_a_kernel():
+    gradir.compile("input t0 : Float32 [1]\nt1 = Neg(t0)\noutput t1\n")  # loads the kernel families
+    missing = sorted(set(gradir.OPS) - set(KERNELS))
+    assert missing == [], f"ops without a kernel: {missing}"
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return a.dtype.str.encode() + repr(a.shape).encode() + a.tobytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(graphs(max_ops=8), st.integers(0, 2**31 - 1))
+def test_results_are_bit_identical_for_1_2_4_threads(g, seed):
+    from gradir.kernels import parallel
+    inputs = demo_inputs(g, seed)
+    try:
+        ref = gradir.compile(g, threads=1).run(inputs)
+    except InputError:  # '?' dims filled with 2 may not fit the graph: nothing to compare
+        return
+    for threads in (2, 4):
+        out = gradir.compile(g, threads=threads).run(inputs)
+        assert list(out) == list(ref)
+        for k in ref:
+            assert _bits(out[k]) == _bits(ref[k]), (k, threads)
+
+
+def test_large_elementwise_results_identical_across_threads():
+    text = ("input t0 : Float32 [2048, 1024]\ninput t1 : Float32 [2048, 1024]\n"
+            "t2 = Mul(t0, t1)\nt3 = Exp(t2)\nt4 = Add(t3, t1)\nt5 = Sum(t4, t2, t3)\nt6 = ReduceSum(t5, axes=[1])\n"
+            "output t5, t6\n")
+    g = gradir.parse(text)
+    inputs = demo_inputs(g, 1)
+    ref = gradir.compile(g, threads=1).run(inputs)
+    for threads in (2, 4):
+        out = gradir.compile(g, threads=threads).run(inputs)
+        for k in ref:
+            assert _bits(out[k]) == _bits(ref[k])
+    x, y = inputs["t0"], inputs["t1"]
+    np.testing.assert_allclose(ref["t5"], (np.exp(x * y) + y) + x * y + np.exp(x * y), rtol=1e-6)
+
+
+def test_math_kernels_match_numpy():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 4, 5))
+    b = rng.standard_normal((4, 5)) + 3
+    exe = gradir.compile(
+        "input t0 : Float64 [3, 4, 5]\ninput t1 : Float64 [4, 5]\n"
+        "t2 = Add(t0, t1)\nt3 = Sub(t1, t0)\nt4 = Mul(t0, t1)\nt5 = Div(t0, t1)\nt6 = Neg(t0)\nt7 = Exp(t0)\n"
+        "t8 = Log(t1)\nt9 = Identity(t0)\nt10 = Transpose(t1)\nt11 = MatMul(t0, t10)\n"
+        "t12 = Transpose(t0, perm=[2, 0, 1])\nt13 = Reshape(t0, shape=[-1, 10])\n"
+        "t14 = ReduceSum(t0, axes=[0, -1], keepdims=true)\nt15 = ReduceMean(t0)\nt16 = Sum(t0, t2, t4)\n"
+        "output t2, t3, t4, t5, t6, t7, t8, t9, t11, t12, t13, t14, t15, t16\n")
+    r = exe(t0=a, t1=b)
+    np.testing.assert_array_equal(r["t2"], a + b)
+    np.testing.assert_array_equal(r["t3"], b - a)
+    np.testing.assert_array_equal(r["t4"], a * b)
+    np.testing.assert_array_equal(r["t5"], a / b)
+    np.testing.assert_array_equal(r["t6"], -a)
+    np.testing.assert_array_equal(r["t7"], np.exp(a))
+    np.testing.assert_array_equal(r["t8"], np.log(b))
+    np.testing.assert_array_equal(r["t9"], a)
+    np.testing.assert_allclose(r["t11"], a @ b.T, rtol=1e-12)
+    np.testing.assert_array_equal(r["t12"], a.transpose(2, 0, 1))
+    np.testing.assert_array_equal(r["t13"], a.reshape(-1, 10))
+    np.testing.assert_allclose(r["t14"], a.sum(axis=(0, 2), keepdims=True), rtol=1e-12)
+    np.testing.assert_allclose(r["t15"], a.mean(), rtol=1e-12)
+    np.testing.assert_allclose(r["t16"], a + (a + b) + a * b, rtol=1e-12)
+    assert r["t15"].shape == ()
+
+
+def test_dce_removes_exactly_the_dead_ops():
+    text = ("input t0 : Float32 [4]\ninput t1 : Float32 [4]\n"
+            "t2 = Exp(t0)\nt3 = Neg(t2)\n"      # dead chain
+            "t4 = Add(t0, t1)\nt5 = Mul(t4, t4)\n"
+            "t6 = Log(t5)\n"                    # live
+            "output t6, t4\n")
+    exe = gradir.compile(text)
+    assert [op.op_name for op in exe.program.ops] == ["Add", "Mul", "Log"]
+    assert ("dce", "removed 2 ops") in exe.plan.pass_log
+    exe2 = gradir.compile(text, disable=["dce"])
+    assert [op.op_name for op in exe2.program.ops] == ["Exp", "Neg", "Add", "Mul", "Log"]
+
+
+def test_dce_keeps_multi_result_ops_with_one_live_result():
+    exe = gradir.compile(gradir.load(os.path.join(ROOT, "samples", "lstm_bptt.gir")))
+    assert [op.op_name for op in exe.program.ops] == ["LSTMTraining", "LSTMGrad"]
+
+
+def test_cse_merges_exactly_identical_ops():
+    text = ("input t0 : Float32 [4]\ninput t1 : Float32 [4]\n"
+            "t2 = LeakyRelu(t0, alpha=0.2)\nt3 = LeakyRelu(t0, alpha=0.2)\n"  # same: merged
+            "t4 = LeakyRelu(t0, alpha=0.3)\n"                                  # other attribute: kept
+            "t5 = LeakyRelu(t1, alpha=0.2)\n"                                  # other operand: kept
+            "t6 = Add(t2, t4)\nt7 = Add(t3, t4)\n"                              # same after renaming: merged
+            "t8 = Add(t4, t2)\n"                                               # operand order differs: kept
+            "output t6, t7, t8, t5, t3\n")
+    exe = gradir.compile(text)
+    names = [(op.op_name, op.results[0]) for op in exe.program.ops]
+    assert names == [("LeakyRelu", "t2"), ("LeakyRelu", "t4"), ("LeakyRelu", "t5"), ("Add", "t6"), ("Add", "t8")]
+    assert exe.plan.aliases == {"t3": "t2", "t7": "t6"}
+    rng = np.random.default_rng(0)
+    r = exe(t0=rng.standard_normal(4).astype(np.float32), t1=rng.standard_normal(4).astype(np.float32))
+    assert list(r) == ["t6", "t7", "t8", "t5", "t3"]
+    np.testing.assert_array_equal(r["t6"], r["t7"])
+    assert ("cse", "merged 2 ops") in exe.plan.pass_log
+
+
+def test_fusion_pass_groups_sibling_cell_gradients():
+    exe = gradir.compile(open(os.path.join(ROOT, "samples", "lstm_cell_backward.gir")).read())
+    fused = [op for op in exe.program.ops if op.op_name == "GradLSTMCellInputFused"]
+    assert len(fused) == 1 and fused[0].attrs["input_indices"] == (0, 1, 2, 3, 4, 5)
+    unfused = gradir.compile(exe.graph, disable=["fuse-lstm-cell-grads"])
+    assert sum(op.op_name == "GradLSTMCellInput" for op in unfused.program.ops) == 6
+
+
+def test_unknown_pass_is_a_clear_error():
+    with pytest.raises(CompileError, match="unknown pass 'nope'"):
+        gradir.compile("input t0 : Float32 [1]\noutput t0\n", disable=["nope"])
+
+
+def test_op_without_kernel_fails_at_compile_time(monkeypatch):
+    gradir.compile("input t0 : Float32 [1]\noutput t0\n")
+    monkeypatch.delitem(KERNELS, "Exp")
+    with pytest.raises(CompileError) as e:
+        gradir.compile("input t0 : Float32 [2]\nt1 = Neg(t0)\nt2 = Exp(t1)\noutput t2\n", filename="k.gir")
+    assert e.value.render().startswith("k.gir:3:6: error: op 'Exp' has no kernel yet")
+
+
+def test_chain_of_100_elementwise_ops_on_64_mib_uses_a_few_buffers():
+    n = 16 * 1024 * 1024  # 64 MiB of float32
+    lines = [f"input t0 : Float32 [{n // 4096}, 4096]"]
+    ops = ["Neg", "Exp", "Neg", "Identity"]
+    for k in range(100):
+        lines.append(f"t{k + 1} = {ops[k % 4]}(t{k})")
+    lines.append("output t100")
+    exe = gradir.compile("\n".join(lines) + "\n", threads=2)
+    mib = 1 << 20
+    assert exe.plan.naive_bytes == 101 * 64 * mib
+    assert exe.plan.peak_bytes == 2 * 64 * mib  # the input plus one buffer, reused in place
+    x = np.full((n // 4096, 4096), -1.0, dtype=np.float32)
+    exe.run({"t0": x})  # warm up: later runs reuse the pooled buffers
+    tracemalloc.start()
+    try:
+        out = exe.run({"t0": x})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * 64 * mib, f"measured peak {peak / mib:.0f} MiB"
+    assert out["t100"].shape == x.shape
+
+
+def test_input_errors_name_the_input():
+    exe = gradir.compile("input t0 : Float32 [2, ?]\ninput t1 : Float32 [?, 3]\ninput t2 : Int32 [2]\n"
+                         "t3 = ReluGrad(t0, t1)\noutput t3, t2\n", filename="in.gir")
+    f = lambda *s, dt=np.float32: np.zeros(s, dtype=dt)  # noqa: E731
+    ok = exe.run({"t0": f(2, 3), "t1": f(2, 3), "t2": f(2, dt=np.int32)})
+    assert ok["t3"].shape == (2, 3)
+    cases = [
+        ({"t0": f(2, 3), "t1": f(2, 3)}, "missing input t2 (Int32 [2])"),
+        ({"t0": f(2, 3), "t1": f(2, 3), "t2": f(2, dt=np.int32), "t9": f(1)}, "unexpected input t9"),
+        ({"t0": f(2, 3, dt=np.float64), "t1": f(2, 3), "t2": f(2, dt=np.int32)},
+         "input t0: expected Float32 [2, ?], got Float64 [2, 3] (dtype Float64 instead of Float32)"),
+        ({"t0": f(2, 3, 1), "t1": f(2, 3), "t2": f(2, dt=np.int32)}, "(rank 3 instead of 2)"),
+        ({"t0": f(3, 3), "t1": f(3, 3), "t2": f(2, dt=np.int32)}, "input t0: expected Float32 [2, ?], got Float32 [3, 3] (dimension 0 is 3)"),
+        ({"t0": f(2, 3), "t1": f(4, 3), "t2": f(2, dt=np.int32)},
+         "the input shapes are inconsistent (t0 [2, 3], t1 [4, 3], t2 [2]): ReluGrad: operand X (t1) has shape [4, 3] but dY (t0) has [2, 3]"),
+    ]
+    for inputs, msg in cases:
+        with pytest.raises(InputError) as e:
+            exe.run(inputs)
+        assert msg in str(e.value), str(e.value)
+
+
+def test_kernel_exception_names_the_op_line(monkeypatch):
+    gradir.compile("input t0 : Float32 [1]\noutput t0\n")
+    from gradir.kernels import KernelInfo
+
+    def boom(*a, out=None):
+        raise ValueError("kaput")
+    monkeypatch.setitem(KERNELS, "Exp", KernelInfo("Exp", boom))
+    exe = gradir.compile("input t0 : Float32 [2, 3]\ninput t1 : Float32 [3, 4]\nt2 = MatMul(t0, t1)\n"
+                         "t3 = Exp(t2)\noutput t3\n", filename="e.gir")
+    with pytest.raises(ExecutionError) as e:
+        exe.run({"t0": np.ones((2, 3), np.float32), "t1": np.ones((3, 4), np.float32)})
+    assert ("while executing line 4: t3 = Exp(t2) : Float32 [2, 4]: ValueError: kaput "
+            "(operands: t2 Float32 [2, 4])") in str(e.value)
+
+
+def test_check_numerics_stops_at_the_first_bad_op():
+    exe = gradir.compile("input t0 : Float32 [3]\nt1 = Log(t0)\nt2 = Exp(t1)\noutput t2\n", filename="n.gir")
+    x = np.array([1.0, -1.0, 2.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(exe.run({"t0": x})["t2"][1])
+        with pytest.raises(ExecutionError) as e:
+            exe.run({"t0": x}, check_numerics=True)
+    assert "line 2: t1 = Log(t0) : Float32 [3]: produced NaN in t1 at index [1]" in str(e.value)
+
+
+def test_compile_once_run_many_and_call_syntax():
+    exe = gradir.compile("input t0 : Float64 [3]\nt1 = Mul(t0, t0)\nt2 = Add(t1, t0)\noutput t2\n")
+    for k in range(3):
+        x = np.arange(3.0) + k
+        np.testing.assert_array_equal(exe(t0=x)["t2"], x * x + x)
+    assert "t2 = Add" in exe.plan.describe() or "Add" in exe.plan.describe()
+    assert exe.input_names == ["t0"] and exe.output_names == ["t2"]
+
+
+# -- the command line -----------------------------------------------------------------
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+GRAPH = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [2, 3]\nt2 = Mul(t0, t1)\nt3 = Neg(t2)\noutput t3, t2\n"
+
+
+def test_run_demo_inputs_are_reproducible_and_saved(tmp_path, capsys):
+    f = _write(tmp_path, "g.gir", GRAPH)
+    out1, out2 = str(tmp_path / "a.npz"), str(tmp_path / "b.npz")
+    assert main(["run", f, "-o", out1, "--seed", "7"]) == 0
+    cap = capsys.readouterr()
+    assert "generated every input from seed 7" in cap.err
+    assert "t3" in cap.out and "L2 norm" in cap.out and "time:" in cap.out
+    assert main(["run", f, "-o", out2, "--seed", "7", "--threads", "1"]) == 0
+    a, b = np.load(out1), np.load(out2)
+    assert sorted(a.files) == ["t2", "t3"]
+    np.testing.assert_array_equal(a["t3"], b["t3"])
+
+
+def test_run_with_inputs_and_repeat(tmp_path, capsys):
+    f = _write(tmp_path, "g.gir", GRAPH)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.savez(tmp_path / "in.npz", t0=x)
+    np.save(tmp_path / "t1.npy", x + 1)
+    out = str(tmp_path / "o.npz")
+    assert main(["run", f, "--inputs", str(tmp_path / "in.npz"), "--input", f"t1={tmp_path / 't1.npy'}",
+                 "-o", out, "--repeat", "3"]) == 0
+    assert "min" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(out)["t3"], -(x * (x + 1)))
+
+
+def test_run_trace_is_chrome_trace_json(tmp_path, capsys):
+    f = _write(tmp_path, "g.gir", GRAPH)
+    tr = str(tmp_path / "trace.json")
+    assert main(["run", f, "--trace", tr]) == 0
+    doc = json.load(open(tr))
+    events = doc["traceEvents"]
+    assert [e["name"] for e in events] == ["Mul", "Neg"]
+    for e in events:
+        assert e["ph"] == "X" and e["dur"] >= 0 and "tid" in e and "pid" in e
+
+
+@pytest.mark.parametrize("setup,msg", [
+    (lambda d: ["--input", "t0=" + str(d / "x.npy")], "missing input t1 (Float32 [2, 3])"),
+    (lambda d: ["--inputs", str(d / "both.npz"), "--input", "t7=" + str(d / "x.npy")], "unexpected input t7"),
+    (lambda d: ["--inputs", str(d / "nope.npz")], "--inputs: no such file"),
+    (lambda d: ["--inputs", str(d / "corrupt.npz")], "--inputs: not a valid NumPy file"),
+    (lambda d: ["--inputs", str(d / "pickled.npz")], "pickles"),
+    (lambda d: ["--input", "t0=" + str(d / "pickled.npy"), "--input", "t1=" + str(d / "x.npy")], "pickles"),
+    (lambda d: ["--inputs", str(d / "x.npy")], "expected an .npz archive"),
+    (lambda d: ["--inputs", str(d / "wrongdtype.npz")], "input t0: expected Float32 [2, 3], got Float64 [2, 3]"),
+])
+def test_run_bad_inputs_exit_1_with_a_message(tmp_path, capsys, setup, msg):
+    f = _write(tmp_path, "g.gir", GRAPH)
+    x = np.ones((2, 3), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "both.npz", t0=x, t1=x)
+    np.savez(tmp_path / "wrongdtype.npz", t0=x.astype(np.float64), t1=x)
+    (tmp_path / "corrupt.npz").write_bytes(b"PK\x03\x04 this is not a zip archive")
+    np.savez(tmp_path / "pickled.npz", t0=np.array([{"a": 1}], dtype=object), t1=x)
+    np.save(tmp_path / "pickled.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    out = tmp_path / "out.npz"
+    assert main(["run", f, *setup(tmp_path), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_run_bad_input_flag_is_a_usage_error(tmp_path):
+    f = _write(tmp_path, "g.gir", GRAPH)
+    with pytest.raises(SystemExit) as e:
+        main(["run", f, "--input", "t0"])
+    assert e.value.code == 2
+
+
+def test_run_check_numerics_cli(tmp_path, capsys):
+    f = _write(tmp_path, "g.gir", "input t0 : Float32 [4]\nt1 = Log(t0)\noutput t1\n")
+    np.save(tmp_path / "x.npy", np.array([1, 2, -3, 4], np.float32))
+    assert main(["run", f, "--input", f"t0={tmp_path / 'x.npy'}", "--check-numerics"]) == 1
+    assert "produced NaN in t1 at index [2]" in capsys.readouterr().err
+
+
+def test_plan_cli(capsys):
+    assert main(["plan", os.path.join(ROOT, "samples", "lstm_cell_backward.gir")]) == 0
+    out = capsys.readouterr().out
+    assert "GradLSTMCellInputFused(" in out and "input_indices=[0, 1, 2, 3, 4, 5]" in out
+    assert "# memory: planned peak" in out and "naive total" in out
+    assert main(["plan", "--list-passes"]) == 0
+    assert "dce:" in capsys.readouterr().out
