@@ -245,9 +245,10 @@ class _Run:
         self.t0 = time.perf_counter()
         self.inputs = set(arrays)
         self.lock = threading.Lock()
+        self.pending = dict(exe.plan.readers)  # dataflow: readers not yet done, per value
 
     # one step
-    def run_step(self, st: Step) -> None:
+    def run_step(self, st: Step, dataflow: bool = False) -> None:
         values = self.values
         args = [None if v is None else values[v] for v in st.operands]
         outs: list[Optional[np.ndarray]] = []
@@ -288,10 +289,28 @@ class _Run:
                 raise self._error(st, f"produced {what} in {r} at index {list(map(int, bad))} "
                                       f"(--check-numerics)", args, numerics=True)
             values[r] = a
-        for v in st.free_after:
-            a = values.pop(v, None)
-            if a is not None and v not in self.inputs and not any(st.operands[i] == v for i in st.inplace.values()):
-                self.exe._pool.give(a)
+        if not dataflow:  # schedule order: free after the last use in the schedule
+            for v in st.free_after:
+                self._free(st, v)
+            return
+        # steps finish in any order: free a value when its last reader is done
+        keep = self.plan.keep
+        for r in st.results:
+            if r not in self.pending and r not in keep:
+                self._free(st, r)  # never read
+        with self.lock:
+            dead = []
+            for v in set(o for o in st.operands if o is not None):
+                self.pending[v] -= 1
+                if self.pending[v] == 0 and v not in keep:
+                    dead.append(v)
+        for v in dead:
+            self._free(st, v)
+
+    def _free(self, st: Step, v: str) -> None:
+        a = self.values.pop(v, None)
+        if a is not None and v not in self.inputs and not any(st.operands[i] == v for i in st.inplace.values()):
+            self.exe._pool.give(a)
 
     def _fail(self, k: int, e: BaseException) -> None:
         """Re-raise an exception from the generated code as a located ExecutionError."""
@@ -354,7 +373,7 @@ class _Run:
 
         def work(k: int) -> None:
             try:
-                self.run_step(steps[k])
+                self.run_step(steps[k], dataflow=True)
                 done_q.put((k, None))
             except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
                 done_q.put((k, e))
@@ -374,7 +393,7 @@ class _Run:
                 st = steps[k]
                 if st.tiny or running >= threads:
                     try:
-                        self.run_step(st)
+                        self.run_step(st, dataflow=True)
                     except BaseException as e:  # noqa: BLE001
                         error = error or e
                         finished += 1

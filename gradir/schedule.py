@@ -53,6 +53,8 @@ class Plan:
     pass_log: list[tuple[str, str]]
     peak_bytes: Optional[int]
     naive_bytes: Optional[int]
+    readers: dict[str, int]  # value -> number of steps reading it (dataflow frees by count)
+    keep: set[str]  # values never freed: graph inputs and outputs
     static: bool  # every type fully known
     blas_concurrency: bool  # two BLAS steps may run at once
     heavy_concurrency: bool  # two non-tiny steps may run at once: worth the dataflow executor
@@ -195,7 +197,8 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
             if not donated:
                 live -= _bytes(types.get(v))
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
-                peak, naive, static, bool(blas), bool(heavy))
+                peak, naive, {v: len(set(r)) for v, r in readers.items()}, inputs | outputs, static, bool(blas),
+                bool(heavy))
 
 
 # results smaller than this (bytes) make a step "tiny": run inline, never worth a thread hop
@@ -203,15 +206,25 @@ INLINE_BYTES = 256 << 10
 
 
 def _is_tiny(st: Step, types: dict) -> bool:
-    if st.kernel.blas:
-        return False
+    """Small static results (and, for BLAS ops, small operands too)."""
     total = 0
     for r in st.results:
         t = types.get(r)
         if t is None or not t.is_static:
             return False
         total += t.nbytes or 0
-    return total < INLINE_BYTES
+    if total >= INLINE_BYTES:
+        return False
+    if st.kernel.blas:
+        ins = 0
+        for v in st.operands:
+            t = types.get(v) if v is not None else None
+            if t is not None:
+                if not t.is_static:
+                    return False
+                ins += t.nbytes or 0
+        return ins < 4 * INLINE_BYTES
+    return True
 
 
 def _concurrent(steps: list[Step], pred) -> set[int]:

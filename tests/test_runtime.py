@@ -35,19 +35,50 @@ def _bits(a: np.ndarray) -> bytes:
 
 
 @settings(max_examples=40, deadline=None)
-@given(graphs(max_ops=8), st.integers(0, 2**31 - 1))
-def test_results_are_bit_identical_for_1_2_4_threads(g, seed):
-    from gradir.kernels import parallel
+@given(graphs(max_ops=8), st.integers(0, 2**31 - 1), st.booleans())
+def test_results_are_bit_identical_for_1_2_4_threads(g, seed, all_heavy):
+    """Random graphs, every op; with ``all_heavy`` no op counts as tiny, so the
+    dataflow executor really runs them on worker threads, out of schedule order."""
+    from gradir import schedule
     inputs = demo_inputs(g, seed)
     try:
         ref = gradir.compile(g, threads=1).run(inputs)
     except InputError:  # '?' dims filled with 2 may not fit the graph: nothing to compare
         return
-    for threads in (2, 4):
-        out = gradir.compile(g, threads=threads).run(inputs)
-        assert list(out) == list(ref)
-        for k in ref:
-            assert _bits(out[k]) == _bits(ref[k]), (k, threads)
+    saved = schedule.INLINE_BYTES
+    schedule.INLINE_BYTES = 0 if all_heavy else saved
+    try:
+        for threads in (2, 4):
+            exe = gradir.compile(g, threads=threads)
+            out = exe.run(inputs)
+            assert list(out) == list(ref)
+            for k in ref:
+                assert _bits(out[k]) == _bits(ref[k]), (k, threads)
+    finally:
+        schedule.INLINE_BYTES = saved
+
+
+def test_dataflow_frees_a_value_only_after_all_its_readers():
+    """Regression: a value read by a slow and a fast op must outlive both, whatever order they finish in."""
+    from gradir import schedule
+    # t2's first reader (Add) waits for a slow MatMul; its last reader in schedule order (Transpose, not in place) is ready at once
+    text = ("input t0 : Float32 [256, 256]\ninput t1 : Float32 [256, 256]\n"
+            "t2 = Exp(t0)\nt3 = MatMul(t1, t1)\nt7 = MatMul(t3, t1)\nt4 = Add(t2, t7)\nt5 = Transpose(t2)\n"
+            "t6 = Add(t4, t5)\noutput t6\n")
+    saved = schedule.INLINE_BYTES
+    schedule.INLINE_BYTES = 0
+    try:
+        exe = gradir.compile(text, threads=2)
+        assert exe.plan.heavy_concurrency
+        rng = np.random.default_rng(0)
+        x = (rng.standard_normal((256, 256)) * 0.1).astype(np.float32)
+        w = (rng.standard_normal((256, 256)) * 0.1).astype(np.float32)
+        for _ in range(5):
+            r = exe.run({"t0": x, "t1": w})
+    finally:
+        schedule.INLINE_BYTES = saved
+    ref = gradir.compile(text, threads=1).run({"t0": x, "t1": w})
+    assert _bits(r["t6"]) == _bits(ref["t6"])
 
 
 def test_large_elementwise_results_identical_across_threads():
