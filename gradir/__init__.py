@@ -8,6 +8,8 @@ from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError, Span,
                      VerifyError)
 from .ir import OPS, Attr, BackwardOp, Graph, GraphInput, Op, Operand
+from .autodiff import AutodiffError, grad
+from .builder import BuilderError, GraphBuilder
 from .runtime import Executable, compile
 from .syntax import load, parse
 from .types import DType, TensorType
@@ -15,7 +17,7 @@ from .types import DType, TensorType
 __version__ = "0.1.0"
 
 __all__ = [
-    "parse", "load", "compile", "Executable", "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
+    "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError", "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
     "ExecutionError", "Diagnostic", "Span", "__version__",
 ]

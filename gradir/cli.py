@@ -142,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from . import runcli
-    return [runcli.register]
+    from . import autodiff, runcli
+    return [runcli.register, autodiff.register_cli]
 
 
 # Later layers (runtime, autodiff) add their subcommands here.

@@ -13,6 +13,7 @@ FAMILIES = [
     ("Activations", "activation", False),
     ("Arithmetic, MatMul, layout and reductions", "math", None),
     ("LSTM", "lstm", None),
+    ("Shape helpers used by derived gradients", "shape", None),
 ]
 
 

@@ -164,7 +164,7 @@ class Executable:
                 k = bad[0] if bad else a.shape.index(0)
                 problems.append(f"input {name}: expected {want}, got {got} (dimension {k} is {a.shape[k]})")
                 continue
-            arrays[name] = np.ascontiguousarray(a)
+            arrays[name] = a if a.flags.c_contiguous else np.array(a, order="C")
         if problems:
             raise InputError([Diagnostic(p, filename=self._file) for p in problems])
         return arrays, self._concrete_types(arrays)
@@ -279,6 +279,8 @@ class _Run:
         if len(res) != len(st.results):  # pragma: no cover - kernel bug
             raise self._error(st, f"kernel returned {len(res)} results, expected {len(st.results)}", args)
         for r, a, want in zip(st.results, res, outs):
+            if not isinstance(a, np.ndarray):  # NumPy returns scalars for rank-0 results
+                a = np.asarray(a)
             t = self.types.get(r)
             if t is not None and (a.shape != t.shape if t.is_static else a.ndim != t.rank) or \
                     (t is not None and a.dtype != t.dtype.numpy):
@@ -446,7 +448,8 @@ def _codegen(plan: Plan, pool: _Pool):
             else:
                 outs.append("None")
         uf = st.kernel.ufunc
-        if st.tiny and uf is not None and len(st.results) == 1 and not st.op.attrs:
+        rank0 = plan.types.get(st.results[0]) is None or plan.types[st.results[0]].rank == 0
+        if st.tiny and uf is not None and len(st.results) == 1 and not st.op.attrs and not rank0:
             env[f"_U{k}"] = uf
             out = f", out={outs[0]}" if outs[0] != "None" else ""
             lines.append(f"        {res[0]} = _U{k}({', '.join(args)}{out})")

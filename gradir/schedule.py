@@ -177,7 +177,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
 
     for st in steps:
         st.tiny = _is_tiny(st, types)
-    blas = _concurrent(steps, lambda st: st.kernel.blas)
+    blas = _concurrent(steps, lambda st: st.kernel.blas and not st.tiny)
     for st in steps:
         st.blas_concurrent = st.index in blas
     heavy = _concurrent(steps, lambda st: not st.tiny)

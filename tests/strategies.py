@@ -164,6 +164,30 @@ def _lstm_grad(draw):
     return ts, attrs
 
 
+def _broadcast_pair(draw):
+    """(small, big) shapes where small broadcasts to big (NumPy rules)."""
+    big = shape(draw)
+    small = list(big[draw(st.integers(0, len(big))):])
+    return [1 if draw(st.booleans()) else d for d in small], big
+
+
+def _reduce_sum_to(draw):
+    small, big = _broadcast_pair(draw)
+    return [T(fdtype(draw), big), T(draw(st.sampled_from(list(DType))), small)], {}
+
+
+def _broadcast_to(draw):
+    small, big = _broadcast_pair(draw)
+    return [T(fdtype(draw), small), T(draw(st.sampled_from(list(DType))), big)], {}
+
+
+def _unsqueeze(draw):
+    shp = shape(draw, 0, 3)
+    r = len(shp) + draw(st.integers(1, 2))
+    axes = draw(st.lists(st.integers(0, r - 1), min_size=r - len(shp), max_size=r - len(shp), unique=True))
+    return [T(fdtype(draw), shp)], {"axes": [a - r if draw(st.booleans()) else a for a in axes]}
+
+
 OP_EXAMPLES: dict[str, Callable] = {
     **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log"]},
     "Neg": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
@@ -181,6 +205,9 @@ OP_EXAMPLES: dict[str, Callable] = {
     "LSTMCell": _lstm_cell, "GradLSTMCellInput": _grad_cell,
     "GradLSTMCellInputFused": lambda d: _grad_cell(d, True),
     "LSTMTraining": _lstm_training, "LSTMGrad": _lstm_grad,
+    "ReduceSumTo": _reduce_sum_to, "BroadcastTo": _broadcast_to, "Unsqueeze": _unsqueeze,
+    "Scale": lambda d: (_unary(d)[0], {"factor": d(nice_floats)}),
+    "ZerosLike": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
 }
 
 

@@ -135,3 +135,9 @@ def test_internal_errors_are_brief_unless_traceback(monkeypatch, capsys):
     assert "internal error: ZeroDivisionError" in err and "Traceback" not in err
     assert cli.main(["--traceback", *parser_args]) == 3
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_docs_ops_md_is_current():
+    from gradir.docs import ops_markdown
+    with open(os.path.join(ROOT, "docs", "ops.md"), encoding="utf-8") as f:
+        assert f.read() == ops_markdown(), "regenerate with: gradir ops --markdown > docs/ops.md"

@@ -101,7 +101,7 @@ def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
 @kernel("MatMul", blas=True)
 def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     if out is None:
-        return np.matmul(a, b)
+        return np.asarray(np.matmul(a, b))  # vector @ vector is a rank-0 array, not a NumPy scalar
     return np.matmul(a, b, out=out)
 
 
@@ -109,7 +109,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) ->
 def transpose(x: np.ndarray, *, perm=None, out: Optional[np.ndarray] = None) -> np.ndarray:
     t = np.transpose(x, perm)
     if out is None:
-        return np.ascontiguousarray(t)
+        return np.array(t, order="C")
     np.copyto(out, t)
     return out
 

@@ -1,0 +1,236 @@
+"""LSTM kernel benchmark: gradir's LSTMGrad (float32) against a plain NumPy BPTT, PyTorch's
+nn.LSTM backward (when torch is importable) and a float32 GEMM roof, all measured in the
+same run; plus the fused GradLSTMCellInput against single-index calls.
+
+    python benchmarks/bench_lstm.py [--repeats N]
+
+Times are the minimum over several repeats (PERFORMANCE.md: these machines are noisy;
+compare ratios from one run).  Goals (issue "[lstm]"):
+
+* S,B,I,H = 100,64,256,256: LSTMGrad faster than PyTorch's backward, and at least 70% of
+  the float32 GEMM roof (backward GEMM work is 16·S·B·H·(I+H) FLOPs).
+* S,B,I,H = 10,4,16,32: LSTMGrad at most half of PyTorch's backward time.
+* GradLSTMCellInputFused with all six indices at most 1.5x one single-index call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from gradir.kernels.lstm import (  # noqa: E402
+    grad_lstm_cell_input,
+    grad_lstm_cell_input_fused,
+    lstm_grad,
+    lstm_training,
+)
+
+SHAPES = [(100, 64, 256, 256), (10, 4, 16, 32)]
+CELL_SHAPES = [(4, 16, 32), (64, 256, 256)]
+
+
+def best_time(fn: Callable[[], object], repeats: int, budget: float = 0.25) -> float:
+    """Minimum seconds per call over ``repeats`` rounds of enough calls to fill ``budget``."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    inner = max(1, min(2000, int(budget / repeats / once)))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / inner)
+    return best
+
+
+def make_problem(S: int, B: int, I: int, H: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    f = np.float32
+    ops = {
+        "X": rng.standard_normal((S, B, I), dtype=f),
+        "W": (rng.standard_normal((1, 4 * H, I), dtype=f) / np.sqrt(I)).astype(f),
+        "R": (rng.standard_normal((1, 4 * H, H), dtype=f) / np.sqrt(H)).astype(f),
+        "B": (0.1 * rng.standard_normal((1, 8 * H), dtype=f)).astype(f),
+    }
+    HAll, HFinal, CFinal, CAll, iofc = lstm_training(ops["X"], ops["W"], ops["R"], ops["B"], hidden_size=H)
+    ops.update(HAll=HAll, CAll=CAll, iofc=iofc, dHAll=rng.standard_normal(HAll.shape, dtype=f))
+    return ops
+
+
+def gradir_backward(ops: dict, H: int) -> Callable[[], tuple]:
+    S, B, I = ops["X"].shape
+    f = np.float32
+    outs = (np.empty((S, B, I), f), np.empty((1, 4 * H, I), f), np.empty((1, 4 * H, H), f),
+            np.empty((1, 8 * H), f), np.empty((1, B, H), f), np.empty((1, B, H), f), np.empty((1, 3 * H), f))
+
+    def run() -> tuple:
+        return lstm_grad(ops["X"], ops["W"], ops["R"], None, None, None, ops["HAll"], ops["CAll"], ops["iofc"],
+                         ops["dHAll"], None, None, None, hidden_size=H, out=outs)
+
+    return run
+
+
+def plain_numpy_backward(ops: dict, H: int) -> Callable[[], tuple]:
+    """A plain BPTT: per step a handful of NumPy expressions and one GEMM (da·R), then the
+    weight gradients and dX as three big GEMMs over all steps (PERFORMANCE.md's baseline)."""
+    X, W, R = ops["X"], ops["W"][0], ops["R"][0]
+    HAll, CAll, G, dHAll = ops["HAll"][:, 0], ops["CAll"][:, 0], ops["iofc"][:, 0], ops["dHAll"][:, 0]
+    S, B, I = X.shape
+
+    def run() -> tuple:
+        da = np.empty((S, B, 4 * H), X.dtype)
+        dh = np.zeros((B, H), X.dtype)
+        dc = np.zeros((B, H), X.dtype)
+        for t in range(S - 1, -1, -1):
+            i, o, f, c = G[t, :, :H], G[t, :, H:2 * H], G[t, :, 2 * H:3 * H], G[t, :, 3 * H:]
+            c_prev = CAll[t - 1] if t > 0 else np.zeros_like(dc)
+            dh = dh + dHAll[t]
+            tau = np.tanh(CAll[t])
+            da[t, :, H:2 * H] = dh * tau * o * (1 - o)
+            dc = dc + dh * o * (1 - tau * tau)
+            da[t, :, :H] = dc * c * i * (1 - i)
+            da[t, :, 2 * H:3 * H] = dc * c_prev * f * (1 - f)
+            da[t, :, 3 * H:] = dc * i * (1 - c * c)
+            dc = dc * f
+            dh = da[t] @ R
+        da2 = da.reshape(S * B, 4 * H)
+        dX = (da2 @ W).reshape(S, B, I)
+        dW = da2.T @ X.reshape(S * B, I)
+        dR = da2[B:].T @ HAll[:-1].reshape((S - 1) * B, H)
+        db = da2.sum(axis=0)
+        return dX, dW, dR, np.concatenate([db, db]), dh, dc
+
+    return run
+
+
+def torch_backward(ops: dict, H: int, threads: int):
+    """PyTorch nn.LSTM with the same weights (ONNX i,o,f,c mapped to i,f,g,o); times backward only."""
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    torch.set_num_threads(threads)
+    S, B, I = ops["X"].shape
+    perm = np.concatenate([np.arange(k * H, (k + 1) * H) for k in (0, 2, 3, 1)])  # torch i,f,g,o <- ONNX
+    lstm = torch.nn.LSTM(I, H)
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(torch.from_numpy(ops["W"][0][perm]))
+        lstm.weight_hh_l0.copy_(torch.from_numpy(ops["R"][0][perm]))
+        lstm.bias_ih_l0.copy_(torch.from_numpy(ops["B"][0, : 4 * H][perm]))
+        lstm.bias_hh_l0.copy_(torch.from_numpy(ops["B"][0, 4 * H:][perm]))
+    x = torch.from_numpy(ops["X"]).clone().requires_grad_(True)
+    y, _ = lstm(x)
+    dy = torch.from_numpy(ops["dHAll"][:, 0]).clone()
+    params = [x, lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0]
+
+    def run():
+        return torch.autograd.grad(y, params, dy, retain_graph=True)
+
+    return run, torch.__version__
+
+
+def gemm_roof(S: int, B: int, I: int, H: int, repeats: int) -> float:
+    """float32 GFLOP/s of a (S·B)×(I+H) by (I+H)×4H GEMM (the backward's GEMM work in one piece)."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((S * B, I + H), dtype=np.float32)
+    b = rng.standard_normal((I + H, 4 * H), dtype=np.float32)
+    c = np.empty((S * B, 4 * H), np.float32)
+    t = best_time(lambda: np.matmul(a, b, out=c), repeats)
+    return 2 * S * B * (I + H) * 4 * H / t / 1e9
+
+
+def check_agreement(ours: tuple, plain: tuple, torch_grads) -> str:
+    dX, dW, dR = ours[0], ours[1][0], ours[2][0]
+    err = max(float(np.abs(dX - plain[0]).max()), float(np.abs(dW - plain[1]).max()),
+              float(np.abs(dR - plain[2]).max()))
+    msg = f"max |gradir - plain| = {err:.1e}"
+    if torch_grads is not None:
+        msg += f", max |gradir dX - torch dX| = {float(np.abs(dX - torch_grads[0].numpy()).max()):.1e}"
+    return msg
+
+
+def bench_layer(S: int, B: int, I: int, H: int, repeats: int, threads: int) -> list[tuple]:
+    ops = make_problem(S, B, I, H)
+    ours, plain = gradir_backward(ops, H), plain_numpy_backward(ops, H)
+    torch_run, torch_version = torch_backward(ops, H, threads)
+    print(f"\n## LSTMGrad float32, S={S} B={B} I={I} H={H} (forward direction, dHAll only)")
+    print("   " + check_agreement(tuple(a.copy() for a in ours()), plain(),
+                                  torch_run() if torch_run is not None else None))
+    budget = 1.0 if S * B * H > 100000 else 0.3
+    t_ours = t_plain = t_torch = float("inf")
+    for _ in range(2):  # alternate blocks of repeats to spread the machine's noise
+        t_ours = min(t_ours, best_time(ours, repeats, budget))
+        t_plain = min(t_plain, best_time(plain, repeats, budget))
+        if torch_run is not None:
+            t_torch = min(t_torch, best_time(torch_run, repeats, budget))
+    flops = 16 * S * B * H * (I + H)
+    roof = gemm_roof(S, B, I, H, repeats)
+    gflops = flops / t_ours / 1e9
+    rows = [("gradir LSTMGrad", t_ours), ("plain NumPy BPTT", t_plain)]
+    if torch_run is not None:
+        rows.append((f"PyTorch {torch_version} nn.LSTM backward ({threads} threads)", t_torch))
+    for name, t in rows:
+        print(f"   {name:<48s} {t * 1e3:9.3f} ms  {flops / t / 1e9:7.1f} GFLOP/s  x{t / t_ours:5.2f} of gradir")
+    print(f"   float32 GEMM roof ({S * B}x{I + H} by {I + H}x{4 * H}) {roof:7.1f} GFLOP/s; "
+          f"gradir reaches {100 * gflops / roof:5.1f}% of it")
+    goals = []
+    if (S, B, I, H) == (100, 64, 256, 256):
+        if torch_run is not None:
+            goals.append((f"{S},{B},{I},{H}: faster than PyTorch backward", f"{t_ours / t_torch:.2f}x PyTorch",
+                          t_ours < t_torch))
+        goals.append((f"{S},{B},{I},{H}: >= 70% of GEMM roof", f"{100 * gflops / roof:.0f}%", gflops >= 0.7 * roof))
+    else:
+        if torch_run is not None:
+            goals.append((f"{S},{B},{I},{H}: <= 0.5x PyTorch backward time", f"{t_ours / t_torch:.2f}x PyTorch",
+                          t_ours <= 0.5 * t_torch))
+    goals.append((f"{S},{B},{I},{H}: faster than plain NumPy BPTT", f"{t_plain / t_ours:.2f}x faster",
+                  t_ours < t_plain))
+    return goals
+
+
+def bench_cell(B: int, I: int, H: int, repeats: int) -> list[tuple]:
+    rng = np.random.default_rng(2)
+    f = np.float32
+    ops = [rng.standard_normal(s, dtype=f) for s in ((B, I), (B, H), (B, H), (4 * H, I), (4 * H, H), (4 * H,))]
+    dh, dc = rng.standard_normal((B, H), dtype=f), rng.standard_normal((B, H), dtype=f)
+    singles = [best_time(lambda k=k: grad_lstm_cell_input(dh, dc, *ops, input_index=k, hidden_size=H), repeats)
+               for k in range(6)]
+    fused = best_time(lambda: grad_lstm_cell_input_fused(dh, dc, *ops, input_indices=range(6), hidden_size=H),
+                      repeats)
+    print(f"\n## GradLSTMCellInput float32, B={B} I={I} H={H}")
+    print("   single index   " + "  ".join(f"{k}:{t * 1e6:8.1f}us" for k, t in enumerate(singles)))
+    mean = sum(singles) / 6
+    print(f"   fused, all 6   {fused * 1e6:8.1f}us = {fused / mean:.2f}x the mean single index "
+          f"({fused / min(singles):.2f}x the cheapest, {fused / max(singles):.2f}x the dearest); "
+          f"six separate calls cost {sum(singles) / fused:.2f}x the fused one")
+    return [(f"cell B={B},I={I},H={H}: fused-6 <= 1.5x one index (mean)", f"{fused / mean:.2f}x",
+             fused <= 1.5 * mean)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2, help="PyTorch intra-op threads (NumPy's BLAS uses its own)")
+    args = ap.parse_args()
+    print(f"numpy {np.__version__}, {os.cpu_count()} CPUs; min of {args.repeats} repeats")
+    goals = []
+    for shape in SHAPES:
+        goals += bench_layer(*shape, repeats=args.repeats, threads=args.threads)
+    for shape in CELL_SHAPES:
+        goals += bench_cell(*shape, repeats=args.repeats)
+    print("\n## Goals")
+    for name, value, ok in goals:
+        print(f"   [{'met' if ok else 'MISSED':>6s}] {name:<55s} {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,482 @@
+"""Reverse-mode autodiff (``gradir.autodiff``): derived gradients against float64
+central finite differences, structure of the derived graphs, samples, CLI.
+
+The numeric check is the dot-product test: for the derived graph's gradient
+``g`` of ``L(x) = sum_k <cot_k, out_k(x)>`` and a random direction ``v`` over all
+``wrt`` inputs, ``<g, v>`` must equal ``(L(x + h v) - L(x - h v)) / 2h`` (float64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import gradir
+from gradir import OPS, DType, Graph, GraphInput, TensorType
+from gradir.autodiff import RULES, AutodiffError, derive, grad, grad_text, register_cli
+from strategies import OP_EXAMPLES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORWARD_SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*_forward.gir")))
+
+
+# ---------------------------------------------------------------------------
+# the finite-difference check
+# ---------------------------------------------------------------------------
+def _compile(g: Graph):
+    from gradir.runtime import compile
+    return compile(g)
+
+
+def to_float64(g: Graph) -> Graph:
+    return gradir.parse(g.to_text().replace("Float32", "Float64"))
+
+
+def _array(rng, t: TensorType, name: str, positive: set, shapes: dict, ints: dict):
+    shape = shapes.get(name, t.shape)
+    assert all(d is not None for d in shape), f"give a concrete shape for {name}"
+    if not t.dtype.is_float:
+        return np.asarray(ints[name], dtype=t.dtype.numpy)
+    if name in positive:
+        return np.asarray(rng.uniform(0.5, 2.0, shape))
+    return np.asarray(rng.standard_normal(shape))
+
+
+def fd_check(g: Graph, wrt=None, *, positive=(), shapes=None, ints=None, seed=0, directions=2,
+             h=1e-6, rtol=1e-6):
+    """Derive ``g`` (in float64) and compare <gradient, v> with central differences."""
+    g = to_float64(g)
+    d = derive(g, wrt)
+    dg = d.graph
+    rng = np.random.default_rng(seed)
+    positive, shapes, ints = set(positive), shapes or {}, ints or {}
+    x = {i.name: _array(rng, i.type, i.name, positive, shapes, ints) for i in g.inputs}
+    fwd = _compile(g)
+    out0 = fwd.run(x)
+    cots = {c: np.asarray(rng.standard_normal(out0[o].shape)) for c, o in d.cotangents}
+
+    def loss(xs):
+        out = fwd.run(xs)
+        return sum(float(np.sum(cots[c] * out[o])) for c, o in d.cotangents)
+
+    res = _compile(dg).run({**x, **cots})
+    grads = [res[o] for o in dg.outputs]
+    for w, gw in zip(d.wrt, grads):
+        assert gw.shape == x[w].shape, (w, gw.shape, x[w].shape)
+    for _ in range(directions):
+        v = {w: np.asarray(rng.standard_normal(x[w].shape)) for w in d.wrt}
+        xp, xm = dict(x), dict(x)
+        for w in d.wrt:
+            xp[w] = x[w] + h * v[w]
+            xm[w] = x[w] - h * v[w]
+        fd = (loss(xp) - loss(xm)) / (2 * h)
+        an = sum(float(np.sum(gw * v[w])) for w, gw in zip(d.wrt, grads))
+        scale = max(1.0, abs(fd), abs(an), sum(float(np.sum(np.abs(gw) * np.abs(v[w])))
+                                              for w, gw in zip(d.wrt, grads)))
+        assert abs(fd - an) <= rtol * scale, f"<grad, v> = {an!r} but finite differences give {fd!r}\n{dg}"
+    return d
+
+
+# ---------------------------------------------------------------------------
+# one hand-written forward graph per case; every op with a rule appears
+# ---------------------------------------------------------------------------
+CASES = {
+    # name: (text, fd_check keyword arguments)
+    "Relu": ("input t0 : Float64 [3, 4]\nt1 = Relu(t0)\noutput t1\n", {}),
+    "Sigmoid": ("input t0 : Float64 [3, 4]\nt1 = Sigmoid(t0)\noutput t1\n", {}),
+    "Tanh": ("input t0 : Float64 [3, 4]\nt1 = Tanh(t0)\noutput t1\n", {}),
+    "LeakyRelu": ("input t0 : Float64 [3, 4]\nt1 = LeakyRelu(t0, alpha=0.2)\noutput t1\n", {}),
+    "LeakyRelu-negative-alpha": ("input t0 : Float64 [3, 4]\nt1 = LeakyRelu(t0, alpha=-0.5)\noutput t1\n", {}),
+    "QuickGelu": ("input t0 : Float64 [3, 4]\nt1 = QuickGelu(t0)\nt2 = QuickGelu(t0, alpha=-0.7)\noutput t1, t2\n",
+                  {}),
+    "Gelu": ("input t0 : Float64 [3, 4]\nt1 = Gelu(t0)\noutput t1\n", {}),
+    "FastGelu": ("input t0 : Float64 [3, 4]\nt1 = FastGelu(t0)\noutput t1\n", {}),
+    "Softmax": ("input t0 : Float64 [2, 3, 4]\nt1 = Softmax(t0, axis=1)\noutput t1\n", {}),
+    "LogSoftmax": ("input t0 : Float64 [3, 5]\nt1 = LogSoftmax(t0, axis=0)\noutput t1\n", {}),
+    "Add": ("input t0 : Float64 [3, 1, 4]\ninput t1 : Float64 [5, 1]\nt2 = Add(t0, t1)\noutput t2\n", {}),
+    "Sub": ("input t0 : Float64 [4]\ninput t1 : Float64 [2, 3, 4]\nt2 = Sub(t0, t1)\noutput t2\n", {}),
+    "Mul": ("input t0 : Float64 [2, 3]\ninput t1 : Float64 [3]\nt2 = Mul(t0, t1)\nt3 = Mul(t2, t2)\noutput t3\n", {}),
+    "Div": ("input t0 : Float64 [2, 3]\ninput t1 : Float64 [2, 1]\nt2 = Div(t0, t1)\nt3 = Div(t1, t0)\n"
+            "output t2, t3\n", {"positive": ["t0", "t1"]}),
+    "Neg": ("input t0 : Float64 [3]\nt1 = Neg(t0)\noutput t1\n", {}),
+    "Exp": ("input t0 : Float64 [3, 2]\nt1 = Exp(t0)\noutput t1\n", {}),
+    "Log": ("input t0 : Float64 [3, 2]\nt1 = Log(t0)\noutput t1\n", {"positive": ["t0"]}),
+    "Identity": ("input t0 : Float64 [3]\nt1 = Identity(t0)\noutput t1\n", {}),
+    "MatMul": ("input t0 : Float64 [3, 4]\ninput t1 : Float64 [4, 5]\nt2 = MatMul(t0, t1)\noutput t2\n", {}),
+    "MatMul-batched-broadcast": ("input t0 : Float64 [2, 1, 3, 4]\ninput t1 : Float64 [5, 4, 2]\n"
+                                 "t2 = MatMul(t0, t1)\noutput t2\n", {}),
+    "MatMul-vector-matrix": ("input t0 : Float64 [4]\ninput t1 : Float64 [2, 4, 3]\nt2 = MatMul(t0, t1)\n"
+                             "output t2\n", {}),
+    "MatMul-matrix-vector": ("input t0 : Float64 [2, 3, 4]\ninput t1 : Float64 [4]\nt2 = MatMul(t0, t1)\n"
+                             "output t2\n", {}),
+    "MatMul-vector-vector": ("input t0 : Float64 [4]\ninput t1 : Float64 [4]\nt2 = MatMul(t0, t1)\n"
+                             "output t2\n", {}),
+    "Transpose": ("input t0 : Float64 [2, 3, 4]\nt1 = Transpose(t0, perm=[1, 2, 0])\nt2 = Transpose(t0)\n"
+                  "output t1, t2\n", {}),
+    "Reshape": ("input t0 : Float64 [2, 3, 4]\nt1 = Reshape(t0, shape=[4, -1])\noutput t1\n", {}),
+    "ReduceSum": ("input t0 : Float64 [2, 3, 4]\nt1 = ReduceSum(t0, axes=[0, -1])\n"
+                  "t2 = ReduceSum(t0, axes=[1], keepdims=true)\nt3 = ReduceSum(t0)\noutput t1, t2, t3\n", {}),
+    "ReduceMean": ("input t0 : Float64 [2, 3, 4]\nt1 = ReduceMean(t0, axes=[1])\n"
+                   "t2 = ReduceMean(t0, keepdims=true)\noutput t1, t2\n", {}),
+    "Sum": ("input t0 : Float64 [2, 3]\ninput t1 : Float64 [2, 3]\nt2 = Sum(t0, t1, t0)\noutput t2\n", {}),
+    "LSTMCell": ("input t0 : Float64 [2, 3]\ninput t1 : Float64 [2, 4]\ninput t2 : Float64 [2, 4]\n"
+                 "input t3 : Float64 [16, 3]\ninput t4 : Float64 [16, 4]\ninput t5 : Float64 [16]\n"
+                 "t6, t7 = LSTMCell(t0, t1, t2, t3, t4, t5, hidden_size=4)\noutput t6, t7\n", {}),
+    "LSTMCell-only-H": ("input t0 : Float64 [2, 3]\ninput t1 : Float64 [2, 4]\ninput t2 : Float64 [2, 4]\n"
+                        "input t3 : Float64 [16, 3]\ninput t4 : Float64 [16, 4]\ninput t5 : Float64 [16]\n"
+                        "t6, t7 = LSTMCell(t0, t1, t2, t3, t4, t5, hidden_size=4)\noutput t6\n", {}),
+    "LSTMCell-only-C": ("input t0 : Float64 [2, 3]\ninput t1 : Float64 [2, 4]\ninput t2 : Float64 [2, 4]\n"
+                        "input t3 : Float64 [16, 3]\ninput t4 : Float64 [16, 4]\ninput t5 : Float64 [16]\n"
+                        "t6, t7 = LSTMCell(t0, t1, t2, t3, t4, t5, hidden_size=4)\noutput t7\n", {}),
+    "LSTMTraining": ("input t0 : Float64 [3, 2, 4]\ninput t1 : Float64 [1, 12, 4]\ninput t2 : Float64 [1, 12, 3]\n"
+                     "input t3 : Float64 [1, 24]\ninput t4 : Float64 [1, 2, 3]\ninput t5 : Float64 [1, 2, 3]\n"
+                     "t6, t7, t8, t9, t10 = LSTMTraining(t0, t1, t2, t3, _, t4, t5, hidden_size=3)\n"
+                     "output t6, t7, t8\n", {}),
+    "LSTMTraining-bidirectional-SL-peepholes": (
+        "input t0 : Float64 [4, 3, 2]\ninput t1 : Float64 [2, 8, 2]\ninput t2 : Float64 [2, 8, 2]\n"
+        "input t3 : Float64 [2, 16]\ninput t4 : Int32 [3]\ninput t5 : Float64 [2, 3, 2]\n"
+        "input t6 : Float64 [2, 3, 2]\ninput t7 : Float64 [2, 6]\n"
+        "t8, t9, t10, t11, t12 = LSTMTraining(t0, t1, t2, t3, t4, t5, t6, t7, hidden_size=2, "
+        "direction=\"bidirectional\")\noutput t8, t9, t10\n", {"ints": {"t4": [4, 2, 3]}}),
+    "LSTMTraining-reverse-HFinal-only": (
+        "input t0 : Float64 [3, 2, 4]\ninput t1 : Float64 [1, 12, 4]\ninput t2 : Float64 [1, 12, 3]\n"
+        "t6, t7, t8, t9, t10 = LSTMTraining(t0, t1, t2, hidden_size=3, direction=\"reverse\")\n"
+        "output t7\n", {}),
+    # the shape helpers that derived graphs use are differentiable too
+    "ReduceSumTo": ("input t0 : Float64 [2, 3, 4]\ninput t1 : Float64 [3, 1]\nt2 = ReduceSumTo(t0, t1)\n"
+                    "output t2\n", {}),
+    "BroadcastTo": ("input t0 : Float64 [3, 1]\ninput t1 : Float64 [2, 3, 4]\nt2 = BroadcastTo(t0, t1)\n"
+                    "output t2\n", {}),
+    "Unsqueeze": ("input t0 : Float64 [3, 4]\nt1 = Unsqueeze(t0, axes=[0, -1])\noutput t1\n", {}),
+    "Scale": ("input t0 : Float64 [3, 4]\nt1 = Scale(t0, factor=-2.5)\noutput t1\n", {}),
+    "ZerosLike": ("input t0 : Float64 [3]\nt1 = ZerosLike(t0)\nt2 = Exp(t0)\nt3 = Add(t1, t2)\noutput t3\n", {}),
+    # unknown dimensions: broadcasting is undone at run time
+    "unknown-dims": ("input t0 : Float64 [?, 4]\ninput t1 : Float64 [?, 4]\ninput t2 : Float64 [4, ?]\n"
+                     "t3 = Add(t0, t1)\nt4 = MatMul(t3, t2)\nt5 = ReduceSum(t4, axes=[0])\n"
+                     "t6 = Reshape(t3, shape=[-1])\n"
+                     "output t5, t6\n", {"shapes": {"t0": (1, 4), "t1": (3, 4), "t2": (4, 2)}}),
+    "fan-out-and-accumulation": ("input t0 : Float64 [3]\ninput t1 : Float64 [3]\nt2 = Mul(t0, t1)\n"
+                                 "t3 = Tanh(t2)\nt4 = Sigmoid(t0)\nt5 = Add(t3, t4)\nt6 = Sub(t5, t0)\noutput t6, t2\n",
+                                 {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_derived_gradients_match_finite_differences(case):
+    text, kw = CASES[case]
+    fd_check(gradir.parse(text, f"{case}.gir"), **kw)
+
+
+def test_every_forward_op_has_a_rule_and_a_numeric_test():
+    """Adding an op means a rule (or being a gradient op) and a row in CASES."""
+    forward = {n for n, c in OPS.items() if not c.is_backward}
+    assert forward - set(RULES) == set()
+    assert set(RULES) <= forward
+    tested = {m.group(1) for text, _ in CASES.values() for m in re.finditer(r"= ([A-Za-z_0-9]+)\(", text)}
+    assert forward - tested == set()
+
+
+# -- every forward op on random shapes and attributes (strategies.OP_EXAMPLES) --
+def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
+    types, attrs = OP_EXAMPLES[name](data.draw)
+    assume(all(t is None or t.dtype.is_float or name == "LSTMTraining" for t in types))
+    assume(any(t is not None and t.dtype.is_float for t in types))
+    inputs, operands, ints, positive = [], [], {}, set()
+    for k, t in enumerate(types):
+        if t is None:
+            operands.append(None)
+            continue
+        v = f"t{len(inputs)}"
+        if t.dtype.is_float:
+            t = t.with_dtype(DType.Float64)
+        else:  # LSTMTraining's sequence lengths
+            S = types[0].shape[0]
+            ints[v] = data.draw(st.lists(st.integers(1, S), min_size=t.shape[0], max_size=t.shape[0]))
+        if (name == "Log") or (name == "Div" and k == 1):
+            positive.add(v)
+        inputs.append(GraphInput(v, t))
+        operands.append(v)
+    cls = OPS[name]
+    n = cls.num_results(cls(["t0"], operands, attrs).resolved_attrs())
+    results = [f"t{len(inputs) + k}" for k in range(n)]
+    outputs = results[:3] if name == "LSTMTraining" else results  # CAll/iofc: see test below
+    g = Graph(inputs, [cls(results, operands, attrs)], outputs).validate()
+    return g, ints, positive
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in OPS.items() if not c.is_backward))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_random_instances_of_each_forward_op(name, data):
+    g, ints, positive = _random_op_graph(name, data)
+    if name in ("LeakyRelu", "QuickGelu"):  # keep alpha moderate: FD of x * 1e300 loses its digits
+        assume(abs(g.ops[0].attrs["alpha"]) < 100)
+    fd_check(g, positive=positive, ints=ints, seed=data.draw(st.integers(0, 2**16)))
+
+
+@pytest.mark.parametrize("path", FORWARD_SAMPLES, ids=os.path.basename)
+def test_sample_forward_graphs_match_finite_differences(path):
+    fd_check(gradir.load(path), directions=3)
+
+
+def test_gradients_of_a_subset_of_inputs():
+    g = gradir.load(os.path.join(ROOT, "samples", "mlp_forward.gir"))
+    d = fd_check(g, wrt=["t3", "t1"])
+    assert d.graph.outputs and len(d.graph.outputs) == 2
+
+
+# ---------------------------------------------------------------------------
+# structure of derived graphs
+# ---------------------------------------------------------------------------
+MLP = os.path.join(ROOT, "samples", "mlp_forward.gir")
+LSTM_SEQ = os.path.join(ROOT, "samples", "lstm_seq_forward.gir")
+CELLS = os.path.join(ROOT, "samples", "lstm_cell_unrolled_forward.gir")
+
+
+def _names(g: Graph) -> list[str]:
+    return [op.op_name for op in g.ops]
+
+
+def test_input_and_output_order_is_the_contract():
+    f = gradir.load(MLP)
+    d = derive(f, ["t4", "t0"])
+    g = d.graph
+    n = len(f.inputs)
+    assert [(i.name, i.type) for i in g.inputs[:n]] == [(i.name, i.type) for i in f.inputs]
+    assert [i.type for i in g.inputs[n:]] == [f.type_of(o) for o in f.outputs]
+    assert [g.type_of(o) for o in g.outputs] == [f.type_of("t4"), f.type_of("t0")]
+    assert d.wrt == ["t4", "t0"]
+    # default: every floating-point input, in input order
+    assert derive(f).wrt == [i.name for i in f.inputs]
+
+
+def test_derived_graph_validates_and_is_deterministic():
+    for path in FORWARD_SAMPLES:
+        a = grad(gradir.load(path))
+        b = grad(gradir.parse(gradir.load(path).to_text()))
+        assert a.to_text() == b.to_text()
+        assert gradir.parse(a.to_text()) == a
+        a.validate()
+
+
+def test_lstm_training_derives_exactly_one_lstm_grad():
+    for wrt in (None, ["t1"], ["t0", "t6"], ["t4"]):
+        g = grad(gradir.load(LSTM_SEQ), wrt)
+        assert _names(g).count("LSTMGrad") == 1, wrt
+        assert _names(g).count("LSTMTraining") == 1
+    # W_out only: the LSTM is not differentiated at all, and only its forward is kept
+    g = grad(gradir.load(LSTM_SEQ), ["t6"])
+    assert "LSTMGrad" not in _names(g)
+
+
+def _cell_indices(g: Graph) -> dict[str, set[int]]:
+    """GradLSTMCellInput indices per recomputed cell (keyed by its X operand)."""
+    out: dict[str, set[int]] = {}
+    for op in g.ops:
+        if op.op_name == "GradLSTMCellInput":
+            out.setdefault(op.operands[2], set()).add(op.attrs["input_index"])
+    return out
+
+
+@pytest.mark.parametrize("wrt, expected", [
+    # X_1 t0, X_2 t1, H_0 t2, C_0 t3, W_ih t4, W_hh t5, Bias t6; cell 1 reads t0, cell 2 reads t1
+    (["t4"], {"t0": {3}, "t1": {1, 2, 3}}),
+    (["t1"], {"t1": {0}}),
+    (["t0"], {"t0": {0}, "t1": {1, 2}}),
+    (["t2", "t6"], {"t0": {1, 5}, "t1": {1, 2, 5}}),
+    (["t3"], {"t0": {2}, "t1": {1, 2}}),
+    (None, {"t0": set(range(6)), "t1": set(range(6))}),
+])
+def test_lstm_cell_emits_only_the_needed_input_indices(wrt, expected):
+    g = grad(gradir.load(CELLS), wrt)
+    assert _cell_indices(g) == expected
+    pairs = [(op.operands[2], op.attrs["input_index"]) for op in g.ops if op.op_name == "GradLSTMCellInput"]
+    assert len(pairs) == len(set(pairs))
+
+
+def test_lstm_cell_omits_a_zero_dC_and_materialises_a_zero_dH():
+    g = grad(gradir.load(CELLS))
+    last = [op for op in g.ops if op.op_name == "GradLSTMCellInput" and op.operands[2] == "t1"]
+    assert all(op.operands[1] is None for op in last)  # C_2 is unused: dC' is `_`
+    assert "_" in g.to_text()
+    text, _ = CASES["LSTMCell-only-C"]
+    g = grad(gradir.parse(text))
+    assert "ZerosLike" in _names(g)  # GradLSTMCellInput requires dH'
+
+
+def test_unreachable_branches_are_never_emitted():
+    f = gradir.parse("graph g\ninput t0 : Float32 [3]\ninput t1 : Float32 [3]\n"
+                     "t2 = Exp(t0)\nt3 = Sigmoid(t1)\nt4 = Mul(t2, t3)\nt5 = Tanh(t0)\noutput t4, t5\n")
+    g = grad(f, ["t1"])
+    names = _names(g)
+    assert "Tanh" not in names and "TanhGrad" not in names  # t5 does not depend on t1
+    assert names.count("Mul") == 1  # dt3 = dt4 * t2, not dt2
+    assert "Exp" in names and "Sigmoid" in names  # recomputed: the backward reads t2 and t3
+    fd_check(f, ["t1"])
+    # an input that reaches no output gets a zero gradient
+    g = grad(gradir.parse("input t0 : Float32 [2]\ninput t1 : Float32 [3]\nt2 = Exp(t0)\noutput t2\n"))
+    assert _names(g)[-1] == "ZerosLike" and g.outputs[1] == g.ops[-1].results[0]
+
+
+def test_forward_values_not_read_by_the_backward_are_not_recomputed():
+    f = gradir.parse("input t0 : Float32 [3]\nt1 = Relu(t0)\nt2 = Neg(t1)\nt3 = Exp(t2)\nt4 = Log(t3)\n"
+                     "output t4\n")
+    g = grad(f)
+    # Log's backward reads t3 (so Relu, Neg and Exp are recomputed); nothing reads t4 (Log)
+    assert _names(g) == ["Relu", "Neg", "Exp", "Div", "Mul", "Neg", "ReluGrad"]
+
+
+def test_gradients_that_meet_are_summed_once():
+    f = gradir.parse("input t0 : Float32 [3]\nt1 = Exp(t0)\nt2 = Tanh(t0)\nt3 = Sigmoid(t0)\n"
+                     "t4 = Sum(t1, t2, t3)\noutput t4\n")
+    g = grad(f)
+    sums = [op for op in g.ops if op.op_name == "Sum" and op.results[0] not in ("t4",)]
+    assert len(sums) == 1 and len(sums[0].operands) == 3
+    assert g.outputs == sums[0].results
+
+
+def test_each_gradient_output_is_a_distinct_op_result():
+    f = gradir.parse("input t0 : Float32 [3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\noutput t2\n")
+    g = grad(f)
+    assert len(set(g.outputs)) == 2
+    assert not set(g.outputs) & set(g.input_names)
+    fd_check(f)
+
+
+def test_broadcasting_is_undone_once_per_operand():
+    f = gradir.parse("input t0 : Float32 [4, 3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\nt3 = Mul(t2, t1)\n"
+                     "output t3\n")
+    g = grad(f, ["t1"])
+    reduce = [op for op in g.ops if op.op_name == "ReduceSumTo"]
+    assert len(reduce) == 2  # one per use of t1 (Add's and Mul's), then summed
+    assert all(op.operands[1] == "t1" for op in reduce)
+    fd_check(f, ["t1"])
+
+
+# ---------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------
+def test_an_op_without_a_rule_is_a_located_error_that_names_it():
+    text = ("input t0 : Float32 [3]\ninput t1 : Float32 [3]\nt2 = Relu(t0)\n"
+            "t3 = ReluGrad(t1, t2)\noutput t3\n")
+    f = gradir.parse(text, "second_order.gir")
+    with pytest.raises(AutodiffError) as e:
+        grad(f)
+    msg = str(e.value)
+    assert msg.startswith("second_order.gir:4:6: error: cannot differentiate ReluGrad (t3 = ReluGrad(t1, t2)")
+    assert "gradient op" in msg
+    assert "t3 = ReluGrad(t1, t2)\n         ^^^^^^^^" in msg
+
+
+def test_an_op_without_a_rule_off_the_path_is_fine():
+    f = gradir.parse("input t0 : Float32 [3]\ninput t1 : Float32 [3]\nt2 = Exp(t0)\nt3 = ReluGrad(t1, t1)\n"
+                     "output t2, t3\n")
+    g = grad(f, ["t0"])
+    assert "ReluGrad" not in _names(g)
+
+
+@pytest.mark.parametrize("wrt, fragment", [
+    (["t9"], "wrt: t9 is not an input of the graph (its inputs are t0, t1, t2, t3, t4)"),
+    (["t0", "t0"], "wrt: t0 is listed twice"),
+    ([], "wrt is empty"),
+])
+def test_bad_wrt(wrt, fragment):
+    with pytest.raises(AutodiffError, match=re.escape(fragment)):
+        grad(gradir.load(MLP), wrt)
+
+
+def test_mean_over_an_unknown_dimension_is_a_clear_error():
+    f = gradir.parse("input t0 : Float32 [?, 4]\nt1 = ReduceMean(t0, axes=[1])\nt2 = ReduceMean(t0)\n"
+                     "output t1, t2\n", "mean.gir")
+    with pytest.raises(AutodiffError, match=re.escape(
+            "mean.gir:3:6: error: cannot differentiate ReduceMean: axis 0 of t0 (Float32 [?, 4]) has unknown "
+            "size, so the 1/n of the mean is unknown")):
+        grad(f)
+    fd_check(gradir.parse("input t0 : Float32 [?, 4]\nt1 = ReduceMean(t0, axes=[1])\noutput t1\n"),
+             shapes={"t0": (3, 4)})
+
+
+def test_integer_inputs_have_no_gradient():
+    f = gradir.parse(CASES["LSTMTraining-bidirectional-SL-peepholes"][0])
+    assert "t4" not in derive(f).wrt
+    with pytest.raises(AutodiffError, match="wrt: t4 has type Int32 \\[3\\]; only floating-point inputs"):
+        grad(f, ["t4"])
+
+
+@pytest.mark.parametrize("result", ["t9", "t10"])
+def test_lstm_training_cell_states_and_gates_cannot_carry_a_gradient(result):
+    text = CASES["LSTMTraining"][0].replace("output t6, t7, t8", f"output t6, {result}")
+    with pytest.raises(AutodiffError) as e:
+        grad(gradir.parse(text, "lstm.gir"))
+    name = {"t9": "CAll", "t10": "iofc"}[result]
+    col = {"t9": 13, "t10": 17}[result]
+    assert str(e.value).startswith(
+        f"lstm.gir:7:{col}: error: cannot differentiate LSTMTraining through its result {name} ({result}), "
+        "which reaches an output: LSTMGrad accepts upstream gradients of HAll, HFinal and CFinal only")
+
+
+# ---------------------------------------------------------------------------
+# samples and the CLI
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("path", FORWARD_SAMPLES, ids=os.path.basename)
+def test_checked_in_backward_samples_are_current(path):
+    """Regenerate with: for f in samples/*_forward.gir; do gradir grad $f -o ${f%.gir}.grad.gir; done"""
+    with open(path[:-4] + ".grad.gir", encoding="utf-8") as f:
+        assert f.read() == grad_text(gradir.load(path))
+
+
+def test_three_sample_forward_graphs_exist():
+    names = {os.path.basename(p) for p in FORWARD_SAMPLES}
+    assert {"mlp_forward.gir", "lstm_seq_forward.gir", "lstm_cell_unrolled_forward.gir"} <= names
+    assert "Softmax" in _names(gradir.load(MLP))
+    assert _names(gradir.load(LSTM_SEQ)) == ["LSTMTraining", "MatMul", "LogSoftmax"]
+    assert _names(gradir.load(CELLS)) == ["LSTMCell", "LSTMCell"]
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``gradir ARGV`` through the real CLI."""
+    from gradir import cli
+    rc = cli.main(argv)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_cli_grad_writes_a_graph_that_runs(tmp_path, capsys):
+    out = tmp_path / "mlp.grad.gir"
+    rc, _, err = _cli(["grad", MLP, "--wrt", "t1,t3", "-o", str(out)], capsys)
+    assert rc == 0, err
+    text = out.read_text()
+    assert text == grad_text(gradir.load(MLP), ["t1", "t3"])
+    g = gradir.load(str(out))
+    assert [g.type_of(o).shape for o in g.outputs] == [(16, 32), (32, 10)]
+    rng = np.random.default_rng(1)
+    res = _compile(g).run({i.name: rng.standard_normal(i.type.shape).astype(np.float32) for i in g.inputs})
+    assert list(res) == g.outputs
+    rc, stdout, _ = _cli(["grad", MLP], capsys)
+    assert rc == 0 and stdout == grad_text(gradir.load(MLP))
+
+
+def test_cli_grad_errors_are_reported_not_raised(tmp_path, capsys):
+    bad = tmp_path / "bad.gir"
+    bad.write_text("input t0 : Float32 [3]\nt1 = Relu(t0)\nt2 = ReluGrad(t1, t0)\noutput t2\n")
+    rc, _, err = _cli(["grad", str(bad)], capsys)
+    assert rc == 1
+    assert err.startswith(f"{bad}:3:6: error: cannot differentiate ReluGrad")
+    rc, _, err = _cli(["grad", MLP, "--wrt", "t0,x"], capsys)
+    assert rc == 1 and "wrt: x is not an input of the graph" in err
+    rc, _, err = _cli(["grad", str(tmp_path / "missing.gir")], capsys)
+    assert rc == 1 and "cannot read file" in err
+
+
+def test_register_cli_adds_grad():
+    p = argparse.ArgumentParser()
+    register_cli(p.add_subparsers())
+    args = p.parse_args(["grad", "x.gir", "--wrt", "t0", "-o", "y.gir"])
+    assert (args.file, args.wrt, args.output) == ("x.gir", "t0", "y.gir")

@@ -1,0 +1,375 @@
+"""LSTM kernels: ORT's worked example, an independent forward reference, and float64
+central-difference dot-product checks of every gradient in every variant."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradir.kernels.lstm as lstm_mod
+from gradir.kernels.lstm import (
+    grad_lstm_cell_input,
+    grad_lstm_cell_input_fused,
+    lstm_cell,
+    lstm_grad,
+    lstm_training,
+)
+
+from lstm_reference import lstm_cell_ref, lstm_loss, lstm_training_ref
+
+CASE_A = Path(__file__).resolve().parents[2] / "shared" / "reference" / "ort_lstm_case_a.json"
+if not CASE_A.exists():  # the work tree may sit elsewhere; shared/ is beside the repo
+    CASE_A = Path("/work/shared/reference/ort_lstm_case_a.json")
+
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+UPSTREAMS = {"all": (True, True, True), "dHAll": (True, False, False), "final": (False, True, True),
+             "dHFinal": (False, True, False)}
+
+
+# -- helpers ----------------------------------------------------------------------------
+def make_layer(rng, S, nb, I, H, direction, *, with_b=True, with_sl=False, with_p=False,
+               with_h0=False, dtype=np.float64):
+    D = 2 if direction == "bidirectional" else 1
+    ops = {
+        "X": rng.standard_normal((S, nb, I)),
+        "W": 0.5 * rng.standard_normal((D, 4 * H, I)),
+        "R": 0.5 * rng.standard_normal((D, 4 * H, H)),
+        "B": 0.5 * rng.standard_normal((D, 8 * H)) if with_b else None,
+        "SL": None,
+        "H0": 0.5 * rng.standard_normal((D, nb, H)) if with_h0 else None,
+        "C0": 0.5 * rng.standard_normal((D, nb, H)) if with_h0 else None,
+        "P": 0.5 * rng.standard_normal((D, 3 * H)) if with_p else None,
+    }
+    if with_sl:
+        sl = rng.integers(1, S + 1, size=nb)
+        sl[0] = S  # at least one full row ...
+        if nb > 1:
+            sl[-1] = 1  # ... and one of length 1
+        ops["SL"] = sl.astype(np.int32)
+    for k, v in ops.items():
+        if v is not None and k != "SL":
+            ops[k] = v.astype(dtype)
+    return ops
+
+
+def layer_args(ops):
+    return [ops[k] for k in ("X", "W", "R", "B", "SL", "H0", "C0", "P")]
+
+
+def run_forward(ops, H, direction):
+    return lstm_training(*layer_args(ops), hidden_size=H, direction=direction)
+
+
+def run_grad(ops, fwd, up, H, direction):
+    HAll, HFinal, CFinal, CAll, iofc = fwd
+    return lstm_grad(ops["X"], ops["W"], ops["R"], ops["SL"], ops["H0"], ops["C0"], HAll, CAll, iofc,
+                     up["dHAll"], up["dHFinal"], up["dCFinal"], ops["P"], hidden_size=H,
+                     direction=direction)
+
+
+def upstream(rng, S, nb, H, D, which, dtype=np.float64):
+    use_all, use_hf, use_cf = UPSTREAMS[which]
+    return {
+        "dHAll": rng.standard_normal((S, D, nb, H)).astype(dtype) if use_all else None,
+        "dHFinal": rng.standard_normal((D, nb, H)).astype(dtype) if use_hf else None,
+        "dCFinal": rng.standard_normal((D, nb, H)).astype(dtype) if use_cf else None,
+    }
+
+
+GRAD_OF = {"X": 0, "W": 1, "R": 2, "B": 3, "H0": 4, "C0": 5, "P": 6}
+
+
+def shape_of(name, S, nb, I, H, D):
+    return {"X": (S, nb, I), "W": (D, 4 * H, I), "R": (D, 4 * H, H), "B": (D, 8 * H),
+            "H0": (D, nb, H), "C0": (D, nb, H), "P": (D, 3 * H)}[name]
+
+
+def check_dot_products(rng, ops, up, grads, S, nb, I, H, direction, n_dirs=2, eps=1e-6):
+    """<∇L, v> against (L(x+εv) - L(x-εv)) / 2ε for every differentiable input.
+
+    An absent optional operand is checked as an explicit zero operand (the kernel's
+    gradient for it is the gradient at zero)."""
+    D = 2 if direction == "bidirectional" else 1
+    for name, j in GRAD_OF.items():
+        shape = shape_of(name, S, nb, I, H, D)
+        base = ops[name] if ops[name] is not None else np.zeros(shape)
+        assert grads[j].shape == shape, name
+        for _ in range(n_dirs):
+            v = rng.standard_normal(shape)
+            losses = []
+            for sign in (1, -1):
+                trial = dict(ops)
+                trial[name] = base + sign * eps * v
+                losses.append(lstm_loss(run_forward(trial, H, direction), up["dHAll"], up["dHFinal"],
+                                        up["dCFinal"]))
+            fd = (losses[0] - losses[1]) / (2 * eps)
+            an = float(np.sum(grads[j] * v))
+            assert an == pytest.approx(fd, rel=1e-6, abs=1e-7), (name, an, fd)
+
+
+# -- ORT's worked example -------------------------------------------------------------------
+def test_ort_case_a():
+    case = json.loads(CASE_A.read_text())
+    shp = case["shapes"]
+    inp = {k: np.array(v, np.float32).reshape(shp[k]) for k, v in case["inputs"].items()}
+    res = lstm_grad(inp["X"], inp["W"], inp["R"], None, None, None, inp["HAll"], inp["CAll"], inp["iofc"],
+                    inp["dHAll"], None, None, None, hidden_size=case["attributes"]["hidden_size"])
+    assert all(r.dtype == np.float32 for r in res)
+    for j, name in enumerate(("dX", "dW", "dR", "dB", "dH0", "dC0", "dP")):
+        if name in case["expected"]:
+            expected = np.array(case["expected"][name], np.float32).reshape(shp[name])
+            np.testing.assert_allclose(res[j], expected, rtol=0, atol=1e-5, err_msg=name)
+    # ORT's dP with P absent is Σ da_i·C_{t-1}, Σ da_o·C_t, Σ da_f·C_{t-1}: the exact gradient at P = 0.
+    dB = res[3]
+    np.testing.assert_array_equal(dB[:, :12], dB[:, 12:])
+
+
+# -- LSTMCell and GradLSTMCellInput ----------------------------------------------------------
+def cell_operands(rng, nb=3, I=4, H=5, dtype=np.float64):
+    return [rng.standard_normal(s).astype(dtype) * sc for s, sc in
+            (((nb, I), 1.0), ((nb, H), 0.7), ((nb, H), 0.7), ((4 * H, I), 0.5), ((4 * H, H), 0.5),
+             ((4 * H,), 0.5))]
+
+
+def test_lstm_cell_matches_reference():
+    rng = np.random.default_rng(1)
+    ops = cell_operands(rng)
+    h, c = lstm_cell(*ops, hidden_size=5)
+    h_ref, c_ref = lstm_cell_ref(*ops, hidden_size=5)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(c, c_ref, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("with_dc", [True, False])
+@pytest.mark.parametrize("index", range(6))
+def test_grad_lstm_cell_input_dot_product(index, with_dc):
+    rng = np.random.default_rng(10 + index)
+    H = 5
+    ops = cell_operands(rng, H=H)
+    dh = rng.standard_normal((3, H))
+    dc = rng.standard_normal((3, H)) if with_dc else None
+    grad = grad_lstm_cell_input(dh, dc, *ops, input_index=index, hidden_size=H)
+    assert grad.shape == ops[index].shape
+
+    def loss(o):
+        h, c = lstm_cell(*o, hidden_size=H)
+        return float(np.sum(dh * h) + (np.sum(dc * c) if dc is not None else 0.0))
+
+    eps = 1e-6
+    for _ in range(3):
+        v = rng.standard_normal(ops[index].shape)
+        plus, minus = list(ops), list(ops)
+        plus[index] = ops[index] + eps * v
+        minus[index] = ops[index] - eps * v
+        fd = (loss(plus) - loss(minus)) / (2 * eps)
+        assert float(np.sum(grad * v)) == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_cell_gradients_bit_for_bit(dtype):
+    rng = np.random.default_rng(3)
+    H = 6
+    ops = cell_operands(rng, nb=4, I=3, H=H, dtype=dtype)
+    dh = rng.standard_normal((4, H)).astype(dtype)
+    for dc in (rng.standard_normal((4, H)).astype(dtype), None):
+        single = [grad_lstm_cell_input(dh, dc, *ops, input_index=k, hidden_size=H) for k in range(6)]
+        for indices in ([0, 1, 2, 3, 4, 5], [5, 3, 1], [2], [4, 0], [2, 5]):
+            fused = grad_lstm_cell_input_fused(dh, dc, *ops, input_indices=indices, hidden_size=H)
+            assert len(fused) == len(indices)
+            for k, r in zip(indices, fused):
+                assert r.dtype == dtype
+                np.testing.assert_array_equal(r, single[k])
+        # preallocated outputs are written and returned
+        outs = tuple(np.empty_like(s) for s in single)
+        res = grad_lstm_cell_input_fused(dh, dc, *ops, input_indices=range(6), hidden_size=H, out=outs)
+        assert all(r is o for r, o in zip(res, outs))
+        for r, s in zip(res, single):
+            np.testing.assert_array_equal(r, s)
+
+
+def test_fused_cell_rejects_bad_indices():
+    rng = np.random.default_rng(4)
+    ops = cell_operands(rng)
+    dh = rng.standard_normal((3, 5))
+    with pytest.raises(ValueError):
+        grad_lstm_cell_input_fused(dh, None, *ops, input_indices=[1, 1], hidden_size=5)
+    with pytest.raises(ValueError):
+        grad_lstm_cell_input(dh, None, *ops, input_index=6, hidden_size=5)
+
+
+# -- LSTMTraining against the independent reference ------------------------------------------
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("with_sl,with_p,with_h0,with_b,nb",
+                         [c + (nb,) for c in itertools.product([False, True], repeat=4) for nb in (1, 4)])
+def test_lstm_training_matches_reference(direction, with_sl, with_p, with_h0, with_b, nb):
+    rng = np.random.default_rng(hash((direction, with_sl, with_p, with_h0, with_b, nb)) % 2**32)
+    S, I, H = 5, 3, 4
+    ops = make_layer(rng, S, nb, I, H, direction, with_b=with_b, with_sl=with_sl, with_p=with_p,
+                     with_h0=with_h0)
+    got = run_forward(ops, H, direction)
+    ref = lstm_training_ref(*layer_args(ops), hidden_size=H, direction=direction)
+    for name, g, r in zip(("HAll", "HFinal", "CFinal", "CAll", "iofc"), got, ref):
+        assert g.shape == r.shape and g.dtype == np.float64, name
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-13, err_msg=name)
+
+
+# -- LSTMGrad: exact gradients in every variant ----------------------------------------------
+GRAD_CASES = list(itertools.product(DIRECTIONS, [False, True], [False, True], [False, True],
+                                    ["all", "dHAll", "final"]))
+
+
+@pytest.mark.parametrize("direction,with_sl,with_p,with_h0,which", GRAD_CASES)
+def test_lstm_grad_dot_products(direction, with_sl, with_p, with_h0, which):
+    seed = GRAD_CASES.index((direction, with_sl, with_p, with_h0, which))
+    rng = np.random.default_rng(100 + seed)
+    S, nb, I, H = 4, 3, 2, 3
+    D = 2 if direction == "bidirectional" else 1
+    ops = make_layer(rng, S, nb, I, H, direction, with_sl=with_sl, with_p=with_p, with_h0=with_h0)
+    up = upstream(rng, S, nb, H, D, which)
+    grads = run_grad(ops, run_forward(ops, H, direction), up, H, direction)
+    check_dot_products(rng, ops, up, grads, S, nb, I, H, direction)
+    dB = grads[3]
+    np.testing.assert_array_equal(dB[:, : 4 * H], dB[:, 4 * H:])
+    if with_sl:  # steps that do not exist get no gradient
+        sl = ops["SL"]
+        for b in range(nb):
+            assert not grads[0][sl[b]:, b].any()
+
+
+def test_lstm_grad_no_upstream_is_zero():
+    rng = np.random.default_rng(7)
+    ops = make_layer(rng, 3, 2, 2, 3, "bidirectional", with_p=True, with_h0=True)
+    up = {"dHAll": None, "dHFinal": None, "dCFinal": None}
+    for g in run_grad(ops, run_forward(ops, 3, "bidirectional"), up, 3, "bidirectional"):
+        assert not g.any()
+
+
+@settings(max_examples=15, deadline=None)
+@given(S=st.integers(1, 5), nb=st.integers(1, 4), I=st.integers(1, 3), H=st.integers(1, 4),
+       direction=st.sampled_from(DIRECTIONS), flags=st.integers(0, 7), seed=st.integers(0, 2**16))
+def test_lstm_grad_random_shapes(S, nb, I, H, direction, flags, seed):
+    rng = np.random.default_rng(seed)
+    D = 2 if direction == "bidirectional" else 1
+    ops = make_layer(rng, S, nb, I, H, direction, with_sl=bool(flags & 1), with_p=bool(flags & 2),
+                     with_h0=bool(flags & 4))
+    fwd = run_forward(ops, H, direction)
+    ref = lstm_training_ref(*layer_args(ops), hidden_size=H, direction=direction)
+    for g, r in zip(fwd, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-13)
+    up = upstream(rng, S, nb, H, D, "all")
+    check_dot_products(rng, ops, up, run_grad(ops, fwd, up, H, direction), S, nb, I, H, direction,
+                       n_dirs=1)
+
+
+# -- code paths that only large shapes take, forced on small ones ------------------------------
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_chunking_and_row_split_agree(monkeypatch, direction):
+    rng = np.random.default_rng(11)
+    S, nb, I, H = 7, 5, 3, 4
+    D = 2 if direction == "bidirectional" else 1
+    ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True)
+    up = upstream(rng, S, nb, H, D, "all")
+    fwd = run_forward(ops, H, direction)
+    base = run_grad(ops, fwd, up, H, direction)
+    import gradir.kernels.parallel as par
+
+    for chunk, copy, min_chunk in ((1, 1, None), (200, 100, 1), (1 << 20, 1 << 20, 1)):
+        monkeypatch.setattr(lstm_mod, "_CHUNK_BYTES", chunk)  # 1-2 steps per precomputed chunk
+        monkeypatch.setattr(lstm_mod, "_COPY_BYTES", copy)
+        if min_chunk is not None:  # split batch rows over the thread pool
+            monkeypatch.setattr(lstm_mod, "MIN_CHUNK_BYTES", min_chunk)
+            monkeypatch.setattr(par, "MIN_CHUNK_BYTES", min_chunk)
+            monkeypatch.setattr(par, "_threads", 2)
+        got = run_grad(ops, fwd, up, H, direction)
+        for g, b in zip(got, base):
+            np.testing.assert_allclose(g, b, rtol=1e-12, atol=1e-13)
+
+
+# -- dtypes, errors, outputs ------------------------------------------------------------------
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_float32_agrees_with_float64(direction):
+    rng = np.random.default_rng(21)
+    S, nb, I, H = 6, 3, 4, 5
+    D = 2 if direction == "bidirectional" else 1
+    ops64 = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True)
+    ops32 = {k: (v.astype(np.float32) if v is not None and k != "SL" else v) for k, v in ops64.items()}
+    up64 = upstream(rng, S, nb, H, D, "all")
+    up32 = {k: v.astype(np.float32) for k, v in up64.items()}
+    f64, f32 = run_forward(ops64, H, direction), run_forward(ops32, H, direction)
+    for a, b in zip(f32, f64):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    g64, g32 = run_grad(ops64, f64, up64, H, direction), run_grad(ops32, f32, up32, H, direction)
+    for a, b in zip(g32, g64):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    c64 = cell_operands(rng)
+    c32 = [a.astype(np.float32) for a in c64]
+    for a, b in zip(lstm_cell(*c32, hidden_size=5), lstm_cell(*c64, hidden_size=5)):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 6, 100])
+@pytest.mark.parametrize("sl_dtype", [np.int32, np.int64])
+def test_sequence_length_out_of_range_raises(bad, sl_dtype):
+    rng = np.random.default_rng(5)
+    S, nb, H = 5, 3, 2
+    ops = make_layer(rng, S, nb, 2, H, "forward")
+    fwd = run_forward(ops, H, "forward")
+    ops["SL"] = np.array([S, bad, 1], sl_dtype)
+    with pytest.raises(ValueError, match=r"SL\[1\] = " + str(bad)):
+        run_forward(ops, H, "forward")
+    up = upstream(rng, S, nb, H, 1, "all")
+    with pytest.raises(ValueError, match=r"SL\[1\] = " + str(bad)):
+        run_grad(ops, fwd, up, H, "forward")
+
+
+def test_int64_and_int32_sequence_lengths_agree():
+    rng = np.random.default_rng(6)
+    ops = make_layer(rng, 5, 4, 2, 3, "reverse", with_sl=True, with_h0=True)
+    a = run_forward(ops, 3, "reverse")
+    ops["SL"] = ops["SL"].astype(np.int64)
+    b = run_forward(ops, 3, "reverse")
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_preallocated_outputs_are_filled():
+    rng = np.random.default_rng(8)
+    S, nb, I, H = 4, 3, 2, 3
+    ops = make_layer(rng, S, nb, I, H, "bidirectional", with_sl=True, with_p=True, with_h0=True)
+    fresh = run_forward(ops, H, "bidirectional")
+    outs = tuple(np.full_like(r, np.nan) for r in fresh)
+    got = lstm_training(*layer_args(ops), hidden_size=H, direction="bidirectional", out=outs)
+    for g, o, f in zip(got, outs, fresh):
+        assert g is o
+        np.testing.assert_array_equal(g, f)
+    up = upstream(rng, S, nb, H, 2, "all")
+    base = run_grad(ops, fresh, up, H, "bidirectional")
+    gouts = tuple(np.full_like(r, np.nan) if j % 2 else None for j, r in enumerate(base))
+    HAll, HFinal, CFinal, CAll, iofc = fresh
+    got = lstm_grad(ops["X"], ops["W"], ops["R"], ops["SL"], ops["H0"], ops["C0"], HAll, CAll, iofc,
+                    up["dHAll"], up["dHFinal"], up["dCFinal"], ops["P"], hidden_size=H,
+                    direction="bidirectional", out=gouts)
+    for j, (g, b) in enumerate(zip(got, base)):
+        if gouts[j] is not None:
+            assert g is gouts[j]
+        np.testing.assert_array_equal(g, b)
+
+
+def test_unsupported_attributes_raise():
+    rng = np.random.default_rng(9)
+    ops = make_layer(rng, 2, 2, 2, 2, "forward")
+    with pytest.raises(ValueError, match="clip"):
+        lstm_training(*layer_args(ops), hidden_size=2, clip=1.0)
+    with pytest.raises(ValueError, match="input_forget"):
+        lstm_training(*layer_args(ops), hidden_size=2, input_forget=1)
+    with pytest.raises(ValueError, match="activations"):
+        lstm_training(*layer_args(ops), hidden_size=2, activations=["tanh", "tanh", "tanh"])
