@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import threading
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import mpmath as mp
 import numpy as np
@@ -16,11 +17,28 @@ from hypothesis import strategies as st
 
 from gradir.kernels import KERNELS
 from gradir.kernels import activation as act
-from gradir.kernels.activation import (fast_gelu, fast_gelu_grad, gelu, gelu_grad, leaky_relu,
-                                       leaky_relu_grad, log_softmax, log_softmax_grad,
-                                       log_softmax_grad_13, quick_gelu, quick_gelu_grad, relu,
-                                       relu_grad, sigmoid, sigmoid_grad, softmax, softmax_grad,
-                                       softmax_grad_13, tanh, tanh_grad)
+from gradir.kernels.activation import (
+    fast_gelu,
+    fast_gelu_grad,
+    gelu,
+    gelu_grad,
+    leaky_relu,
+    leaky_relu_grad,
+    log_softmax,
+    log_softmax_grad,
+    log_softmax_grad_13,
+    quick_gelu,
+    quick_gelu_grad,
+    relu,
+    relu_grad,
+    sigmoid,
+    sigmoid_grad,
+    softmax,
+    softmax_grad,
+    softmax_grad_13,
+    tanh,
+    tanh_grad,
+)
 from gradir.kernels.parallel import get_threads, set_threads
 
 EDGE = [-1000.0, -100.0, -1.0, 0.0, 1.0, 100.0, 1000.0]
@@ -73,7 +91,8 @@ GRAD_REF_Y: dict[str, tuple[str, Callable[[Any, Any], Any]]] = {  # reading the 
     "TanhGrad": ("Tanh", lambda y, a: 1 - y * y),
     "LeakyReluGrad": ("LeakyRelu", lambda y, a: 1 if y > 0 else a),
 }
-ALPHA_DEFAULTS = {"LeakyRelu": 0.01, "LeakyReluGrad": 0.01, "QuickGelu": 1.702, "QuickGeluGrad": 1.702}
+ALPHA_DEFAULTS = {"LeakyRelu": 0.01, "LeakyReluGrad": 0.01, "QuickGelu": 1.702,
+                  "QuickGeluGrad": 1.702}
 
 
 def _alphas(name: str) -> list[float | None]:
@@ -204,8 +223,8 @@ def _terms(name: str, x: np.ndarray, a: float) -> np.ndarray:
     return np.zeros_like(x)
 
 
-@pytest.mark.parametrize("name", ["QuickGeluGrad", "GeluGrad", "FastGeluGrad", "Sigmoid", "QuickGelu",
-                                  "Gelu", "FastGelu", "Tanh"])
+@pytest.mark.parametrize("name", ["QuickGeluGrad", "GeluGrad", "FastGeluGrad", "Sigmoid",
+                                  "QuickGelu", "Gelu", "FastGelu", "Tanh"])
 def test_random_points_float64_match_mpmath(name: str) -> None:
     """Within 6 ulps, plus the rounding of the terms a formula adds near a root of the
     result.  FastGelu(Grad) also gets ``2 eps |w|`` relative, ``w = 2k(x + c x³)`` being the
@@ -266,20 +285,27 @@ def _flat_softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
     return r.reshape(x.shape)
 
 
-def _grad_cases() -> dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray], bool, bool]]:
+GradCase = tuple[Callable[..., np.ndarray], Callable[..., np.ndarray], bool, bool]
+
+
+def _grad_cases() -> dict[str, GradCase]:
     """grad op -> (forward(x, **attrs), grad(dy, z, **attrs), z is Y (else X), has axis)."""
     return {
         "ReluGrad": (lambda x: relu(x), relu_grad, False, False),
         "SigmoidGrad": (lambda x: sigmoid(x), sigmoid_grad, True, False),
         "TanhGrad": (lambda x: tanh(x), tanh_grad, True, False),
-        "LeakyReluGrad": (lambda x, alpha: leaky_relu(x, alpha=alpha), leaky_relu_grad, True, False),
-        "QuickGeluGrad": (lambda x, alpha: quick_gelu(x, alpha=alpha), quick_gelu_grad, False, False),
+        "LeakyReluGrad": (lambda x, alpha: leaky_relu(x, alpha=alpha), leaky_relu_grad, True,
+                          False),
+        "QuickGeluGrad": (lambda x, alpha: quick_gelu(x, alpha=alpha), quick_gelu_grad, False,
+                          False),
         "GeluGrad": (lambda x: gelu(x), gelu_grad, False, False),
         "FastGeluGrad": (lambda x: fast_gelu(x), fast_gelu_grad, False, False),
         "SoftmaxGrad_13": (lambda x, axis: softmax(x, axis=axis), softmax_grad_13, True, True),
-        "LogSoftmaxGrad_13": (lambda x, axis: log_softmax(x, axis=axis), log_softmax_grad_13, True, True),
+        "LogSoftmaxGrad_13": (lambda x, axis: log_softmax(x, axis=axis), log_softmax_grad_13, True,
+                              True),
         "SoftmaxGrad": (lambda x, axis: _flat_softmax(x, axis, False), softmax_grad, True, True),
-        "LogSoftmaxGrad": (lambda x, axis: _flat_softmax(x, axis, True), log_softmax_grad, True, True),
+        "LogSoftmaxGrad": (lambda x, axis: _flat_softmax(x, axis, True), log_softmax_grad, True,
+                           True),
     }
 
 
@@ -344,13 +370,13 @@ def test_softmax_families_on_rank3_every_axis(log: bool) -> None:
         # each family against its own semantics, on its own forward output
         y_flat = _flat_softmax(x, axis, log)
         y_one = log_softmax(x, axis=axis) if log else softmax(x, axis=axis)
-        m2 = lambda a: a.reshape(math.prod(shape[:ax]), -1)  # noqa: E731
         red = shape[:ax] + (1,) * (3 - ax)
+        n_rows = math.prod(shape[:ax])
         if log:
-            want_flat = dy - np.exp(y_flat) * m2(dy).sum(axis=1).reshape(red)
+            want_flat = dy - np.exp(y_flat) * dy.reshape(n_rows, -1).sum(axis=1).reshape(red)
             want_one = dy - np.exp(y_one) * dy.sum(axis=ax, keepdims=True)
         else:
-            want_flat = y_flat * (dy - m2(y_flat * dy).sum(axis=1).reshape(red))
+            want_flat = y_flat * (dy - (y_flat * dy).reshape(n_rows, -1).sum(axis=1).reshape(red))
             want_one = y_one * (dy - (y_one * dy).sum(axis=ax, keepdims=True))
         np.testing.assert_allclose(pre13(dy, y_flat, axis=axis), want_flat, rtol=1e-13, atol=1e-14)
         np.testing.assert_allclose(v13(dy, y_one, axis=axis), want_one, rtol=1e-13, atol=1e-14)
@@ -381,7 +407,8 @@ def test_softmax_forward_is_stable_and_matches_reference() -> None:
                     np.testing.assert_allclose(y, np.exp(ref_log), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("fn", [softmax_grad, softmax_grad_13, log_softmax_grad, log_softmax_grad_13])
+@pytest.mark.parametrize("fn", [softmax_grad, softmax_grad_13, log_softmax_grad,
+                                log_softmax_grad_13])
 def test_softmax_grad_axis_out_of_range(fn: Callable[..., np.ndarray]) -> None:
     a = np.ones((2, 3))
     for axis in (2, -3, 7):
@@ -418,7 +445,8 @@ def test_float32_agrees_with_float64(name: str) -> None:
     x64, dy64 = x64.reshape(-1, 7), dy64.reshape(-1, 7)
     attrs = {"alpha": ALPHA_DEFAULTS[name]} if name in ALPHA_DEFAULTS else {}
     if "Softmax" in name:
-        attrs = {"axis": -1} if name.endswith("13") or name in ("Softmax", "LogSoftmax") else {"axis": 1}
+        last = name.endswith("13") or name in ("Softmax", "LogSoftmax")
+        attrs = {"axis": -1} if last else {"axis": 1}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with _strict():
@@ -437,10 +465,12 @@ def test_float32_agrees_with_float64(name: str) -> None:
 
 BINARY = ["ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad", "QuickGeluGrad", "GeluGrad",
           "FastGeluGrad", "SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad", "LogSoftmaxGrad_13"]
-UNARY = ["Relu", "Sigmoid", "Tanh", "LeakyRelu", "QuickGelu", "Gelu", "FastGelu", "Softmax", "LogSoftmax"]
+UNARY = ["Relu", "Sigmoid", "Tanh", "LeakyRelu", "QuickGelu", "Gelu", "FastGelu", "Softmax",
+         "LogSoftmax"]
 
 
-def _operands(name: str, shape: tuple[int, ...], dtype: type, seed: int = 0) -> tuple[np.ndarray, ...]:
+def _operands(name: str, shape: tuple[int, ...], dtype: type,
+              seed: int = 0) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(shape) * 3).astype(dtype)
     if name in UNARY:
@@ -478,6 +508,13 @@ def test_empty_and_noncontiguous_operands() -> None:
     x = np.arange(24.0).reshape(4, 6)[:, ::2] - 5
     np.testing.assert_array_equal(relu_grad(np.ones_like(x), x), (x > 0).astype(float))
     np.testing.assert_allclose(softmax(x.T, axis=0), softmax(np.ascontiguousarray(x.T), axis=0))
+    # a strided out still receives the result
+    big = np.zeros((4, 6))
+    assert relu_grad(np.ones_like(x), x, out=big[:, ::2]) is not None
+    np.testing.assert_array_equal(big[:, ::2], (x > 0).astype(float))
+    dy, y = np.cos(x), softmax(x, axis=1)
+    softmax_grad_13(dy, y, axis=1, out=big[:, 1::2])
+    np.testing.assert_array_equal(big[:, 1::2], softmax_grad_13(dy, y, axis=1))
 
 
 # -- thread-count determinism --------------------------------------------------------------------
@@ -488,7 +525,8 @@ DET_CASES: list[tuple[str, tuple[int, ...], dict[str, Any]]] = (
     + [(n, (300, 40, 125), {"axis": ax}) for n in ("SoftmaxGrad_13", "LogSoftmaxGrad_13", "Softmax",
                                                      "LogSoftmax") for ax in (0, 1, 2)]
     # (pre-13 with axis 0 is a single row: nothing to split)
-    + [(n, (300, 40, 125), {"axis": ax}) for n in ("SoftmaxGrad", "LogSoftmaxGrad") for ax in (1, 2)]
+    + [(n, (300, 40, 125), {"axis": ax}) for n in ("SoftmaxGrad", "LogSoftmaxGrad")
+       for ax in (1, 2)]
     + [("SoftmaxGrad_13", (3, 400000), {"axis": 0}), ("Softmax", (400000, 4), {"axis": 0})]
 )
 

@@ -1,44 +1,56 @@
 """NumPy kernels for the activation family: OPS.md §1 (ORT gradients) and §2 (forwards).
 
-Every kernel keeps its operands' dtype (Float32 or Float64; a float32 result is never
-computed through a float64 array) and follows the calling convention of
-``gradir.kernels``: ``fn(*operands, out=None, **attrs)``, writing into ``out`` when given.
+Every kernel keeps its operands' dtype (Float32 or Float64; no float32 result goes
+through a float64 array) and follows ``gradir.kernels``' calling convention,
+``fn(*operands, out=None, **attrs)``, writing into ``out`` when it is given.
 
-How the kernels are built (PERFORMANCE.md has the measurements behind each choice):
+How they are built (PERFORMANCE.md and ``benchmarks/bench_activations.py`` have the
+measurements behind each choice):
 
 * **Blocks.**  Element-wise kernels walk the flat arrays in fixed blocks of
-  ``BLOCK_BYTES`` per operand; every intermediate lives in a small per-thread scratch
-  buffer that is reused from block to block, so a kernel reads its operands from memory
-  once and writes its result once, however many NumPy passes it makes.  The softmax
-  families use the same idea with whole rows per block.
-* **Threads.**  The blocks are dealt to threads in contiguous runs by
-  :func:`~gradir.kernels.parallel.parallel_rows`.  The block grid depends only on the
-  array's shape and dtype, never on the thread count, and each block is computed the same
-  way wherever it runs, so results are bit-identical for any thread count.
+  ``BLOCK_BYTES`` per operand.  Intermediates live in per-thread scratch buffers reused
+  from block to block, so a kernel reads each operand from memory once and writes its
+  result once however many NumPy passes it makes; the passes run in cache.  The softmax
+  families do the same with whole rows (or column ranges) per block.
+* **Threads.**  Blocks are dealt to threads in contiguous runs by
+  :func:`~gradir.kernels.parallel.parallel_rows`.  The block grid depends only on the shape
+  and dtype, never on the thread count, and a block is computed the same way wherever it
+  runs, so results are bit-identical for any thread count.
 * **No selects.**  ``np.where``/``putmask``/``copyto(where=)`` are 10-15x slower than a
-  streaming pass here.  Branches become arithmetic on exact 0/1 masks (``np.greater``
-  written straight into a float buffer), bit masks (``ReluGrad``), or ``maximum`` tricks
-  whose results are exactly one of the two branches.
-* **In place.**  Every kernel registered ``inplace=True`` is correct when ``out`` *is*
-  one of its operands: within a block each operand element is read before the element
-  of ``out`` at the same position is written, or only through same-position ufuncs.
-* **Numerics.**  Sigmoids are formed from ``e = exp(-|w|)`` (never overflows) as
-  ``σ(w) = max(e, [w>=0]) / (1 + e)`` and ``σ(-w) = max(e, [w<0]) / (1 + e)``, both with
-  full relative accuracy in the tails.  Arguments that could overflow a square or cube are
-  clipped at ``_XCLIP`` first, where every function involved has long saturated.  In
-  Float64 the argument of each ``exp`` is carried with its rounding error (an exact
-  Dekker product), so the kernels stay within a few ulps of the exact value even where
-  ``exp`` magnifies the argument's rounding (e.g. ``QuickGeluGrad`` at ``x = -100``).
-  The exact GELU uses ``Φ(-a) = e^{-a²/2} R(a)`` with ``R(a) = erfcx(a/√2)/2``, which is
-  smooth: Float64 takes ``R`` from ``scipy.special.erfcx``, Float32 from a degree-8
-  polynomial in ``t = 1/(1 + a/4)`` (relative error < 4e-7 after float32 rounding).
+  pass here.  Branches become exact arithmetic on 0/1 masks written by ``np.greater`` into
+  a float buffer, integer bit masks (``ReluGrad``), or ``maximum`` tricks whose result is
+  exactly one of the branches.
+* **In place.**  Every kernel is registered ``inplace=True``: within a block each operand
+  is read before the same positions of ``out`` are written, or only through same-position
+  ufuncs, so ``out`` may be any operand.
+* **Costs per pass** (float32, one core, 512 KiB blocks in L2; ns per element): a pass with
+  a scalar 0.11, array*array 0.15-0.2 (NumPy's add/multiply loops are slower than
+  ``maximum``'s), ``divide`` 0.23, ``exp2`` 0.26, ``tanh`` 0.34, ``exp`` 0.45,
+  ``copysign`` 0.7.  Hence ``exp2`` with the ``log2 e`` folded into a constant, and
+  formulas chosen for few array*array passes.
+
+Numerics.  Float64 aims at a few ulps of the exact value: sigmoids are
+``σ(w) = max(e, [w>=0]) / (1 + e)``, ``σ(-w) = max(e, [w<0]) / (1 + e)`` with
+``e = exp(-|w|)`` (exact underflow to 0, full relative accuracy in both tails), and the
+arguments ``alpha·x`` (QuickGelu) and ``x²`` (Gelu) reach ``exp`` with their rounding
+error carried along (Dekker's exact product), because ``exp`` turns an argument error
+``δ`` into a relative error ``δ``, which is ``|w|`` ulps of the result.  (FastGelu's cubic
+argument is not carried; its error grows like ``|w|`` ulps in the far tail.)  Float32
+takes the faster forms ``σ(w) = 1/(1 + e)``, ``e = exp(-w)``, with ``w`` clipped so that
+every ``exp``, ``1 + exp`` and product stays a finite *normal* float (denormals make a
+ufunc ~17x slower): its results keep a few ulps of relative accuracy, times ``1 + |w|``
+for the argument's own rounding, and in the saturated tails, where the exact value is
+below ~1e-30, may be such a tiny number instead of 0.  The exact GELU uses
+``Φ(-a) = e^{-a²/2} R(a)`` with ``R(a) = erfcx(a/√2)/2``, which is smooth: Float64 takes
+``R`` from ``scipy.special.erfcx``, Float32 from a degree-8 polynomial in
+``t = 1/(1 + a/4)`` (relative error < 5e-7 after float32 rounding).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import scipy.special as _sc
@@ -47,38 +59,56 @@ from . import kernel
 from .parallel import parallel_rows
 
 __all__ = [
-    "relu_grad", "sigmoid_grad", "tanh_grad", "leaky_relu_grad", "quick_gelu_grad", "gelu_grad",
-    "fast_gelu_grad", "softmax_grad", "log_softmax_grad", "softmax_grad_13", "log_softmax_grad_13",
-    "relu", "sigmoid", "tanh", "leaky_relu", "quick_gelu", "gelu", "fast_gelu", "softmax",
-    "log_softmax", "BLOCK_BYTES",
+    "BLOCK_BYTES",
+    "fast_gelu",
+    "fast_gelu_grad",
+    "gelu",
+    "gelu_grad",
+    "leaky_relu",
+    "leaky_relu_grad",
+    "log_softmax",
+    "log_softmax_grad",
+    "log_softmax_grad_13",
+    "quick_gelu",
+    "quick_gelu_grad",
+    "relu",
+    "relu_grad",
+    "sigmoid",
+    "sigmoid_grad",
+    "softmax",
+    "softmax_grad",
+    "softmax_grad_13",
+    "tanh",
+    "tanh_grad",
 ]
 
-#: Bytes per operand in one block.  Large enough that the per-ufunc call overhead (and the
-#: GIL hand-over between the two workers) is small, small enough to stay in L2.
+#: Bytes per operand in one block: large enough that per-call overhead (and the GIL
+#: hand-over between workers) stays small, small enough that a block's passes run in L2.
 BLOCK_BYTES = 1 << 19
 
-_K_FAST = math.sqrt(2.0 / math.pi)  # FastGelu: u = k (x + c x^3)
-_C_FAST = 0.044715
+_K = math.sqrt(2.0 / math.pi)  # FastGelu: u = k (x + c x^3)
+_C = 0.044715
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _SQRT1_2 = math.sqrt(0.5)
-_XCLIP = 1.0e4  # float64: |arguments| beyond this saturate everything here (exp(-1e4) == 0)
-# float32 bounds: every exp argument stays in [-87, 87], so exp, 1 + exp and 1/(1 + exp) are
-# finite *normal* floats (denormals make a ufunc ~17x slower here); beyond the bounds the
-# functions have saturated to within < 1e-33 absolute.
-_W32 = 87.0  # |w| bound for float32 sigmoids
-_X32_FASTGELU = 9.9  # |w(9.9)| = 85.0 for FastGelu's w = 2k(x + c x^3)
-_A32_GELU = 12.5  # exp(-12.5^2/2) = 1.2e-34 and Φ(-12.5) = 3.7e-36 are still normal
-_DEKKER = 134217729.0  # 2**27 + 1, Veltkamp splitting constant for float64
+_LOG2E = 1.0 / math.log(2.0)
+_XCLIP = 1.0e4  # float64: beyond this every function here has saturated exactly (exp(-1e4) = 0)
+_DEKKER = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
 
-# R(a) = erfcx(a/sqrt 2)/2 ~= t * Q(t), t = 1/(1 + _R_P a), fitted (weighted least squares,
-# Lawson iterations) on a in [0, 14.5]; beyond that exp(-a^2/2) underflows in float32.
+# Float32 clips (see the module docstring): beyond them the functions are within ~1e-31 of
+# their limits, and every intermediate stays a finite normal float32.
+_W32 = 80.0  # |w| for plain sigmoids: e^80 (1 + 80) = 4.5e36 < 3.4e38, 1/(1 + e^80) = 1.8e-35
+_X32_FAST = 9.5  # FastGelu: |w(9.5)| = 76.3, e^76.3 (1 + |v(9.5)|) = 2.8e35
+_A32_GELU = 12.5  # exp(-12.5²/2) = 1.2e-34, Φ(-12.5) = 3.7e-36
+
+# R(a) = erfcx(a/√2)/2 ~= t Q(t), t = 1/(1 + _R_P a), Q fitted (weighted least squares with
+# Lawson iterations) on a in [0, 14.5]; relative error 6e-8 in float64 arithmetic.
 _R_P = 0.25
 _R_Q = (0.09979283517084202, 0.09859322172959288, 0.10321823605310673, 0.034940268503068826,
         0.19713730830782333, -0.19921763532212042, 0.29047261074616004, -0.15011195044822198,
         0.025175074081542743)  # ascending powers of t
 
 
-# -- infrastructure --------------------------------------------------------------------
+# -- infrastructure ------------------------------------------------------------------------
 
 
 class _ScratchCache(threading.local):
@@ -104,21 +134,29 @@ def _block_elems(dtype: np.dtype) -> int:
     return max(1024, BLOCK_BYTES // dtype.itemsize)
 
 
-def _prepare(operands: tuple[np.ndarray, ...], out: np.ndarray | None) -> np.ndarray:
-    if out is None:
-        out = np.empty(operands[0].shape, operands[0].dtype)
-    return out
+def _check(*arrays: np.ndarray) -> np.dtype:
+    dtype = arrays[0].dtype
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"activation kernels take Float32 or Float64 operands, got {dtype}")
+    for a in arrays[1:]:
+        if a.dtype != dtype or a.shape != arrays[0].shape:
+            raise ValueError(f"operands must share shape and dtype: {arrays[0].shape} {dtype} "
+                             f"vs {a.shape} {a.dtype}")
+    return dtype
 
 
 def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
                  *operands: np.ndarray) -> np.ndarray:
     """Run ``body(o, *operand_blocks, scratch)`` over fixed-size blocks of the flat arrays.
 
-    ``o`` and the operand blocks are same-length 1-D views (``o`` may be the same memory
-    as an operand block); ``scratch`` is a list of ``n_scratch`` private buffers of that
-    length.
+    ``o`` and the operand blocks are same-length 1-D views (``o`` may be the same memory as
+    an operand block); ``scratch`` is a list of ``n_scratch`` private buffers of that length.
     """
-    out = _prepare(operands, out)
+    if out is None:
+        out = np.empty(operands[0].shape, operands[0].dtype)
+    elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
+        np.copyto(out, _elementwise(body, n_scratch, None, *operands))
+        return out
     flat_ops = [np.ascontiguousarray(a).reshape(-1) for a in operands]
     flat_out = out.reshape(-1)
     n = flat_out.size
@@ -140,27 +178,95 @@ def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | No
     return out
 
 
-
-def _check(*arrays: np.ndarray) -> np.dtype:
-    dtype = arrays[0].dtype
-    if dtype not in (np.float32, np.float64):
-        raise TypeError(f"activation kernels take Float32 or Float64 operands, got {dtype}")
-    for a in arrays[1:]:
-        if a.dtype != dtype or a.shape != arrays[0].shape:
-            raise ValueError(f"operands must share shape and dtype: {arrays[0].shape} {dtype} "
-                             f"vs {a.shape} {a.dtype}")
-    return dtype
+def _norm_axis(axis: int, ndim: int, op: str) -> int:
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for a rank-{ndim} operand "
+                         f"(expected {-ndim} <= axis < {ndim})")
+    return axis + ndim if axis < 0 else axis
 
 
-def _sigmoid_pair(e: np.ndarray, m: np.ndarray, s_out: np.ndarray, c: np.ndarray | None,
-                  corr: np.ndarray | None = None) -> None:
+def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
+          operands: tuple[np.ndarray, ...], axis: int, flatten: bool, op: str) -> np.ndarray:
+    """Run a reduce-over-one-axis ``body`` block by block.
+
+    The operands are viewed as ``[outer, A, inner]`` with the reduced axis in the middle
+    (``flatten=True`` gives the pre-opset-13 view ``[prod(shape[:axis]), prod(shape[axis:]), 1]``).
+    ``body(o, *operand_blocks, big, red)`` gets blocks of shape ``[ob, A, w]`` (2-D
+    ``[ob, A]`` when ``inner == 1``), ``big``, a list of ``n_scratch`` scratch arrays of the
+    block's shape, and ``red``, a scratch array of the reduced shape; it reduces over axis 1.
+    A block is a run of whole outer slices, or a column range of one outer slice when a
+    slice is too big; the grid depends only on the shape, so results do not depend on the
+    thread count.
+    """
+    shape = operands[0].shape
+    ax = _norm_axis(axis, len(shape), op)
+    if out is None:
+        out = np.empty(shape, operands[0].dtype)
+    elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
+        np.copyto(out, _rows(body, n_scratch, None, operands, axis, flatten, op))
+        return out
+    if out.size == 0:
+        return out
+    outer = math.prod(shape[:ax])
+    if flatten:
+        a_len, inner = math.prod(shape[ax:]), 1
+    else:
+        a_len, inner = shape[ax], math.prod(shape[ax + 1:])
+    ops = [np.ascontiguousarray(a) for a in operands]
+    dtype = out.dtype
+    block = _block_elems(dtype)
+    unit: Callable[[int], tuple[tuple[slice, ...], tuple[int, ...]]]
+    if inner == 1 or a_len * inner <= block:
+        views = ([a.reshape(outer, a_len) for a in (out, *ops)] if inner == 1
+                 else [a.reshape(outer, a_len, inner) for a in (out, *ops)])
+        ob = max(1, block // (a_len * inner))
+        n_units = -(-outer // ob)
+        tail = (a_len,) if inner == 1 else (a_len, inner)
+
+        def unit(u: int) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+            r0 = u * ob
+            r1 = min(outer, r0 + ob)
+            return (slice(r0, r1),), (r1 - r0, *tail)
+    else:
+        views = [a.reshape(outer, a_len, inner) for a in (out, *ops)]
+        w = max(1, min(inner, block // a_len))
+        n_cols = -(-inner // w)
+        n_units = outer * n_cols
+
+        def unit(u: int) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+            r, cb = divmod(u, n_cols)
+            c0 = cb * w
+            c1 = min(inner, c0 + w)
+            return (slice(r, r + 1), slice(None), slice(c0, c1)), (1, a_len, c1 - c0)
+
+    n_big = math.prod(unit(0)[1])
+
+    def run(u0: int, u1: int) -> None:
+        scratch = _scratch(dtype, n_scratch + 1, n_big)
+        for u in range(u0, u1):
+            idx, bshape = unit(u)
+            size = math.prod(bshape)
+            rshape = (bshape[0], 1) + bshape[2:]
+            big = [a[:size].reshape(bshape) for a in scratch[:n_scratch]]
+            red = scratch[n_scratch][: math.prod(rshape)].reshape(rshape)
+            body(*(v[idx] for v in views), big, red)
+
+    parallel_rows(n_units, n_big * dtype.itemsize * (len(operands) + 1), run)
+    return out
+
+
+# -- float64 numerics ------------------------------------------------------------------------
+
+
+def _sigmoid_pair64(e: np.ndarray, m: np.ndarray, s_out: np.ndarray, c: np.ndarray | None,
+                    corr: np.ndarray | None = None) -> None:
     """``σ(w)`` into ``s_out`` and ``σ(-w)`` into ``c`` (if given), from ``e = -|w|`` and
-    ``m = [w >= 0]`` as 0/1 floats.
+    ``m = [w >= 0]`` (0/1 floats); consumes ``e`` and ``m`` (``s_out`` may be ``m``).
 
-    ``e`` and ``m`` are consumed (``s_out`` may be ``m``).  ``corr``, if given, multiplies
-    ``exp(-|w|)`` (a first-order correction for the rounding error of ``w``).  ``exp``
-    only sees arguments <= 0, so nothing overflows; each result is one of ``1/(1+e)`` or
-    ``e/(1+e)``, so both keep full relative accuracy in the tails.
+    ``corr``, if given, multiplies ``exp(-|w|)`` (first-order correction for the rounding
+    error of ``w``).  ``exp`` only sees arguments <= 0; each result is ``1/(1+e)`` or
+    ``e/(1+e)``, so both keep full relative accuracy in the tails and underflow exactly.
     """
     np.exp(e, out=e)
     if corr is not None:
@@ -175,18 +281,8 @@ def _sigmoid_pair(e: np.ndarray, m: np.ndarray, s_out: np.ndarray, c: np.ndarray
         np.divide(c, e, out=c)
 
 
-def _sigmoid_pair32(nw: np.ndarray, s: np.ndarray, c: np.ndarray) -> None:
-    """Float32: ``s = σ(w) = 1/(1 + exp(-w))`` and ``c = σ(-w) = exp(-w)·s`` from
-    ``nw = -w`` already clipped to ``[-_W32, _W32]`` (nothing overflows or goes denormal;
-    both results keep full relative accuracy)."""
-    np.exp(nw, out=c)
-    np.add(c, 1.0, out=s)
-    np.reciprocal(s, out=s)
-    np.multiply(c, s, out=c)
-
-
 def _split(x: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
-    """Float64: Veltkamp split ``x = hi + lo`` into 26-bit halves (needs |x| < 1e300)."""
+    """Veltkamp split ``x = hi + lo`` into 26-bit halves (float64, |x| < 1e300)."""
     np.multiply(x, _DEKKER, out=hi)
     np.subtract(hi, x, out=lo)
     np.subtract(hi, lo, out=hi)
@@ -202,12 +298,12 @@ def _split_scalar(a: float) -> tuple[float, float]:
 def _exp_correction_prod(x: np.ndarray, alpha: float, v: np.ndarray, m: np.ndarray,
                          corr: np.ndarray, t1: np.ndarray, t2: np.ndarray,
                          t3: np.ndarray) -> None:
-    """Float64: ``corr`` such that ``exp(-|alpha*x|) = exp(-|v|) * corr`` to double
-    precision, where ``v = fl(alpha*x)`` and ``m = [v >= 0]`` (0/1 floats).
+    """``corr`` such that ``exp(-|alpha*x|) = exp(-|v|) * corr`` to double precision, where
+    ``v = fl(alpha*x)`` and ``m = [v >= 0]`` (0/1 floats); float64, |x| < 1e300.
 
-    Dekker's exact product gives ``err = alpha*x - v``; ``-|alpha*x| = -|v| - sign(v)*err``
+    Dekker's exact product gives ``err = alpha*x - v``; then ``-|alpha*x| = -|v| - sign(v)*err``
     and ``exp(-sign(v)*err) = 1 - sign(v)*err`` to first order (``|err| < 1e-13`` wherever
-    ``exp(-|v|)`` is not 0).  Needs |x| < 1e300.
+    ``exp(-|v|)`` is not 0).
     """
     ah, al = _split_scalar(alpha)
     _split(x, t1, t2)  # t1 = xh, t2 = xl
@@ -225,19 +321,11 @@ def _exp_correction_prod(x: np.ndarray, alpha: float, v: np.ndarray, m: np.ndarr
     np.add(corr, 1.0, out=corr)
 
 
-def _exp_half_square(a: np.ndarray, e: np.ndarray, t1: np.ndarray | None,
-                     t2: np.ndarray | None, t3: np.ndarray | None) -> None:
-    """``e = exp(-a*a/2)`` for ``0 <= a <= _XCLIP``.
-
-    Float64 (when ``t3`` is given) carries the rounding error of ``a*a`` (Dekker):
-    ``exp(-(hi + lo)/2) = exp(-hi/2) * (1 - lo/2)``.  Float32 uses ``fl(a*a)``, whose error
-    is that of perturbing ``a`` by half an ulp (the function's own conditioning).
-    """
+def _exp_half_square64(a: np.ndarray, e: np.ndarray, t1: np.ndarray, t2: np.ndarray,
+                       t3: np.ndarray) -> None:
+    """``e = exp(-a²/2)`` (float64, ``0 <= a <= _XCLIP``) with the rounding error of ``a²``
+    carried: ``a² = hi + lo`` exactly (Dekker), ``exp(-(hi + lo)/2) = exp(-hi/2)(1 - lo/2)``."""
     np.multiply(a, a, out=e)
-    if t1 is None or t2 is None or t3 is None:
-        np.multiply(e, -0.5, out=e)
-        np.exp(e, out=e)
-        return
     _split(a, t1, t2)  # a = ah + al
     np.multiply(t1, t1, out=t3)
     np.subtract(t3, e, out=t3)  # ah*ah - hi
@@ -245,7 +333,7 @@ def _exp_half_square(a: np.ndarray, e: np.ndarray, t1: np.ndarray | None,
     np.multiply(t1, 2.0, out=t1)
     np.add(t3, t1, out=t3)
     np.multiply(t2, t2, out=t2)
-    np.add(t3, t2, out=t3)  # lo = a*a - hi exactly
+    np.add(t3, t2, out=t3)  # lo = a*a - hi, exactly
     np.multiply(t3, -0.5, out=t3)
     np.add(t3, 1.0, out=t3)
     np.multiply(e, -0.5, out=e)
@@ -253,56 +341,154 @@ def _exp_half_square(a: np.ndarray, e: np.ndarray, t1: np.ndarray | None,
     np.multiply(e, t3, out=e)
 
 
-def _erfcx_half(a: np.ndarray, r: np.ndarray, t: np.ndarray) -> None:
-    """``r = R(a) = erfcx(a/√2)/2 = Φ(-a)·exp(a²/2)`` for ``0 <= a <= _XCLIP`` (> 0)."""
-    if r.dtype == np.float64:
+# -- shared pieces of the GELU family -----------------------------------------------------------
+
+
+def _gelu_h(x: np.ndarray, s: list[np.ndarray], want_h: bool
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns views ``(p, m, z)`` into ``s``: ``z = clip(x, ±bound)``, ``m = [z >= 0]`` and
+    ``p = h(|z|) = Φ(-a) - a φ(a)`` (``want_h``) or ``p = Φ(-a)`` (otherwise), ``a = |z|``.
+
+    Then ``Φ(x) = p + m(1 - 2p)`` and ``Φ(x) + x φ(x) = h + m(1 - 2h)``: the ``x < 0``
+    branch is ``p`` itself (no subtraction, full relative accuracy in the left tail) and both
+    are continuous at 0, so ``-0.0`` needs no care.  ``Φ(-a) = e R(a)``, ``e = exp(-a²/2)``.
+    """
+    z, a, e, r, t = s[0], s[1], s[2], s[3], s[4]
+    if x.dtype == np.float64:
+        np.clip(x, -_XCLIP, _XCLIP, out=z)
+        np.abs(z, out=a)
+        _exp_half_square64(a, e, t, s[5], s[6])
         np.multiply(a, _SQRT1_2, out=r)
         _sc.erfcx(r, out=r)
-        np.multiply(r, 0.5, out=r)
-        return
-    np.multiply(a, _R_P, out=t)
-    np.add(t, 1.0, out=t)
-    np.reciprocal(t, out=t)
-    q = _R_Q
-    np.multiply(t, q[-1], out=r)
-    np.add(r, q[-2], out=r)
-    for coef in q[-3::-1]:
-        np.multiply(r, t, out=r)
-        np.add(r, coef, out=r)
-    np.multiply(r, t, out=r)
-
-
-def _gelu_core(x: np.ndarray, s: list[np.ndarray]
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Shared part of Gelu/GeluGrad: returns views ``(m, e, sR, xc)`` into ``s[0..3]`` with
-    ``xc = clip(x, ±bound)``, ``e = exp(-xc²/2)``, ``sR = copysign(R(|xc|), x)`` and
-    ``m = [sR > 0]``, so that ``Φ(x) = m - e·sR`` and ``Φ(x) + x·φ(x) = m + e·(xc/√(2π) - sR)``.
-
-    Both formulas take the branch from the sign bit (``m`` is read off ``sR``), so ``+0.0``
-    and ``-0.0`` agree, and the ``x < 0`` branch never subtracts.  The bound is ``_XCLIP`` in
-    float64 (``e`` is exactly 0 long before) and ``_A32_GELU`` in float32 (keeps ``e`` a
-    normal float).  ``s[4]`` is free for the caller afterwards.
-    """
-    xc, a, e, r = s[0], s[1], s[2], s[3]
-    f64 = x.dtype == np.float64
-    bound = _XCLIP if f64 else _A32_GELU
-    np.clip(x, -bound, bound, out=xc)
-    np.abs(xc, out=a)
-    _erfcx_half(a, r, s[4])
-    if f64:
-        _exp_half_square(a, e, s[4], s[5], s[6])
+        np.multiply(r, 0.5, out=r)  # R(a)
     else:
-        _exp_half_square(a, e, None, None, None)
-    np.copysign(r, x, out=r)
-    np.greater(r, 0.0, out=a)
-    return a, e, r, xc
+        np.clip(x, -_A32_GELU, _A32_GELU, out=z)
+        np.abs(z, out=a)
+        np.square(a, out=e)
+        np.multiply(e, -0.5 * _LOG2E, out=e)
+        np.exp2(e, out=e)  # exp(-a²/2)
+        np.multiply(a, _R_P, out=t)
+        np.add(t, 1.0, out=t)
+        np.divide(1.0, t, out=t)  # t = 1/(1 + a/4)
+        q = _R_Q
+        np.multiply(t, q[-1], out=r)
+        np.add(r, q[-2], out=r)
+        for coef in q[-3::-1]:
+            np.multiply(r, t, out=r)
+            np.add(r, coef, out=r)
+        np.multiply(r, t, out=r)  # R(a)
+    if want_h:
+        np.multiply(a, _INV_SQRT_2PI, out=a)
+        np.subtract(r, a, out=r)  # R - a/√(2π)
+    np.multiply(r, e, out=r)
+    np.greater_equal(z, 0.0, out=a)
+    return r, a, z
+
+
+def _mirror(p: np.ndarray, m: np.ndarray, t: np.ndarray) -> None:
+    """``p <- p + m(1 - 2p)``: ``p`` where ``m = 0``, ``1 - p`` where ``m = 1``."""
+    np.multiply(p, -2.0, out=t)
+    np.add(t, 1.0, out=t)
+    np.multiply(t, m, out=t)
+    np.add(p, t, out=p)
 
 
 def _n_gelu_scratch(dtype: np.dtype) -> int:
     return 7 if dtype == np.float64 else 5
 
 
-# -- gradient kernels (OPS.md §1, ORT semantics) -------------------------------------
+def _quick_gelu_sig64(x: np.ndarray, alpha: float, s: list[np.ndarray], need_c: bool
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Float64: views ``(v, σ(v), σ(-v))`` into ``s[0..3]`` for ``v = alpha·x`` (``x``
+    clipped where σ has saturated exactly), the exp argument's rounding carried."""
+    v, e, m, c = s[0], s[1], s[2], s[3]
+    if alpha != 0.0:
+        bound = _XCLIP / abs(alpha)
+        np.clip(x, -bound, bound, out=c)
+        xc = c
+    else:
+        xc = x
+    np.multiply(xc, alpha, out=v)
+    np.abs(v, out=e)
+    np.negative(e, out=e)
+    np.greater_equal(v, 0.0, out=m)
+    corr = None
+    if alpha != 0.0:
+        corr = s[4]
+        _exp_correction_prod(xc, alpha, v, m, corr, s[5], s[6], s[7])
+    _sigmoid_pair64(e, m, m, c if need_c else None, corr)
+    return v, m, c
+
+
+def _quick_gelu_e32(x: np.ndarray, alpha: float, z: np.ndarray, v: np.ndarray | None,
+                    e: np.ndarray) -> np.ndarray:
+    """Float32: ``e = exp(-v)`` for ``v = alpha·clip(x)`` with ``|v| <= _W32``; ``v`` into
+    ``v`` if given.  Returns the clipped ``x`` (``z``, or ``x`` itself when alpha is 0)."""
+    if alpha != 0.0:
+        bound = _W32 / abs(alpha)
+        np.clip(x, -bound, bound, out=z)
+        x = z
+    if v is not None:
+        np.multiply(x, alpha, out=v)
+        np.multiply(v, -_LOG2E, out=e)
+    else:
+        np.multiply(x, -alpha * _LOG2E, out=e)
+    np.exp2(e, out=e)
+    return x
+
+
+def _fast_gelu_e32(x: np.ndarray, z: np.ndarray, q: np.ndarray, e: np.ndarray) -> None:
+    """Float32 FastGelu: ``z = clip(x, ±_X32_FAST)``, ``q = z²``, ``e = exp(-w)`` for
+    ``w = 2k z (1 + c z²)`` (``|w| <= 76.3``)."""
+    np.clip(x, -_X32_FAST, _X32_FAST, out=z)
+    np.square(z, out=q)
+    np.multiply(q, -2.0 * _K * _C * _LOG2E, out=e)
+    np.add(e, -2.0 * _K * _LOG2E, out=e)
+    np.multiply(e, z, out=e)
+    np.exp2(e, out=e)
+
+
+def _sig_grad_from_e32(e: np.ndarray, t: np.ndarray) -> None:
+    """Float32: given ``e = exp(-w)`` and ``t = v``, leave ``σ(w)(1 + v σ(-w))`` in ``t``.
+
+    ``σ(w)(1 + v σ(-w)) = ((1 + e) + e v) s²`` with ``s = 1/(1 + e)``: four array*array
+    passes instead of six, no overflow for ``|w|, |v| <= 80``.  Consumes ``e``.
+    """
+    np.multiply(t, e, out=t)
+    np.add(e, 1.0, out=e)
+    np.add(t, e, out=t)
+    np.divide(1.0, e, out=e)
+    np.multiply(t, e, out=t)
+    np.multiply(t, e, out=t)
+
+
+def _fast_gelu_sig64(x: np.ndarray, s: list[np.ndarray], need_v: bool
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Float64 FastGelu: views ``(σ(w), σ(-w), v = x w')`` into ``s[0..3]`` for
+    ``w = 2k(x + c x³)``, ``v = 2k x (1 + 3c x²)``.
+
+    ``½(1 + tanh(u)) = σ(2u)`` and ``1 - tanh(u)² = 4 σ(2u) σ(-2u)``, so the tanh form's
+    cancellations (``1 + t`` for x << 0, ``1 - t²`` for |x| >> 0) never happen.
+    """
+    xc, q, e, m = s[0], s[1], s[2], s[3]
+    np.clip(x, -_XCLIP, _XCLIP, out=xc)
+    np.multiply(xc, xc, out=q)
+    np.multiply(q, _C, out=q)  # c x²
+    np.abs(xc, out=m)
+    np.multiply(m, -2.0 * _K, out=m)
+    np.add(q, 1.0, out=e)
+    np.multiply(e, m, out=e)  # -|w| = -2k |x| (1 + c x²)
+    if need_v:
+        np.multiply(q, 3.0, out=q)
+        np.add(q, 1.0, out=q)
+        np.multiply(q, xc, out=q)
+        np.multiply(q, 2.0 * _K, out=q)  # v
+    np.greater_equal(xc, 0.0, out=m)  # [w >= 0]
+    _sigmoid_pair64(e, m, m, xc if need_v else None)
+    return m, xc, q
+
+
+# -- gradient kernels (OPS.md §1, ORT semantics) -------------------------------------------
 
 
 def _relu_grad_body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
@@ -317,7 +503,7 @@ def _relu_grad_body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.nda
 
 @kernel("ReluGrad", inplace=True)
 def relu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
-    """``dX = dY`` where ``X > 0`` (strict; NaN counts as not > 0), else ``+0``."""
+    """``dX = dY`` where ``X > 0`` (strict; NaN is not > 0), else ``+0``."""
     _check(dy, x)
     return _elementwise(_relu_grad_body, 1, out, dy, x)
 
@@ -338,9 +524,9 @@ def sigmoid_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None
 
 def _tanh_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.ndarray]) -> None:
     t = s[0]
-    np.multiply(y, y, out=t)
+    np.square(y, out=t)
     np.subtract(1.0, t, out=t)
-    np.multiply(dy, t, out=o)
+    np.multiply(dy, t, out=o)  # ORT's dY * (1 - Y * Y)
 
 
 @kernel("TanhGrad", inplace=True)
@@ -350,279 +536,107 @@ def tanh_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None) -
     return _elementwise(_tanh_grad_body, 1, out, dy, y)
 
 
-def _leaky_scale(y: np.ndarray, alpha: float, sc: np.ndarray, t: np.ndarray) -> None:
-    """``sc`` = 1 where ``y > 0`` else ``alpha``, exactly (NaN counts as not > 0)."""
-    np.greater(y, 0.0, out=sc)
-    if 0.0 <= alpha <= 1.0:
-        np.maximum(sc, alpha, out=sc)
-    else:
-        np.subtract(1.0, sc, out=t)
-        np.multiply(t, alpha, out=t)  # exactly alpha or 0
-        np.add(sc, t, out=sc)  # exactly 1 or alpha
-
-
 @kernel("LeakyReluGrad", inplace=True)
 def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                     alpha: float = 0.01) -> np.ndarray:
-    """``dX = dY`` where the forward *output* ``Y > 0``, else ``alpha·dY`` (``Y = 0`` too)."""
+    """``dX = dY`` where the forward *output* ``Y > 0``, else ``alpha·dY`` (also for ``Y = 0``
+    and NaN).  Like ORT, this is the derivative of LeakyRelu only for ``alpha >= 0``."""
     _check(dy, y)
     alpha = float(alpha)
 
     def body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.ndarray]) -> None:
-        _leaky_scale(y, alpha, s[0], s[1])
-        np.multiply(dy, s[0], out=o)  # dY*1 or dY*alpha, exactly ORT's two branches
+        sc = s[0]  # exactly 1 where y > 0, else exactly alpha
+        np.greater(y, 0.0, out=sc)
+        if 0.0 <= alpha <= 1.0:
+            np.maximum(sc, alpha, out=sc)
+        else:
+            np.subtract(1.0, sc, out=s[1])
+            np.multiply(s[1], alpha, out=s[1])
+            np.add(sc, s[1], out=sc)
+        np.multiply(dy, sc, out=o)  # dY*1 or dY*alpha: exactly ORT's two branches
 
     return _elementwise(body, 2, out, dy, y)
-
-
-def _quick_gelu_sig(x: np.ndarray, alpha: float, s: list[np.ndarray], need_c: bool
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """``(v, σ(v), σ(-v))`` for ``v = alpha·x`` (``x`` clipped where σ has saturated).
-
-    Uses ``s[0..3]`` (and ``s[4..6]`` in float64); returns views into them.
-    """
-    v, e, m, c = s[0], s[1], s[2], s[3]
-    if alpha != 0.0:
-        bound = _XCLIP / abs(alpha)
-        np.clip(x, -bound, bound, out=c)
-        xc = c
-    else:
-        xc = x
-    np.multiply(xc, alpha, out=v)
-    np.abs(v, out=e)
-    np.negative(e, out=e)
-    np.greater_equal(v, 0.0, out=m)
-    corr = None
-    if x.dtype == np.float64 and alpha != 0.0:
-        corr = s[4]
-        _exp_correction_prod(xc, alpha, v, m, corr, s[5], s[6], s[7])
-    _sigmoid_pair(e, m, m, c if need_c else None, corr)
-    return v, m, (c if need_c else None)
-
-
-def _quick_gelu_nv32(x: np.ndarray, alpha: float, nv: np.ndarray) -> None:
-    """Float32: ``nv = -alpha·x`` with ``x`` first clipped so that ``|nv| <= _W32``.
-
-    Beyond the clip σ(alpha·x) is within 1.7e-38 of 0 or 1, so results only change by
-    amounts below 1e-33 absolute."""
-    if alpha != 0.0:
-        bound = _W32 / abs(alpha)
-        np.clip(x, -bound, bound, out=nv)
-        np.multiply(nv, -alpha, out=nv)
-    else:
-        np.multiply(x, -alpha, out=nv)
-
-
-def _n_quick_scratch(dtype: np.dtype) -> int:
-    return 8 if dtype == np.float64 else 4
 
 
 @kernel("QuickGeluGrad", inplace=True)
 def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None,
                     alpha: float = 1.702) -> np.ndarray:
-    """``s = σ(alpha·X)``; ``dX = dY ⊙ s ⊙ (1 + alpha·X ⊙ (1 - s))`` (any sign of alpha)."""
+    """``s = σ(alpha·X)``; ``dX = dY ⊙ s ⊙ (1 + alpha·X ⊙ (1 - s))``, alpha of any sign."""
     dtype = _check(dy, x)
     alpha = float(alpha)
-
     if dtype == np.float32:
-        def body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-            nv, sig, c = s[0], s[1], s[2]
-            _quick_gelu_nv32(x, alpha, nv)
-            _sigmoid_pair32(nv, sig, c)
-            np.multiply(nv, c, out=c)
-            np.subtract(1.0, c, out=c)  # 1 + v (1 - s)
-            np.multiply(dy, sig, out=o)  # ORT's order: (dY * s) * (1 + v (1 - s))
-            np.multiply(o, c, out=o)
+        def body32(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
+            z, t, e = s[0], s[1], s[2]
+            _quick_gelu_e32(x, alpha, z, t, e)  # t = v, e = exp(-v)
+            _sig_grad_from_e32(e, t)
+            np.multiply(dy, t, out=o)
 
-        return _elementwise(body, 3, out, dy, x)
+        return _elementwise(body32, 3, out, dy, x)
 
     def body64(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        v, sig, c = _quick_gelu_sig(x, alpha, s, True)
+        v, sig, c = _quick_gelu_sig64(x, alpha, s, True)
         np.multiply(v, c, out=v)
         np.add(v, 1.0, out=v)
-        np.multiply(dy, sig, out=o)
+        np.multiply(dy, sig, out=o)  # ORT's order: (dY * s) * (1 + v (1 - s))
         np.multiply(o, v, out=o)
 
-    return _elementwise(body64, _n_quick_scratch(dtype), out, dy, x)
+    return _elementwise(body64, 8, out, dy, x)
 
 
 @kernel("GeluGrad", inplace=True)
 def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
-    """``dX = dY ⊙ (Φ(X) + X ⊙ φ(X))``, the exact (erf) GELU's derivative."""
+    """``dX = dY ⊙ (Φ(X) + X ⊙ φ(X))``, the derivative of the exact (erf) GELU."""
     dtype = _check(dy, x)
 
     def body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        m, e, sr, xc = _gelu_core(x, s)
-        t = s[4]
-        np.multiply(xc, _INV_SQRT_2PI, out=t)
-        np.subtract(t, sr, out=t)
-        np.multiply(t, e, out=t)
-        np.add(t, m, out=t)  # Φ(x) + x φ(x)
-        np.multiply(dy, t, out=o)
+        h, m, z = _gelu_h(x, s, True)
+        _mirror(h, m, z)  # Φ(x) + x φ(x)
+        np.multiply(dy, h, out=o)
 
     return _elementwise(body, _n_gelu_scratch(dtype), out, dy, x)
-
-
-def _fast_gelu_sig(x: np.ndarray, s: list[np.ndarray], need_v: bool
-                   ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """FastGelu's ``σ(w)``, ``σ(-w)`` and ``v = x·w'`` for ``w = 2k(x + c x³)``.
-
-    ``½(1 + tanh(u)) = σ(2u)`` and ``1 - tanh(u)² = 4 σ(2u) σ(-2u)``, so the tanh form's
-    cancellations (``1 + t`` for x << 0, ``1 - t²`` for |x| >> 0) never happen.
-    Returns views into ``s[0..3]``: ``(σ(w), σ(-w) or None, v or None)``.
-    """
-    xc, q, e, m = s[0], s[1], s[2], s[3]
-    np.clip(x, -_XCLIP, _XCLIP, out=xc)
-    np.multiply(xc, xc, out=q)
-    np.multiply(q, _C_FAST, out=q)  # c x²
-    np.abs(xc, out=m)
-    np.multiply(m, -2.0 * _K_FAST, out=m)
-    np.add(q, 1.0, out=e)
-    np.multiply(e, m, out=e)  # -|w| = -2k |x| (1 + c x²)
-    if need_v:
-        np.multiply(q, 3.0, out=q)
-        np.add(q, 1.0, out=q)
-        np.multiply(q, xc, out=q)
-        np.multiply(q, 2.0 * _K_FAST, out=q)  # v = x w' = 2k x (1 + 3c x²)
-    np.greater_equal(xc, 0.0, out=m)  # [w >= 0]
-    c = xc if need_v else None
-    _sigmoid_pair(e, m, m, c)
-    return m, c, (q if need_v else None)
-
-
-def _fast_gelu_nw32(x: np.ndarray, nxk: np.ndarray, q: np.ndarray, nw: np.ndarray) -> None:
-    """Float32 FastGelu arguments: ``nxk = -2k·xc``, ``q = c·xc²``, ``nw = -w = (1 + q)·nxk``
-    with ``xc = clip(x, ±_X32_FASTGELU)`` so ``|w| <= 85`` (σ(w) has saturated to within
-    1e-37 beyond the clip)."""
-    np.clip(x, -_X32_FASTGELU, _X32_FASTGELU, out=nxk)
-    np.multiply(nxk, nxk, out=q)
-    np.multiply(q, _C_FAST, out=q)
-    np.multiply(nxk, -2.0 * _K_FAST, out=nxk)
-    np.add(q, 1.0, out=nw)
-    np.multiply(nw, nxk, out=nw)
 
 
 @kernel("FastGeluGrad", inplace=True)
 def fast_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ ½((1 + t) + x(1 - t²)·k(1 + 3c x²))``, ``t = tanh(k(x + c x³))``.
 
-    Computed as ``σ(w)·(1 + v·σ(-w))`` with ``w = 2k(x + c x³)``, ``v = 2k x (1 + 3c x²)``:
-    the same function without the tanh form's cancellations.
+    Computed as ``σ(w)(1 + v σ(-w))``, ``w = 2k(x + c x³)``, ``v = 2k x (1 + 3c x²)``: the
+    same function without the tanh form's cancellations.
     """
     dtype = _check(dy, x)
     if dtype == np.float32:
         def body32(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-            nxk, q, sig, c = s[0], s[1], s[2], s[3]
-            _fast_gelu_nw32(x, nxk, q, sig)
-            _sigmoid_pair32(sig, sig, c)  # sig held -w
-            np.multiply(q, 3.0, out=q)
-            np.add(q, 1.0, out=q)
-            np.multiply(q, nxk, out=q)  # -v = -2k x (1 + 3c x^2)
-            np.multiply(q, c, out=q)
-            np.subtract(1.0, q, out=q)  # 1 + v σ(-w)
-            np.multiply(dy, sig, out=o)
-            np.multiply(o, q, out=o)
+            z, q, e = s[0], s[1], s[2]
+            _fast_gelu_e32(x, z, q, e)
+            np.multiply(q, 6.0 * _K * _C, out=q)
+            np.add(q, 2.0 * _K, out=q)
+            np.multiply(q, z, out=q)  # v
+            _sig_grad_from_e32(e, q)
+            np.multiply(dy, q, out=o)
 
-        return _elementwise(body32, 4, out, dy, x)
+        return _elementwise(body32, 3, out, dy, x)
 
-    def body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        sig, c, v = _fast_gelu_sig(x, s, True)
+    def body64(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
+        sig, c, v = _fast_gelu_sig64(x, s, True)
         np.multiply(v, c, out=v)
         np.add(v, 1.0, out=v)
         np.multiply(dy, sig, out=o)
         np.multiply(o, v, out=o)
 
-    return _elementwise(body, 4, out, dy, x)
+    return _elementwise(body64, 4, out, dy, x)
 
 
-# -- softmax families ------------------------------------------------------------------
-
-
-def _norm_axis(axis: int, ndim: int, op: str) -> int:
-    axis = int(axis)
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{op}: axis {axis} is out of range for a rank-{ndim} operand "
-                         f"(expected {-ndim} <= axis < {ndim})")
-    return axis + ndim if axis < 0 else axis
-
-
-def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
-          operands: tuple[np.ndarray, ...], axis: int, flatten: bool, op: str) -> np.ndarray:
-    """Run a reduce-over-one-axis ``body`` block by block.
-
-    The operands are viewed as ``[outer, A, inner]`` (the reduced axis in the middle;
-    ``flatten=True`` gives the pre-opset-13 view ``[prod(shape[:axis]), prod(shape[axis:]), 1]``).
-    ``body(o, *operand_blocks, big, red)`` gets blocks of shape ``[ob, A, w]`` (2-D
-    ``[ob, A]`` when ``inner == 1``), ``big`` a list of ``n_scratch`` scratch arrays of the
-    block's shape and ``red`` a scratch array of the reduced shape, and reduces with
-    ``axis=1, keepdims=True``.  Blocks are whole outer slices, or column ranges of one
-    outer slice when an outer slice is too big; the block grid depends only on the shape.
-    """
-    shape = operands[0].shape
-    ax = _norm_axis(axis, len(shape), op)
-    out = _prepare(operands, out)
-    if out.size == 0:
-        return out
-    outer = math.prod(shape[:ax])
-    if flatten:
-        a_len, inner = math.prod(shape[ax:]), 1
-    else:
-        a_len, inner = shape[ax], math.prod(shape[ax + 1:])
-    ops = [np.ascontiguousarray(a) for a in operands]
-    dtype = out.dtype
-    block = _block_elems(dtype)
-    if inner == 1:
-        views = [a.reshape(outer, a_len) for a in (out, *ops)]
-        ob = max(1, block // a_len)
-        n_units = -(-outer // ob)
-
-        def unit(u: int) -> tuple[tuple[slice, ...], tuple[int, ...]]:
-            r0 = u * ob
-            r1 = min(outer, r0 + ob)
-            return (slice(r0, r1),), (r1 - r0, a_len)
-    elif a_len * inner <= block:
-        views = [a.reshape(outer, a_len, inner) for a in (out, *ops)]
-        ob = max(1, block // (a_len * inner))
-        n_units = -(-outer // ob)
-
-        def unit(u: int) -> tuple[tuple[slice, ...], tuple[int, ...]]:
-            r0 = u * ob
-            r1 = min(outer, r0 + ob)
-            return (slice(r0, r1),), (r1 - r0, a_len, inner)
-    else:
-        views = [a.reshape(outer, a_len, inner) for a in (out, *ops)]
-        w = max(1, min(inner, block // a_len))
-        n_cols = -(-inner // w)
-        n_units = outer * n_cols
-
-        def unit(u: int) -> tuple[tuple[slice, ...], tuple[int, ...]]:
-            r, cb = divmod(u, n_cols)
-            c0 = cb * w
-            c1 = min(inner, c0 + w)
-            return (slice(r, r + 1), slice(None), slice(c0, c1)), (1, a_len, c1 - c0)
-
-    _, full = unit(0)
-    n_big = math.prod(full)
-
-    def run(u0: int, u1: int) -> None:
-        scratch = _scratch(dtype, n_scratch + 1, n_big)
-        for u in range(u0, u1):
-            idx, bshape = unit(u)
-            size = math.prod(bshape)
-            rshape = (bshape[0], 1) + bshape[2:]
-            big = [a[:size].reshape(bshape) for a in scratch[:n_scratch]]
-            red = scratch[n_scratch][: math.prod(rshape)].reshape(rshape)
-            body(*(v[idx] for v in views), big, red)
-
-    parallel_rows(n_units, n_big * dtype.itemsize * (len(operands) + 1), run)
-    return out
+# -- softmax families ----------------------------------------------------------------------
 
 
 def _softmax_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, big: list[np.ndarray],
                        red: np.ndarray) -> None:
     p = big[0]
-    np.multiply(y, dy, out=p)
-    np.add.reduce(p, axis=1, keepdims=True, out=red)
+    if o.ndim == 2:  # rows: a fused dot product per row, no product array
+        np.einsum("ij,ij->i", y, dy, out=red[:, 0])
+    else:
+        np.multiply(y, dy, out=p)
+        np.add.reduce(p, axis=1, keepdims=True, out=red)
     np.subtract(dy, red, out=p)
     np.multiply(p, y, out=o)
 
@@ -631,7 +645,11 @@ def _log_softmax_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, big: li
                            red: np.ndarray) -> None:
     p = big[0]
     np.add.reduce(dy, axis=1, keepdims=True, out=red)
-    np.exp(y, out=p)
+    if p.dtype == np.float32:
+        np.multiply(y, _LOG2E, out=p)
+        np.exp2(p, out=p)
+    else:
+        np.exp(y, out=p)
     np.multiply(p, red, out=p)
     np.subtract(dy, p, out=o)
 
@@ -668,7 +686,7 @@ def log_softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None
     return _rows(_log_softmax_grad_body, 1, out, (dy, y), axis, False, "LogSoftmaxGrad_13")
 
 
-# -- forward kernels (OPS.md §2) --------------------------------------------------------
+# -- forward kernels (OPS.md §2) -------------------------------------------------------------
 
 
 @kernel("Relu", inplace=True)
@@ -678,54 +696,49 @@ def relu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     return _elementwise(lambda o, x, s: np.maximum(x, 0.0, out=o), 0, out, x)
 
 
-@kernel("Tanh", inplace=True)
+@kernel("Tanh", inplace=True, ufunc=np.tanh)
 def tanh(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     _check(x)
     return _elementwise(lambda o, x, s: np.tanh(x, out=o), 0, out, x)
 
 
-def _sigmoid_body(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
+def _sigmoid_body64(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
     e, m = s[0], s[1]
     np.abs(x, out=e)
     np.negative(e, out=e)
     np.greater_equal(x, 0.0, out=m)
-    _sigmoid_pair(e, m, o, None)
+    _sigmoid_pair64(e, m, o, None)
 
 
 def _sigmoid_body32(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
     e = s[0]
     np.clip(x, -_W32, _W32, out=e)
-    np.negative(e, out=e)
-    np.exp(e, out=e)
+    np.multiply(e, -_LOG2E, out=e)
+    np.exp2(e, out=e)
     np.add(e, 1.0, out=e)
-    np.reciprocal(e, out=o)
+    np.divide(1.0, e, out=o)
 
 
 @kernel("Sigmoid", inplace=True)
 def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
-    """``1 / (1 + exp(-x))``.
-
-    Float64: ``max(e, [x>=0]) / (1 + e)`` with ``e = exp(-|x|)`` (exact underflow to 0);
-    Float32: ``1 / (1 + exp(-x))`` with ``x`` clipped to ``±_W32``."""
+    """``1 / (1 + exp(-x))``."""
     dtype = _check(x)
     if dtype == np.float32:
         return _elementwise(_sigmoid_body32, 1, out, x)
-    return _elementwise(_sigmoid_body, 2, out, x)
+    return _elementwise(_sigmoid_body64, 2, out, x)
 
 
 @kernel("LeakyRelu", inplace=True)
 def leaky_relu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 0.01) -> np.ndarray:
-    """``x`` if ``x > 0`` else ``alpha·x``."""
+    """``x`` if ``x > 0`` else ``alpha·x``: ``max(x, alpha x)`` for alpha <= 1 and
+    ``min(x, alpha x)`` above, each exactly one of the two branches."""
     _check(x)
     alpha = float(alpha)
+    pick = np.maximum if alpha <= 1.0 else np.minimum
 
     def body(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        if alpha <= 1.0:  # max(x, alpha x) is exactly one of the two branches
-            np.multiply(x, alpha, out=s[0])
-            np.maximum(x, s[0], out=o)
-        else:  # alpha > 1: min(x, alpha x)
-            np.multiply(x, alpha, out=s[0])
-            np.minimum(x, s[0], out=o)
+        np.multiply(x, alpha, out=s[0])
+        pick(x, s[0], out=o)
 
     return _elementwise(body, 1, out, x)
 
@@ -735,28 +748,26 @@ def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1
     """``x ⊙ σ(alpha·x)``."""
     dtype = _check(x)
     alpha = float(alpha)
-
     if dtype == np.float32:
-        zero_side = np.maximum if alpha > 0.0 else np.minimum
         bound = _W32 / abs(alpha) if alpha != 0.0 else np.inf
+        zero_side = np.maximum if alpha > 0.0 else np.minimum
 
-        def body(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-            e, xz = s[0], s[1]
-            _quick_gelu_nv32(x, alpha, e)
-            np.exp(e, out=e)
+        def body32(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
+            z, e = s[0], s[1]
+            _quick_gelu_e32(x, alpha, z, None, e)
             np.add(e, 1.0, out=e)
-            # x / (1 + exp(-alpha x)), with x clipped on the side where σ saturates to 0
-            # (so x = -1e38 still gives a tiny result); the other side keeps x itself
-            zero_side(x, -bound if alpha > 0.0 else bound, out=xz)
-            np.divide(xz, e, out=o)
+            # x / (1 + exp(-alpha x)); x clipped on the side where σ saturates to 0 (so even
+            # x = -1e38 gives a tiny result), kept where σ saturates to 1
+            zero_side(x, -bound if alpha > 0.0 else bound, out=z)
+            np.divide(z, e, out=o)
 
-        return _elementwise(body, 2, out, x)
+        return _elementwise(body32, 2, out, x)
 
     def body64(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        _, sig, _ = _quick_gelu_sig(x, alpha, s, False)
+        _, sig, _ = _quick_gelu_sig64(x, alpha, s, False)
         np.multiply(x, sig, out=o)
 
-    return _elementwise(body64, _n_quick_scratch(dtype), out, x)
+    return _elementwise(body64, 8, out, x)
 
 
 @kernel("Gelu", inplace=True)
@@ -765,13 +776,10 @@ def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     dtype = _check(x)
 
     def body(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        m, e, sr, xc = _gelu_core(x, s)
-        np.multiply(sr, e, out=sr)
-        np.subtract(m, sr, out=m)  # Φ(x)
-        # x Φ(x); on the saturated negative side use the clipped x, so that even x = -1e38
-        # gives a tiny result (x > bound keeps x: Φ is 1 there)
-        np.maximum(x, xc, out=xc)
-        np.multiply(xc, m, out=o)
+        p, m, z = _gelu_h(x, s, False)
+        _mirror(p, m, s[4])  # Φ(x)
+        np.maximum(x, z, out=z)  # x, but clipped on the saturated-to-0 side
+        np.multiply(z, p, out=o)
 
     return _elementwise(body, _n_gelu_scratch(dtype), out, x)
 
@@ -782,20 +790,19 @@ def fast_gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     dtype = _check(x)
     if dtype == np.float32:
         def body32(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-            nw = s[2]
-            _fast_gelu_nw32(x, s[0], s[1], nw)
-            np.exp(nw, out=nw)
-            np.add(nw, 1.0, out=nw)
-            np.maximum(x, -_X32_FASTGELU, out=s[0])  # clipped on the saturated-to-0 side
-            np.divide(s[0], nw, out=o)  # x / (1 + exp(-w))
+            z, e = s[0], s[2]
+            _fast_gelu_e32(x, z, s[1], e)
+            np.add(e, 1.0, out=e)
+            np.maximum(x, -_X32_FAST, out=z)  # clipped on the saturated-to-0 side only
+            np.divide(z, e, out=o)  # x / (1 + exp(-w))
 
         return _elementwise(body32, 3, out, x)
 
-    def body(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        sig, _, _ = _fast_gelu_sig(x, s, False)
+    def body64(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
+        sig, _, _ = _fast_gelu_sig64(x, s, False)
         np.multiply(x, sig, out=o)
 
-    return _elementwise(body, 4, out, x)
+    return _elementwise(body64, 4, out, x)
 
 
 def _softmax_body(o: np.ndarray, x: np.ndarray, big: list[np.ndarray], red: np.ndarray) -> None:
