@@ -6,8 +6,6 @@ code with ``gradir.kernels.lstm``.  Slow, and only for tests on small shapes.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 
@@ -83,8 +81,8 @@ def lstm_training_ref(X, W, R, B=None, SL=None, H0=None, C0=None, P=None, *, hid
     return HAll, HFinal, CFinal, CAll, iofc
 
 
-def lstm_loss(outputs, dHAll: Optional[np.ndarray], dHFinal: Optional[np.ndarray],
-              dCFinal: Optional[np.ndarray]) -> float:
+def lstm_loss(outputs, dHAll: np.ndarray | None, dHFinal: np.ndarray | None,
+              dCFinal: np.ndarray | None) -> float:
     """Σ dHAll·HAll + dHFinal·HFinal + dCFinal·CFinal (absent weights count as zero)."""
     HAll, HFinal, CFinal = outputs[0], outputs[1], outputs[2]
     total = 0.0

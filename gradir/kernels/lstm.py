@@ -3,27 +3,26 @@ per-input gradient, and ORT's sequence-level forward/backward (ONNX gate order i
 
 Semantics are in OPS.md §3-§4.  Float32 and Float64; results keep the input dtype.
 
-How the sequence kernels are made fast (see PERFORMANCE.md, and ``benchmarks/bench_lstm.py``):
+How the sequence kernels are made fast (PERFORMANCE.md; measured by ``benchmarks/bench_lstm.py``):
 
 * The forward computes ``X·Wᵀ`` for every step as one GEMM straight into ``iofc``; each
-  step then does one GEMM (``H_{t-1}·Rᵀ``) and a few contiguous ufuncs with ``out=``.
-  Sigmoids are ``σ(a) = ½·tanh(a/2) + ½``, and the ``/2`` is folded into the weight rows
-  of the three sigmoid gates (scaling by ½ is exact), so one ``tanh`` covers all four
-  gate blocks; ``scipy.special.expit`` measured ~10× slower than ``tanh`` here.
+  step then does one GEMM (``H_{t-1}·Rᵀ``) and a few ufuncs with ``out=``.  Sigmoids are
+  ``σ(a) = ½·tanh(a/2) + ½`` with the ``/2`` folded into the weight rows of the three
+  sigmoid gates (scaling by ½ is exact), so one ``tanh`` covers all four gate blocks;
+  ``scipy.special.expit`` measured ~10× slower than ``tanh`` here.
 * The backward keeps every step's gate gradient ``da`` in one ``[S, B, D, 4H]`` scratch
-  buffer (the only scratch whose size grows with S; the rest is bounded per-step and
-  per-chunk buffers).  Before the step loop it fills that buffer with the factors that
-  do not depend on the carried gradients (``τ·o(1-o)``, ``c̃·i(1-i)``, ...), chunk by
-  chunk so the data stays in L2; each step then multiplies them in place by ``dH``/``dC``
-  and does one GEMM ``da·R``.  ``dX``, ``dW``, ``dR`` and ``dB`` are a few large GEMMs over
-  all steps after the loop.  Inside the backward the gate blocks are kept in the order
-  ``o, i, f, c`` (``i, f, c`` all scale by ``dC``: one broadcast multiply) and the
-  results are permuted back to ONNX order at the end.
-* Batch rows are independent in the recurrence, so a large backward splits its rows
-  over the kernel thread pool (``parallel.parallel_rows``) with single-threaded BLAS.
-* Sequence lengths (``SL``) are handled by precomputed float masks on the steps that
-  are only partly valid, by skipping steps that are valid for no row, and by injecting
-  ``dHFinal``/``dCFinal`` at (and taking ``dH0``/``dC0`` from) each row's end/start step.
+  buffer (the only scratch that grows with S; it is reused between calls on a thread,
+  see ``release_scratch``).  Chunk by chunk (L2-sized; one chunk for small problems) it
+  first fills that buffer with the factors that do not depend on the carried gradients
+  (``τ·o(1-o)``, ``c̃·i(1-i)``, ...) using a few bulk ufuncs, then runs the step loop,
+  which multiplies them in place by ``dH``/``dC`` and does one GEMM ``da·R`` per step
+  (7 ufuncs).  ``dX``, ``dW``, ``dR`` and ``dB`` are large GEMMs over all steps afterwards.
+* Not done, because it was measured not to pay here: splitting the batch rows over
+  threads (two threads issuing many small ufuncs serialize on the GIL) and running the
+  bulk work on a helper thread beside the step loop (both slowed ~2×).
+* Sequence lengths (``SL``) use precomputed float masks on the steps that are only
+  partly valid, skip steps valid for no row, and inject ``dHFinal``/``dCFinal`` at (and
+  take ``dH0``/``dC0`` from) each row's last/first step.
 
 Contract for ``LSTMGrad``: ``HAll``, ``CAll`` and ``iofc`` are what ``LSTMTraining`` returned
 for the same operands, in particular zero at steps ``t >= SL[b]`` (the kernel relies on
@@ -32,35 +31,58 @@ that instead of masking them again).  Padded entries of ``X`` and ``dHAll`` must
 
 from __future__ import annotations
 
+import math
 import threading
-from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from . import kernel
-from .parallel import MIN_CHUNK_BYTES, get_threads, parallel_rows
 
 __all__ = [
-    "lstm_cell",
     "grad_lstm_cell_input",
     "grad_lstm_cell_input_fused",
-    "lstm_training",
+    "lstm_cell",
     "lstm_grad",
+    "lstm_training",
+    "release_scratch",
 ]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ACTS = ("sigmoid", "tanh", "tanh")
 
 
-# Target size of the per-chunk precomputation in the backward (fits L2 with room to spare).
-_CHUNK_BYTES = 1 << 20
+# Target size of a chunk of da in the backward (its working set then fits L2; measured best).
+_CHUNK_BYTES = 1 << 19
 # Bound on the temporary copy of H_{t-1} used for dR when HAll is not a 2-D view (D = 2).
 _COPY_BYTES = 8 << 20
 
 
+# The backward's [S, B, D, 4H] scratch is reused between calls on the same thread: a
+# fresh 26 MB buffer costs ~2-3 ms of page faults (PERFORMANCE.md).  Buffers above
+# _SCRATCH_MAX_BYTES are not kept; ``release_scratch()`` drops the calling thread's buffer.
+_SCRATCH_MAX_BYTES = 256 << 20
+_scratch_local = threading.local()
+
+
+def _scratch(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _SCRATCH_MAX_BYTES:
+        return np.empty(shape, dtype)
+    buf = getattr(_scratch_local, "buf", None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = _scratch_local.buf = np.empty(nbytes, np.uint8)
+    return _view(buf[:nbytes].view(dtype), shape)
+
+
+def release_scratch() -> None:
+    """Free the LSTMGrad scratch buffer kept by the calling thread."""
+    _scratch_local.buf = None
+
+
 # -- small helpers ---------------------------------------------------------------------
-def _dtype(op: str, *arrays: Optional[np.ndarray]) -> np.dtype:
+def _dtype(op: str, *arrays: np.ndarray | None) -> np.dtype:
     dt = arrays[0].dtype
     if dt not in _FLOATS:
         raise TypeError(f"{op}: operands must be float32 or float64, got {dt}")
@@ -99,7 +121,7 @@ def _check_layer_attrs(op: str, direction: str, activations: Any, clip: Any, inp
     return 2 if direction == "bidirectional" else 1
 
 
-def _lengths(op: str, SL: Optional[np.ndarray], S: int, nb: int) -> Optional[np.ndarray]:
+def _lengths(op: str, SL: np.ndarray | None, S: int, nb: int) -> np.ndarray | None:
     """Validated sequence lengths as intp, or None when absent or all equal to S."""
     if SL is None:
         return None
@@ -119,9 +141,9 @@ def _lengths(op: str, SL: Optional[np.ndarray], S: int, nb: int) -> Optional[np.
 
 
 class _Steps:
-    """Which rows are valid at each step, for one batch-row range (ONNX SL semantics)."""
+    """Which batch rows are valid at each step (ONNX SL semantics: t < SL[b])."""
 
-    def __init__(self, lengths: Optional[np.ndarray], S: int, dtype: np.dtype) -> None:
+    def __init__(self, lengths: np.ndarray | None, S: int, dtype: np.dtype) -> None:
         self.S = S
         self.lengths = lengths
         if lengths is None:
@@ -152,36 +174,6 @@ def _group(steps: np.ndarray) -> dict[int, np.ndarray]:
     for b, t in enumerate(steps.tolist()):
         out.setdefault(t, []).append(b)
     return {t: np.array(rows, dtype=np.intp) for t, rows in out.items()}
-
-
-_controller_lock = threading.Lock()
-_controller: Any = None
-
-
-@contextmanager
-def _single_threaded_blas() -> Iterator[None]:
-    """Limit BLAS to one thread while our own row threads each call it."""
-    global _controller
-    with _controller_lock:
-        if _controller is None:
-            from threadpoolctl import ThreadpoolController
-
-            _controller = ThreadpoolController()
-    limiter = _controller.limit(limits=1, user_api="blas")
-    try:
-        yield
-    finally:
-        limiter.restore_original_limits()
-
-
-def _run_rows(n_rows: int, bytes_per_row: int, body: Any) -> None:
-    """``body(start, stop)`` over row ranges; split over threads only when it pays."""
-    split = get_threads() > 1 and n_rows >= 2 and n_rows * bytes_per_row >= 2 * MIN_CHUNK_BYTES
-    if not split:
-        body(0, n_rows)
-        return
-    with _single_threaded_blas():
-        parallel_rows(n_rows, bytes_per_row, body)
 
 
 # -- LSTMCell and its per-input gradient (PyTorch gate order i, f, g, o) ------------------
@@ -223,7 +215,7 @@ def lstm_cell(X: np.ndarray, H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_h
     return h_next, c_next
 
 
-def _cell_grads(op: str, dH_next: np.ndarray, dC_next: Optional[np.ndarray], X: np.ndarray,
+def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
                 H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray,
                 indices: Sequence[int], hd: int, out: Any) -> tuple[np.ndarray, ...]:
     """The one code path behind both cell-gradient kernels.
@@ -231,9 +223,9 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: Optional[np.ndarray], X: 
     Every requested gradient is computed by the same operations whatever else is
     requested, so fused and unfused results agree bit for bit.
     """
-    dt = _dtype(op, dH_next, dC_next, X, H, C, W_ih, W_hh, Bias)
     if dH_next is None:
         raise ValueError(f"{op}: operand dH_next is required")
+    _dtype(op, dH_next, dC_next, X, H, C, W_ih, W_hh, Bias)
     for k in indices:
         if k not in range(6):
             raise ValueError(f"{op}: input index {k} is outside 0..5")
@@ -281,9 +273,9 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: Optional[np.ndarray], X: 
 
 
 @kernel("GradLSTMCellInput", blas=True)
-def grad_lstm_cell_input(dH_next: np.ndarray, dC_next: Optional[np.ndarray], X: np.ndarray,
+def grad_lstm_cell_input(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
                          H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
-                         Bias: np.ndarray, *, out: Optional[np.ndarray] = None, input_index: int,
+                         Bias: np.ndarray, *, out: np.ndarray | None = None, input_index: int,
                          hidden_size: int) -> np.ndarray:
     """Gradient of LSTMCell w.r.t. input ``input_index`` (0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias)."""
     return _cell_grads("GradLSTMCellInput", dH_next, dC_next, X, H, C, W_ih, W_hh, Bias,
@@ -291,7 +283,7 @@ def grad_lstm_cell_input(dH_next: np.ndarray, dC_next: Optional[np.ndarray], X: 
 
 
 @kernel("GradLSTMCellInputFused", blas=True)
-def grad_lstm_cell_input_fused(dH_next: np.ndarray, dC_next: Optional[np.ndarray], X: np.ndarray,
+def grad_lstm_cell_input_fused(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
                                H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
                                Bias: np.ndarray, *, out: Any = None, input_indices: Sequence[int] = (),
                                hidden_size: int) -> tuple[np.ndarray, ...]:
@@ -311,8 +303,8 @@ def _halve_sigmoid_rows(M: np.ndarray, h: int) -> np.ndarray:
     return M
 
 
-def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: Optional[np.ndarray],
-                       pd: Optional[np.ndarray], h0: Optional[np.ndarray], c0: Optional[np.ndarray],
+def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.ndarray | None,
+                       pd: np.ndarray | None, h0: np.ndarray | None, c0: np.ndarray | None,
                        steps: _Steps, rev: bool, HA: np.ndarray, CA: np.ndarray, G: np.ndarray,
                        hfin: np.ndarray, cfin: np.ndarray) -> None:
     """One direction.  ``HA``/``CA`` ``[S, B, H]`` and ``G`` ``[S, B, 4H]`` are (strided) views of
@@ -408,14 +400,15 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: Option
 
 
 @kernel("LSTMTraining", blas=True)
-def lstm_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Optional[np.ndarray] = None,
-                  SL: Optional[np.ndarray] = None, H0: Optional[np.ndarray] = None,
-                  C0: Optional[np.ndarray] = None, P: Optional[np.ndarray] = None, *, out: Any = None,
+def lstm_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None = None,
+                  SL: np.ndarray | None = None, H0: np.ndarray | None = None,
+                  C0: np.ndarray | None = None, P: np.ndarray | None = None, *, out: Any = None,
                   hidden_size: int, direction: str = "forward", activations: Any = None,
-                  clip: Optional[float] = None, input_forget: int = 0) -> tuple[np.ndarray, ...]:
+                  clip: float | None = None, input_forget: int = 0) -> tuple[np.ndarray, ...]:
     """ONNX LSTM forward; returns ``(HAll [S,D,B,H], HFinal, CFinal [D,B,H], CAll [S,D,B,H], iofc [S,D,B,4H])``."""
     D = _check_layer_attrs("LSTMTraining", direction, activations, clip, input_forget)
     dt = _dtype("LSTMTraining", X, W, R, B, H0, C0, P)
+    X = np.ascontiguousarray(X)
     S, nb, _ = X.shape
     h = hidden_size
     steps = _Steps(_lengths("LSTMTraining", SL, S, nb), S, dt)
@@ -441,134 +434,159 @@ class _Grad:
 
 
 class _Direction:
-    """Backward through time for one direction; ``rows(b0, b1)`` handles a batch-row range.
+    """Backward through time for one direction, in chunks of consecutive steps.
 
-    ``da`` for every step goes to ``k.dab[:, rows, d]`` (gate order i, o, f, c), which the
-    large GEMMs after the loop read."""
+    Per chunk ``j`` (in the order the backward visits them):
+
+    * ``factors(j)`` fills ``da``'s slots with the factors that do not depend on the
+      carried gradients, and ``K``/``F`` (bulk ufuncs over the whole chunk);
+    * ``steps(j)`` runs the recurrence: per step one GEMM ``da·R`` and 6-7 small ufuncs;
+    * ``finish(j)`` adds the chunk's peephole gradients while its data is in cache.
+
+    Small problems are one chunk, so the per-step loop holds only the ufuncs that need
+    the carried gradients; large ones use L2-sized chunks.
+    """
 
     def __init__(self, k: _Grad, d: int) -> None:
         self.k, self.d = k, d
         self.rev = k.direction == "reverse" or d == 1
-        self.partial_dP: dict[int, np.ndarray] = {}
-
-    def rows(self, b0: int, b1: int) -> None:
-        k, d, rev = self.k, self.d, self.rev
-        S, h, dt, alive = k.S, k.h, k.dtype, k.steps.alive
-        n = b1 - b0
-        sl = slice(b0, b1)
-        da = k.dab[:, sl, d]  # [S, n, 4H]; each step's [n, 4H] slice has contiguous rows
-        G = k.iofc[:, d, sl]
-        CA = k.CAll[:, d, sl]
-        Rd = k.R[d]
-        if alive < S:
-            da[alive:] = 0
-        dH = np.zeros((n, h), dt)
-        dC = np.zeros((n, h), dt)
-        dHF = None if k.dHFinal is None else k.dHFinal[d, sl]
-        dCF = None if k.dCFinal is None else k.dCFinal[d, sl]
-        inject = _local(k.steps.ends(rev), b0, b1)  # rows that end at a step (forward direction with SL)
-        extract = _local(k.steps.starts(rev), b0, b1)  # rows that start at a step (reverse direction with SL)
-        if not inject:  # every row's final state is at the first step the backward visits
-            if dHF is not None:
-                dH[...] = dHF
-            if dCF is not None:
-                dC[...] = dCF
-        c0 = None if k.C0 is None else k.C0[d, sl]
-        P = k.P
-        if P is not None:
-            p_i, p_o, p_f = (P[d, j * h: (j + 1) * h] for j in range(3))
-        dP = np.zeros((3, h), dt)  # i, o, f
-
-        T = max(1, min(alive, k.chunk_bytes // max(1, n * 4 * h * dt.itemsize)))
-        K = np.empty((T, n, h), dt)
-        Cpb = np.empty((T, n, h), dt)
-        Zb = np.empty((T, n, 4 * h), dt)
-        F_buf = np.empty((T, n, h), dt) if P is not None else None
-        tmp = np.empty((n, h), dt)
-        dC3 = dC[:, None, :]
-        dHA = None if k.dHAll is None else k.dHAll[:, d, sl]
+        nb, h, dt, alive = k.nb, k.h, k.dtype, k.steps.alive
+        self.da = k.dab[:, :, d]  # [S, B, 4H]; each step's [B, 4H] slice has contiguous rows
+        self.G = k.iofc[:, d]
+        self.CA = k.CAll[:, d]
+        self.dHA = None if k.dHAll is None else k.dHAll[:, d]
+        self.c0 = None if k.C0 is None else k.C0[d]
+        self.inject = k.steps.ends(self.rev)  # rows that end at a step (forward direction with SL)
+        self.extract = k.steps.starts(self.rev)  # rows that start at a step (reverse direction with SL)
+        T = max(1, min(alive, k.chunk_bytes // max(1, nb * 4 * h * dt.itemsize)))
         chunks = [(lo, min(lo + T, alive)) for lo in range(0, alive, T)]
-        if not rev:
-            chunks.reverse()
-        for lo, hi in chunks:
-            m = hi - lo
-            A = da[lo:hi]
-            A4 = _view(A, (m, n, 4, h))
-            g = G[lo:hi]
-            g4 = _view(g, (m, n, 4, h))
-            i, o, f, c = g4[:, :, 0], g4[:, :, 1], g4[:, :, 2], g4[:, :, 3]
-            Ct = CA[lo:hi]
-            Cp = self._c_prev(lo, hi, CA, c0, extract, Cpb)
-            Kc = K[:m]
-            # Factors that do not depend on the carried gradients.  Full-width [.., 4H]
-            # ufuncs cost about as much as one strided gate-block ufunc, so:
-            #   A = g(1-g) ⊙ [c̃, τ, C_{t-1}, i]      (τ = tanh(C_t); block c then fixed:)
-            #   A_c = i·(1-c̃²)        K = o·(1-τ²) [+ P_o·A_o]      F = f [+ P_i·A_i + P_f·A_f]
-            Ai, Ao, Af, Ac = A4[:, :, 0], A4[:, :, 1], A4[:, :, 2], A4[:, :, 3]
-            Z = Zb[:m]
-            Z4 = _view(Z, (m, n, 4, h))
-            np.copyto(Z4[:, :, 0], c)
-            tau = Z4[:, :, 1]
-            np.tanh(Ct, out=tau)
-            np.copyto(Z4[:, :, 2], Cp)
-            np.copyto(Z4[:, :, 3], i)
-            np.multiply(g, g, out=A)
-            np.subtract(g, A, out=A)
-            np.multiply(c, c, out=Ac)
-            np.subtract(1, Ac, out=Ac)
-            np.multiply(A, Z, out=A)
-            np.multiply(tau, tau, out=Kc)
-            np.subtract(1, Kc, out=Kc)
-            Kc *= o
-            if P is None:
-                F = f
-            else:
-                F, tm = F_buf[:m], Z4[:, :, 0]  # Z is free again
-                np.multiply(Ao, p_o, out=tm)
-                Kc += tm
-                np.multiply(Ai, p_i, out=F)
-                F += f
-                np.multiply(Af, p_f, out=tm)
-                F += tm
-            # The step loop: one GEMM and 6-7 ufuncs per step, on per-step views made in C.
-            order = slice(None, None, -1) if not rev else slice(None)
-            ts = range(lo, hi)[order]
-            dhas = dHA[lo:hi][order] if dHA is not None else [None] * m
-            for t, a, ai, ao, afc, kt, ft, dha in zip(ts, A[order], Ai[order], Ao[order], A4[order, :, 2:],
-                                                      Kc[order], F[order], dhas):
-                if inject:
-                    rows = inject.get(t)
-                    if rows is not None:
-                        if dHF is not None:
-                            dH[rows] += dHF[rows]
-                        if dCF is not None:
-                            dC[rows] += dCF[rows]
-                if dha is not None:
-                    dH += dha
-                np.multiply(dH, kt, out=tmp)
-                dC += tmp
-                ao *= dH
-                ai *= dC
-                afc *= dC3
-                dC *= ft
-                np.matmul(a, Rd, out=dH)
-                if extract:
-                    rows = extract.get(t)
-                    if rows is not None:
-                        k.dH0[d, b0 + rows] = dH[rows]
-                        k.dC0[d, b0 + rows] = dC[rows]
-            # Peephole gradients of this chunk: dP_o += Σ da_o·C_t, dP_{i,f} += Σ da_{i,f}·C_{t-1}.
-            dP[1] += np.einsum("tbh,tbh->h", Ao, Ct)
-            dP[0::2] += np.einsum("tbgh,tbh->gh", A4[:, :, 0::2], Cp)
-        if not extract:  # every row starts at the last step the backward visits
-            k.dH0[d, sl] = dH
-            k.dC0[d, sl] = dC
-        self.partial_dP[b0] = dP
+        self.chunks = chunks[::-1] if not self.rev else chunks
+        self.Tb = np.empty((4, T, nb, h), dt)  # contiguous temporaries of the factors
+        self.Kb = np.empty((T, nb, h), dt)
+        self.Cpb = np.empty((T, nb, h), dt)
+        self.Fb = np.empty((T, nb, h), dt) if k.P is not None else None
+        self.Cp: np.ndarray | None = None  # C_{t-1} of the current chunk
+        self.dP = np.zeros((3, h), dt)  # i, o, f
 
-    def _c_prev(self, lo: int, hi: int, CA: np.ndarray, c0: Optional[np.ndarray],
-                extract: dict[int, np.ndarray], buf: np.ndarray) -> np.ndarray:
-        """``C_{t-1}`` (the cell state before step t) for steps ``lo..hi-1``, as ``[m, n, H]``."""
-        S, m = self.k.S, hi - lo
+    # -- the three phases -----------------------------------------------------------
+    def factors(self, j: int) -> None:
+        k, h = self.k, self.k.h
+        lo, hi = self.chunks[j]
+        m, n = hi - lo, k.nb
+        A = self.da[lo:hi]
+        A4 = _view(A, (m, n, 4, h))
+        g = self.G[lo:hi]
+        g4 = _view(g, (m, n, 4, h))
+        i, o, f, c = g4[:, :, 0], g4[:, :, 1], g4[:, :, 2], g4[:, :, 3]
+        Cp = self.Cp = self._c_prev(lo, hi, self.Cpb)
+        K = self.Kb[:m]
+        v, u, w, tm = (buf[:m] for buf in self.Tb)
+        # Thirteen bulk ufuncs that compute in contiguous temporaries and write each
+        # strided gate block of da once (strided writes cost ~3x contiguous ones):
+        #   τ = tanh(C_t)  u = o·τ  v = i·c̃  w = f·C_{t-1}
+        #   A_i = c̃·i(1-i) = v - v·i      A_o = τ·o(1-o) = u - u·o      A_f = C_{t-1}·f(1-f) = w - w·f
+        #   A_c = i·(1-c̃²) = i - v·c̃      K = o·(1-τ²) = o - u·τ  [+ P_o·A_o]
+        #   F = f  [+ P_i·A_i + P_f·A_f]
+        Ai, Ao, Af, Ac = A4[:, :, 0], A4[:, :, 1], A4[:, :, 2], A4[:, :, 3]
+        np.tanh(self.CA[lo:hi], out=K)
+        np.multiply(i, c, out=v)
+        np.multiply(v, i, out=tm)
+        np.subtract(v, tm, out=Ai)
+        np.multiply(v, c, out=tm)
+        np.subtract(i, tm, out=Ac)
+        np.multiply(o, K, out=u)
+        np.multiply(u, o, out=tm)
+        np.subtract(u, tm, out=Ao)
+        np.multiply(u, K, out=K)
+        np.subtract(o, K, out=K)
+        np.multiply(f, Cp, out=w)
+        np.multiply(w, f, out=tm)
+        np.subtract(w, tm, out=Af)
+        if k.P is not None:
+            p = k.P[self.d]
+            p_i, p_o, p_f = p[:h], p[h: 2 * h], p[2 * h:]
+            F = self.Fb[:m]
+            np.multiply(Ao, p_o, out=tm)
+            K += tm
+            np.multiply(Ai, p_i, out=F)
+            F += f
+            np.multiply(Af, p_f, out=tm)
+            F += tm
+
+    def steps(self, j: int, dH: np.ndarray, dC: np.ndarray, tmp: np.ndarray) -> None:
+        k, h, d = self.k, self.k.h, self.d
+        lo, hi = self.chunks[j]
+        m = hi - lo
+        A = self.da[lo:hi]
+        A4 = _view(A, (m, k.nb, 4, h))
+        K = self.Kb[:m]
+        F = self.Fb[:m] if k.P is not None else _view(self.G[lo:hi], (m, k.nb, 4, h))[:, :, 2]
+        order = slice(None, None, -1) if not self.rev else slice(None)
+        dhas = self.dHA[lo:hi][order] if self.dHA is not None else [None] * m
+        Rd = k.R[d]
+        dC3 = dC[:, None, :]
+        inject, extract = self.inject, self.extract
+        dHF, dCF = k.dHFinal, k.dCFinal
+        mul, add, dot = np.multiply, np.add, np.dot
+        # Positional out arguments and views made by zip (in C): this loop is the hot path
+        # at small sizes, where each step costs a few microseconds.
+        for t, a, ai, ao, afc, kt, ft, dha in zip(range(lo, hi)[order], A[order], A4[order, :, 0],
+                                                  A4[order, :, 1], A4[order, :, 2:], K[order], F[order], dhas):
+            if inject:
+                rows = inject.get(t)
+                if rows is not None:
+                    if dHF is not None:
+                        dH[rows] += dHF[d, rows]
+                    if dCF is not None:
+                        dC[rows] += dCF[d, rows]
+            if dha is not None:
+                add(dH, dha, dH)
+            mul(dH, kt, tmp)
+            add(dC, tmp, dC)
+            mul(ao, dH, ao)
+            mul(ai, dC, ai)
+            mul(afc, dC3, afc)
+            mul(dC, ft, dC)
+            dot(a, Rd, dH)
+            if extract:
+                rows = extract.get(t)
+                if rows is not None:
+                    k.dH0[d, rows] = dH[rows]
+                    k.dC0[d, rows] = dC[rows]
+
+    def finish(self, j: int) -> None:
+        k, h = self.k, self.k.h
+        lo, hi = self.chunks[j]
+        m, n = hi - lo, k.nb
+        A4 = _view(self.da[lo:hi], (m, n, 4, h))
+        # Peephole gradients: dP_o += Σ da_o·C_t, dP_{i,f} += Σ da_{i,f}·C_{t-1}.
+        self.dP[1] += np.einsum("tbh,tbh->h", A4[:, :, 1], self.CA[lo:hi])
+        self.dP[0::2] += np.einsum("tbgh,tbh->gh", A4[:, :, 0::2], self.Cp)
+
+    def run(self) -> None:
+        k, dt, h, d = self.k, self.k.dtype, self.k.h, self.d
+        S, nb, alive = k.S, k.nb, k.steps.alive
+        if alive < S:
+            self.da[alive:] = 0
+        dH = np.zeros((nb, h), dt)
+        dC = np.zeros((nb, h), dt)
+        if not self.inject:  # every row's final state is at the first step the backward visits
+            if k.dHFinal is not None:
+                dH[...] = k.dHFinal[d]
+            if k.dCFinal is not None:
+                dC[...] = k.dCFinal[d]
+        tmp = np.empty((nb, h), dt)
+        for j in range(len(self.chunks)):
+            self.factors(j)
+            self.steps(j, dH, dC, tmp)
+            self.finish(j)
+        if not self.extract:  # every row starts at the last step the backward visits
+            k.dH0[d] = dH
+            k.dC0[d] = dC
+
+    def _c_prev(self, lo: int, hi: int, buf: np.ndarray) -> np.ndarray:
+        """``C_{t-1}`` (the cell state before step t) for steps ``lo..hi-1``, as ``[m, B, H]``."""
+        S, m, CA, c0, extract = self.k.S, hi - lo, self.CA, self.c0, self.extract
         if not self.rev:
             if lo > 0:
                 return CA[lo - 1: hi - 1]
@@ -591,16 +609,6 @@ class _Direction:
             rows = extract[t]
             out[t - lo, rows] = c0[rows]
         return out
-
-
-def _local(events: dict[int, np.ndarray], b0: int, b1: int) -> dict[int, np.ndarray]:
-    """Restrict step -> rows events to rows ``b0..b1-1`` (made local)."""
-    out = {}
-    for t, rows in events.items():
-        r = rows[(rows >= b0) & (rows < b1)] - b0
-        if r.size:
-            out[t] = r
-    return out
 
 
 def _dR(k: _Grad, d: int, rev: bool) -> None:
@@ -648,13 +656,13 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
 
 
 @kernel("LSTMGrad", blas=True)
-def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: Optional[np.ndarray] = None,
-              H0: Optional[np.ndarray] = None, C0: Optional[np.ndarray] = None,
-              HAll: Optional[np.ndarray] = None, CAll: Optional[np.ndarray] = None,
-              iofc: Optional[np.ndarray] = None, dHAll: Optional[np.ndarray] = None,
-              dHFinal: Optional[np.ndarray] = None, dCFinal: Optional[np.ndarray] = None,
-              P: Optional[np.ndarray] = None, *, out: Any = None, hidden_size: int,
-              direction: str = "forward", activations: Any = None, clip: Optional[float] = None,
+def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None = None,
+              H0: np.ndarray | None = None, C0: np.ndarray | None = None,
+              HAll: np.ndarray | None = None, CAll: np.ndarray | None = None,
+              iofc: np.ndarray | None = None, dHAll: np.ndarray | None = None,
+              dHFinal: np.ndarray | None = None, dCFinal: np.ndarray | None = None,
+              P: np.ndarray | None = None, *, out: Any = None, hidden_size: int,
+              direction: str = "forward", activations: Any = None, clip: float | None = None,
               input_forget: int = 0) -> tuple[np.ndarray, ...]:
     """Exact BPTT of LSTMTraining; returns ``(dX, dW, dR, dB, dH0, dC0, dP)``."""
     D = _check_layer_attrs("LSTMGrad", direction, activations, clip, input_forget)
@@ -673,19 +681,17 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: Optional[np.ndarr
               H0=H0, C0=C0, HAll=HAll, CAll=CAll, iofc=iofc, dHAll=dHAll, dHFinal=dHFinal,
               dCFinal=dCFinal, P=P, dR=dR, dH0=dH0, dC0=dC0, chunk_bytes=_CHUNK_BYTES,
               copy_bytes=_COPY_BYTES,
-              dab=np.empty((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
+              dab=_scratch((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
 
-    # Bytes one batch row touches over all steps (decides whether splitting rows pays).
-    row_bytes = S * (12 * h + (h if dHAll is not None else 0)) * dt.itemsize
     for d in range(D):
         direc = _Direction(k, d)
-        _run_rows(nb, row_bytes, direc.rows)
-        dP[d] = _view(sum(direc.partial_dP[b] for b in sorted(direc.partial_dP)), (3 * h,))
-
+        direc.run()
+        dP[d] = _view(direc.dP, (3 * h,))
     da2 = _view(k.dab, (S * nb, D * 4 * h))
     np.matmul(da2, _view(W, (D * 4 * h, I)), out=_view(dX, (S * nb, I)))  # sums both directions
     np.matmul(da2.T, _view(X, (S * nb, I)), out=_view(dW, (D * 4 * h, I)))
-    db = np.matmul(np.ones(S * nb, dt), da2)  # [D·4H]
+    # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
+    db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
     for d in range(D):
         _dR(k, d, direction == "reverse" or d == 1)
         dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
