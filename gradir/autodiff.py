@@ -128,7 +128,8 @@ class Emitter:
         span = None
         if op.loc is not None:
             span = op.loc.results[result] if result is not None and result < len(op.loc.results) else op.loc.name
-        raise AutodiffError(Diagnostic(message, span, self.source if span is not None else None))
+        raise AutodiffError(Diagnostic(message, span, self.source if span is not None else None,
+                                       filename=self.source.filename if self.source else None))
 
     # -- helpers shared by rules -------------------------------------------
     def swap_last_two(self, value: str) -> str:
@@ -396,10 +397,13 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     types = {i.name: i.type for i in graph.inputs}
     if wrt is None:
         return [i.name for i in graph.inputs if i.type.dtype.is_float]
-    if isinstance(wrt, str):
-        wrt = [w.strip() for w in wrt.split(",") if w.strip()]
-    names = list(wrt)
     problems = []
+    if isinstance(wrt, str):
+        parts = [w.strip() for w in wrt.split(",")]
+        if any(not w for w in parts):
+            problems.append(f"wrt {wrt!r} has an empty entry; write names separated by commas, like t0,t3")
+        wrt = [w for w in parts if w]
+    names = list(wrt)
     for k, w in enumerate(names):
         if not isinstance(w, str):
             problems.append(f"wrt entries are input names like 't0', got {w!r}")
@@ -413,12 +417,16 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     if not names:
         problems.append("wrt is empty: name at least one input")
     if problems:
-        raise AutodiffError([Diagnostic(p) for p in problems])
+        name = graph.source.filename if graph.source else None
+        raise AutodiffError([Diagnostic(p, filename=name) for p in problems])
     return names
 
 
-def derive(graph: Graph, wrt: Optional[Iterable[str]] = None) -> Derivation:
-    """Derive the backward graph of ``graph``; see the module docstring."""
+def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Derivation:
+    """Derive the backward graph of ``graph`` (a Graph or IR text); see the module docstring."""
+    if isinstance(graph, str):
+        from .syntax import parse
+        graph = parse(graph)
     if not graph.types:
         graph.validate()
     wrt_names = _parse_wrt(graph, wrt)
@@ -521,7 +529,7 @@ def derive(graph: Graph, wrt: Optional[Iterable[str]] = None) -> Derivation:
     return Derivation(derived, graph, wrt_names, [(c.name, o) for c, o in zip(cot_inputs, graph.outputs)])
 
 
-def grad(graph: Graph, wrt: Optional[Iterable[str]] = None) -> Graph:
+def grad(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Graph:
     """The backward graph of ``graph`` (validated): inputs are the forward inputs then
     one cotangent per forward output; outputs are the gradients w.r.t. ``wrt``
     (input names, default every floating-point input), in ``wrt`` order."""

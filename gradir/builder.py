@@ -76,8 +76,10 @@ class Value:
     # -- operators -------------------------------------------------------------
     def _binary(self, op: str, other: Any, symbol: str, reverse: bool = False) -> "Value":
         if not isinstance(other, Value):
-            raise self.builder._error(f"{self.name} {symbol} {_describe(other)}: both sides of {symbol} must be gradir "
-                               "values (the IR has no constants: make it a graph input with b.input(...))")
+            expr = (f"{_describe(other)} {symbol} {self.name}" if reverse else
+                    f"{self.name} {symbol} {_describe(other)}")
+            raise self.builder._error(f"{expr}: both sides of {symbol} must be gradir values (the IR has no "
+                                      "constants: make it a graph input with b.input(...))")
         a, b = (other, self) if reverse else (self, other)
         return self.builder._apply(op, (a, b), {}, f"{a.name} {symbol} {b.name}")
 

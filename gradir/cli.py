@@ -20,7 +20,19 @@ __all__ = ["main"]
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file."""
+    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file.
+
+    A symbolic link is followed (its target is rewritten, the link kept).  An
+    ``OSError`` becomes a ``GradirError`` naming the file.
+    """
+    try:
+        _write_atomic_raw(os.path.realpath(path), data)
+    except OSError as e:
+        from .errors import Diagnostic
+        raise GradirError(Diagnostic(f"cannot write file: {e.strerror or e}", filename=path)) from None
+
+
+def _write_atomic_raw(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=".gradir-", suffix=".tmp", dir=directory)
     try:
@@ -41,6 +53,10 @@ def _write_atomic(path: str, data: bytes) -> None:
         raise
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .syntax import load
     status = 0
@@ -53,7 +69,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         if not args.quiet:
             name = "<stdin>" if path == "-" else path
-            print(f"{name}: ok ({len(g.inputs)} inputs, {len(g.ops)} ops, {len(g.outputs)} outputs)")
+            print(f"{name}: ok ({_n(len(g.inputs), 'input')}, {_n(len(g.ops), 'op')}, "
+                  f"{_n(len(g.outputs), 'output')})")
     return status
 
 
@@ -91,7 +108,16 @@ def cmd_fmt(args: argparse.Namespace) -> int:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
+    import difflib
     from .docs import ops_markdown, ops_text
+    from .ir import OPS
+    unknown = [n for n in args.names if n not in OPS]
+    if unknown:
+        for n in unknown:
+            hint = difflib.get_close_matches(n, list(OPS), n=1)
+            print(f"gradir: error: no op named '{n}'" + (f"; did you mean '{hint[0]}'?" if hint else ""),
+                  file=sys.stderr)
+        return 1
     if args.markdown:
         sys.stdout.write(ops_markdown())
     else:

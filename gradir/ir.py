@@ -12,9 +12,12 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
 
 from .errors import Diagnostic, Source, Span, VerifyError, errors_of
 from .types import DType, Dim, TensorType
@@ -95,12 +98,12 @@ class Attr:
                 except ValueError as e:
                     raise ValueError(f"list element {format_attr_value(v)}: {e}") from None
             value = tuple(out)
-        elif k == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
+        elif k == "int":  # numbers.Integral also admits NumPy integers
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"expects an integer, got {format_attr_value(value)}")
             value = int(value)
         elif k == "float":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
                 raise ValueError(f"expects a number, got {format_attr_value(value)}")
             value = float(value)
         elif k == "str":

@@ -54,9 +54,11 @@ def _load_array_file(path: str, what: str) -> object:
         raise InputError(Diagnostic(f"{what}: is a directory", filename=path)) from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         msg = str(e)
-        if "allow_pickle" in msg or "Object arrays" in msg:
-            msg = "it holds Python objects (pickles), which gradir never loads"
-        raise InputError(Diagnostic(f"{what}: not a valid NumPy file ({msg})", filename=path)) from None
+        if "Object arrays" in msg:
+            msg = "it holds Python objects, which would need unpickling; gradir never loads pickles"
+        elif "allow_pickle" in msg:
+            msg = "it is neither .npy nor .npz (NumPy would try to unpickle it; gradir never loads pickles)"
+        raise InputError(Diagnostic(f"{what}: not a valid NumPy file: {msg}", filename=path)) from None
 
 
 def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
@@ -73,10 +75,16 @@ def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
             msg = str(e)
             if "allow_pickle" in msg or "Object arrays" in msg:
-                msg = "it holds Python objects (pickles), which gradir never loads"
+                msg = "it holds Python objects, which would need unpickling; gradir never loads pickles"
             raise InputError(Diagnostic(f"--inputs: cannot read array '{k}': {msg}", filename=npz)) from None
+    seen: set[str] = set()
     for pair in pairs:
         name, _, path = pair.partition("=")
+        if name in seen:
+            raise InputError(Diagnostic(f"--input {name} is given twice", filename=path))
+        seen.add(name)
+        if name in arrays:
+            raise InputError(Diagnostic(f"--input {name}: {name} is also in the --inputs archive", filename=path))
         a = _load_array_file(path, f"--input {name}")
         if isinstance(a, np.lib.npyio.NpzFile):
             a.close()
@@ -138,10 +146,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .syntax import load
     graph = load(args.file)
     exe = compile(graph, threads=args.threads)
-    if args.inputs is None and not args.input:
+    demo = args.inputs is None and not args.input
+    if demo:
         inputs = demo_inputs(graph, args.seed)
         print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
               file=sys.stderr)
+        if any(d is None for i in graph.inputs for d in i.type.shape):
+            try:
+                exe.check_inputs(inputs)
+            except InputError as e:
+                e.diagnostics.append(Diagnostic("generated inputs use 2 for every '?' dimension, which does not "
+                                                "fit this graph; give real inputs with --inputs or --input",
+                                                filename=args.file))
+                raise
     else:
         inputs = load_inputs(args.inputs, args.input)
     trace: Optional[list] = [] if args.trace else None
@@ -175,24 +192,49 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .passes import PASSES
+    from .passes import DEFAULT_PASSES, PASSES
     from .runtime import compile
     from .syntax import load
     if args.list_passes:
-        for p in PASSES.values():
-            print(f"{p.name}: {p.doc}")
+        for name in DEFAULT_PASSES:
+            print(f"{name}: {PASSES[name].doc}")
         return 0
     if not args.file:
         from .cli import _Usage
         raise _Usage("plan: a FILE is needed")
     graph = load(args.file)
-    exe = compile(graph, threads=args.threads, disable=args.disable)
+    disable = [p.strip() for d in args.disable for p in d.split(",") if p.strip()]
+    unknown = [d for d in disable if d not in PASSES]
+    if unknown:
+        from .cli import _Usage
+        raise _Usage(f"plan: unknown pass '{unknown[0]}'; the passes are {', '.join(DEFAULT_PASSES)}")
+    exe = compile(graph, threads=args.threads, disable=disable)
     p = exe.program
     optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name)
     optimized.types = p.types
     sys.stdout.write(optimized.to_text())
     sys.stdout.write(exe.plan.describe())
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def _seed(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {n}")
+    return n
 
 
 def _pair(text: str) -> str:
@@ -209,16 +251,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
                    help="one input array (repeatable)")
     r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their value names")
-    r.add_argument("--threads", type=int, default=None, metavar="N", help="worker threads (default: cores, max 2)")
-    r.add_argument("--seed", type=int, default=0, metavar="S", help="seed for generated inputs (default 0)")
-    r.add_argument("--repeat", type=int, default=1, metavar="N", help="run N times; report min/median time")
+    r.add_argument("--threads", type=_positive, default=None, metavar="N",
+                   help="worker threads (default: cores, max 2)")
+    r.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed for generated inputs (default 0)")
+    r.add_argument("--repeat", type=_positive, default=1, metavar="N", help="run N times; report min/median time")
     r.add_argument("--trace", metavar="TRACE.json", help="write a Chrome trace-event file (one event per op)")
     r.add_argument("--check-numerics", action="store_true", help="stop at the first op producing NaN or Inf")
     r.set_defaults(func=cmd_run)
 
     p = sub.add_parser("plan", help="print the optimized IR, the schedule and the planned peak memory")
     p.add_argument("file", metavar="FILE", nargs="?", help="IR file ('-' reads standard input)")
-    p.add_argument("--disable", action="append", default=[], metavar="PASS", help="switch a pass off")
-    p.add_argument("--list-passes", action="store_true", help="list the compiler passes")
-    p.add_argument("--threads", type=int, default=None, metavar="N")
+    p.add_argument("--disable", action="append", default=[], metavar="PASS",
+                   help="switch passes off (repeatable, or comma-separated)")
+    p.add_argument("--list-passes", action="store_true", help="list the compiler passes, in pipeline order")
+    p.add_argument("--threads", type=_positive, default=None, metavar="N")
     p.set_defaults(func=cmd_plan)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import (CompileError, Diagnostic, ExecutionError, GradirError, InputError, VerifyError)
 from .ir import Graph, GraphInput
-from .kernels import parallel
+from .kernels import parallel  # importing the package registers every kernel family
 from .passes import Program, run_passes
 from .schedule import Plan, Step, build_plan
 from .types import DType, TensorType, format_shape
@@ -33,16 +33,6 @@ __all__ = ["compile", "Executable", "default_threads"]
 
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
-
-
-def _import_kernel_families() -> None:
-    from . import kernels  # noqa: F401
-    for fam in ("math", "activation", "lstm", "shape"):
-        try:
-            __import__(f"gradir.kernels.{fam}")
-        except ModuleNotFoundError as e:  # a family not written yet
-            if e.name != f"gradir.kernels.{fam}":
-                raise
 
 
 def compile(graph_or_text: Union[Graph, str], threads: Optional[int] = None, *,
@@ -55,7 +45,6 @@ def compile(graph_or_text: Union[Graph, str], threads: Optional[int] = None, *,
     choose the compiler passes (see ``gradir.passes.PASSES``).
     """
     from .syntax import parse
-    _import_kernel_families()
     if isinstance(graph_or_text, str):
         graph = parse(graph_or_text, filename)
     elif isinstance(graph_or_text, Graph):
@@ -100,7 +89,9 @@ class Executable:
         self.graph = graph
         self.program = program
         self.plan = plan
-        self.threads = default_threads() if threads is None else max(1, int(threads))
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+        self.threads = default_threads() if threads is None else threads
         self._input_types = {i.name: i.type for i in graph.inputs}
         self._pool = _Pool()
         self._shape_cache: dict[tuple, dict[str, TensorType]] = {}
@@ -134,15 +125,20 @@ class Executable:
     # -- inputs ------------------------------------------------------------
     def check_inputs(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, TensorType]]:
         """Validate run-time inputs; returns C-contiguous arrays and the concrete types of every value."""
-        problems = []
+        if not isinstance(inputs, Mapping):
+            raise InputError(Diagnostic(f"inputs must be a mapping of input names to arrays, got "
+                                        f"{type(inputs).__name__}", filename=self._file))
+        problems: list[tuple[str, Optional[str]]] = []  # (message, input it is about)
         missing = [n for n in self.input_names if n not in inputs]
         unexpected = [n for n in inputs if n not in self._input_types]
-        if missing:
-            problems.append(f"missing input{'s' if len(missing) > 1 else ''} "
-                            + ", ".join(f"{n} ({self._input_types[n]})" for n in missing))
+        for n in missing:
+            problems.append((f"missing input {n} ({self._input_types[n]})", n))
         if unexpected:
-            problems.append(f"unexpected input{'s' if len(unexpected) > 1 else ''} {', '.join(map(str, unexpected))}"
-                            f" (the graph's inputs are {', '.join(self.input_names)})")
+            computed = {r for op in self.graph.ops for r in op.results}
+            for n in unexpected:
+                why = (f"{n} is computed by the graph, not an input" if n in computed else
+                       f"the graph's inputs are {', '.join(self.input_names)}")
+                problems.append((f"unexpected input {n} ({why})", None))
         arrays: dict[str, np.ndarray] = {}
         for name in self.input_names:
             if name not in inputs:
@@ -153,20 +149,25 @@ class Executable:
                 a = np.asarray(a)
             got = _describe(a)
             if a.dtype != want.dtype.numpy:
-                problems.append(f"input {name}: expected {want}, got {got} (dtype "
-                                f"{_dtype_name(a.dtype)} instead of {want.dtype})")
+                problems.append((f"input {name}: expected {want}, got {got} (dtype "
+                                 f"{_dtype_name(a.dtype)} instead of {want.dtype})", name))
                 continue
             if a.ndim != want.rank:
-                problems.append(f"input {name}: expected {want}, got {got} (rank {a.ndim} instead of {want.rank})")
+                problems.append((f"input {name}: expected {want}, got {got} (rank {a.ndim} instead of {want.rank})",
+                                 name))
                 continue
             bad = [k for k, (d, w) in enumerate(zip(a.shape, want.shape)) if w is not None and d != w]
             if bad or 0 in a.shape:
                 k = bad[0] if bad else a.shape.index(0)
-                problems.append(f"input {name}: expected {want}, got {got} (dimension {k} is {a.shape[k]})")
+                problems.append((f"input {name}: expected {want}, got {got} (dimension {k} is {a.shape[k]})",
+                                 name))
                 continue
             arrays[name] = a if a.flags.c_contiguous else np.array(a, order="C")
         if problems:
-            raise InputError([Diagnostic(p, filename=self._file) for p in problems])
+            spans = {i.name: i.span for i in self.graph.inputs}
+            src = self.graph.source
+            raise InputError([Diagnostic(msg, spans.get(n) if n else None, src if n and spans.get(n) else None,
+                                         filename=self._file) for msg, n in problems])
         return arrays, self._concrete_types(arrays)
 
     @property
@@ -211,6 +212,15 @@ class Executable:
             v = self.program.resolve(name)
             out[name] = values[v]
         return out
+
+
+def _exc_text(e: Exception) -> str:
+    """A kernel's ValueError is a message for the user; anything else also names its type."""
+    if type(e) is ValueError:
+        return str(e)
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    return f"{type(e).__name__}: {e}"
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -268,7 +278,7 @@ class _Run:
         except GradirError:
             raise
         except Exception as e:  # a kernel failed: say where, with the operand shapes
-            raise self._error(st, f"{type(e).__name__}: {e}", args) from e
+            raise self._error(st, _exc_text(e), args) from e
         if self.trace is not None:
             end = time.perf_counter()
             self.trace.append({"name": st.op.op_name, "cat": "op", "ph": "X", "pid": os.getpid(),
@@ -321,7 +331,7 @@ class _Run:
         st = self.plan.steps[k]
         # operand arrays are gone from the generated function's locals: report their planned types
         args = [_Planned(self.types.get(v)) if v is not None else None for v in st.operands]
-        raise self._error(st, f"{type(e).__name__}: {e}", args) from e
+        raise self._error(st, _exc_text(e), args) from e
 
     def _error(self, st: Step, msg: str, args: list, numerics: bool = False) -> ExecutionError:
         op = st.op
@@ -337,6 +347,11 @@ class _Run:
                                          filename=self.exe._file))
 
     def execute(self) -> dict[str, np.ndarray]:
+        # NaN/Inf are results, not warnings: --check-numerics reports them properly
+        with np.errstate(all="ignore"):
+            return self._execute()
+
+    def _execute(self) -> dict[str, np.ndarray]:
         exe = self.exe
         threads = exe.threads
         prev = parallel.get_threads()
@@ -375,7 +390,8 @@ class _Run:
 
         def work(k: int) -> None:
             try:
-                self.run_step(steps[k], dataflow=True)
+                with np.errstate(all="ignore"):
+                    self.run_step(steps[k], dataflow=True)
                 done_q.put((k, None))
             except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
                 done_q.put((k, e))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 import os
 import re
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from .errors import Diagnostic, ParseError, Source, Span, VerifyError, errors_of
 from .ir import OPS, Graph, GraphInput, Op, OpLoc
-from .types import DType, TensorType
+from .types import DType, TensorType, format_shape
 
 __all__ = ["parse", "load", "print_graph", "grammar_text"]
 
@@ -35,8 +36,11 @@ def grammar_text() -> str:
         return (Path(__file__).resolve().parent.parent / "grammar" / "gradir.lark").read_text(encoding="utf-8")
 
 
+_LINE = threading.local()  # line number offset while lark parses one line of a file
+
+
 def _span(tok: Token) -> Span:
-    return Span(tok.line, tok.column, tok.end_column)
+    return Span(tok.line + getattr(_LINE, "offset", 0), tok.column, tok.end_column)
 
 
 def _span2(a: Span, b: Span) -> Span:
@@ -142,34 +146,29 @@ def _parser() -> Lark:
                 maybe_placeholders=True, cache=False)
 
 
-def _syntax_error(e: UnexpectedInput, source: Source) -> Diagnostic:
+def _syntax_error(e: UnexpectedInput, source: Source, n: int, line: str) -> Diagnostic:
+    """A lark error on line ``n`` (whose text is ``line``) as a located diagnostic."""
     if isinstance(e, UnexpectedCharacters):
-        line = source.line(e.line)
         ch = line[e.column - 1] if 0 < e.column <= len(line) else ""
         what = repr(ch) if ch.isprintable() else f"character U+{ord(ch):04X}" if ch else "character"
         msg = f"unexpected {what}"
         allowed = _describe_expected(e.allowed or set())
         if allowed:
             msg += f"; expected {allowed}"
-        return Diagnostic(msg, Span(e.line, e.column, e.column + 1), source)
-    if isinstance(e, UnexpectedEOF):
-        lines = source.text.split("\n")
-        n = len(lines)
-        return Diagnostic(f"unexpected end of file; expected {_describe_expected(set(e.expected))}",
-                          Span(n, len(lines[-1]) + 1, len(lines[-1]) + 2), source)
+        return Diagnostic(msg, Span(n, e.column, e.column + 1), source)
     if isinstance(e, UnexpectedToken):
         tok = e.token
         expected = _describe_expected(e.accepts or e.expected)
-        if tok.type == "$END":
-            lines = source.text.rstrip("\n").split("\n")
-            n = len(lines)
-            return Diagnostic(f"unexpected end of file; expected {expected}",
-                              Span(n, len(lines[-1]) + 1, len(lines[-1]) + 2), source)
-        shown = "end of line" if tok.type == "_NL" else f"'{tok}'"
-        return Diagnostic(f"unexpected {shown}; expected {expected}",
-                          Span(tok.line, tok.column, (tok.end_column or tok.column + 1) if tok.type != "_NL" else tok.column + 1),
-                          source)
-    return Diagnostic(str(e), None, source)  # pragma: no cover
+        if tok.type in ("_NL", "$END"):
+            end = len(line.rstrip("\r")) + 1
+            return Diagnostic(f"unexpected end of line; expected {expected}", Span(n, end, end + 1), source)
+        return Diagnostic(f"unexpected '{tok}'; expected {expected}",
+                          Span(n, tok.column, tok.end_column or tok.column + 1), source)
+    if isinstance(e, UnexpectedEOF):  # pragma: no cover - each line ends with a newline
+        end = len(line) + 1
+        return Diagnostic(f"unexpected end of line; expected {_describe_expected(set(e.expected))}",
+                          Span(n, end, end + 1), source)
+    return Diagnostic(str(e), Span(n, 1, 2), source)  # pragma: no cover
 
 
 _TERMINAL_NAMES = {
@@ -367,20 +366,39 @@ def _fast_line(text: str, n: int) -> Optional[Stmt]:
     raise _Fallback
 
 
-def _statements(text: str, *, fast: bool = True) -> list[Stmt]:
-    """Parse ``text`` into statements (fast path first, lark for anything else)."""
-    if fast:
-        try:
-            out = []
-            for n, line in enumerate(text.split("\n"), 1):
+MAX_SYNTAX_ERRORS = 50
+
+
+def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None
+                ) -> tuple[list[Stmt], list[Diagnostic]]:
+    """Parse ``text`` into statements, and the syntax errors of every bad line.
+
+    A statement never spans lines, so each line is parsed on its own: the
+    canonical fast path first, lark for any other line.  That is the grammar's
+    language (``(_stmt? _NL)* _stmt?``) and lets every bad line be reported.
+    """
+    out: list[Stmt] = []
+    errors: list[Diagnostic] = []
+    src = source or Source("<string>", text)
+    for n, line in enumerate(text.split("\n"), 1):
+        if fast:
+            try:
                 st = _fast_line(line, n)
                 if st is not None:
                     out.append(st)
-            return out
-        except _Fallback:
-            pass
-    return _parser().parse(text)
-
+                continue
+            except _Fallback:
+                pass
+        _LINE.offset = n - 1
+        try:
+            out.extend(_parser().parse(line + "\n"))
+        except UnexpectedInput as e:
+            errors.append(_syntax_error(e, src, n, line))
+            if len(errors) >= MAX_SYNTAX_ERRORS:
+                break
+        finally:
+            _LINE.offset = 0
+    return out, errors
 
 
 @contextmanager
@@ -422,11 +440,11 @@ def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool 
         text = text[1:]
     source = Source(filename, text)
     try:
-        stmts: list[Stmt] = _statements(text)
-    except UnexpectedInput as e:
-        raise ParseError(_syntax_error(e, source)) from None
+        stmts, syntax_errors = _statements(text, source=source)
     except RecursionError:  # pragma: no cover - defensive
         raise ParseError(Diagnostic("input is too deeply nested", Span(1, 1, 2), source)) from None
+    if syntax_errors:
+        raise ParseError(syntax_errors)
     graph, diags, poisoned = _build_graph(stmts, source)
     if verify:
         from .verify import verify_graph
@@ -455,6 +473,7 @@ def load(path: Union[str, os.PathLike], *, verify: bool = True) -> Graph:
 
 
 _DTYPES = {d.value: d for d in DType}
+MAX_ELEMENTS = 1 << 48
 _TYPE_CACHE: dict = {}
 
 
@@ -473,11 +492,18 @@ def _type_from_syntax(ts: "TypeSyntax | FastType", source: Optional[Source], dia
         return TensorType(dtype, ())
     shape = []
     ok = True
+    numel = 1
     for value, span in ts.dims:
         if value is not None and value <= 0:
             diags.append(Diagnostic(f"dimension {value} is not a positive integer or '?'", span, source))
             ok = False
+        elif value is not None:
+            numel *= value
         shape.append(value)
+    if ok and numel > MAX_ELEMENTS:
+        diags.append(Diagnostic(f"type {ts.dtype[0]} {format_shape(shape)} has {numel:.3g} elements; at most "
+                                f"2^48 are supported", ts.span, source))
+        ok = False
     return TensorType(dtype, shape) if ok else None
 
 

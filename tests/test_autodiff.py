@@ -480,3 +480,10 @@ def test_register_cli_adds_grad():
     register_cli(p.add_subparsers())
     args = p.parse_args(["grad", "x.gir", "--wrt", "t0", "-o", "y.gir"])
     assert (args.file, args.wrt, args.output) == ("x.gir", "t0", "y.gir")
+
+
+def test_grad_accepts_text_and_rejects_empty_wrt_entries():
+    text = "input t0 : Float64 [3]\ninput t1 : Float64 [3]\nt2 = Mul(t0, t1)\noutput t2\n"
+    assert gradir.grad(text, wrt=["t0"]).outputs
+    with pytest.raises(gradir.AutodiffError, match="empty entry"):
+        gradir.grad(text, wrt="t0,,t1")

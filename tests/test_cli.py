@@ -141,3 +141,39 @@ def test_docs_ops_md_is_current():
     from gradir.docs import ops_markdown
     with open(os.path.join(ROOT, "docs", "ops.md"), encoding="utf-8") as f:
         assert f.read() == ops_markdown(), "regenerate with: gradir ops --markdown > docs/ops.md"
+
+
+def test_fmt_in_place_follows_symlinks(tmp_path):
+    target = tmp_path / "real.gir"
+    target.write_text("input t0:Float32[2]\nt1=Relu(t0)\noutput t1\n")
+    link = tmp_path / "link.gir"
+    link.symlink_to(target)
+    assert main(["fmt", "-i", str(link)]) == 0
+    assert link.is_symlink()
+    assert target.read_text() == "input t0 : Float32 [2]\nt1 = Relu(t0) : Float32 [2]\noutput t1\n"
+
+
+def test_ops_unknown_name_exits_1_with_a_suggestion(capsys):
+    assert main(["ops", "ReluGard"]) == 1
+    assert "no op named 'ReluGard'; did you mean 'ReluGrad'?" in capsys.readouterr().err
+
+
+def test_fmt_write_error_is_not_an_internal_error(tmp_path, capsys):
+    src = tmp_path / "a.gir"
+    src.write_text(GOOD)
+    assert main(["fmt", str(src), "-o", "/nonexistent/dir/x.gir"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot write file" in err and "internal error" not in err
+
+
+def test_pyproject_ships_every_subpackage():
+    """A non-editable install must contain every package (the source tree hides a missing one)."""
+    import re
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+        line = re.search(r"^packages = \[(.*)\]$", f.read(), re.M).group(1)
+    listed = {p.strip().strip('"') for p in line.split(",")}
+    found = {"gradir"}
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "gradir")):
+        if "__init__.py" in files:
+            found.add(os.path.relpath(dirpath, ROOT).replace(os.sep, "."))
+    assert found | {"gradir.grammar"} == listed

@@ -175,3 +175,19 @@ def test_graph_validate_without_source_has_no_location():
     with pytest.raises(VerifyError) as e:
         g.validate()
     assert str(e.value) == "<graph>: error: t5 is not defined"
+
+
+def test_every_bad_line_gets_its_own_syntax_error():
+    text = ("input t0 : Float32 [2]\nt1 = Relu(t0\nt2 = Relu(t0))\ninput t3 Float32 [2]\n"
+            "t4 = Relu(t0)\noutput t4\n")
+    with pytest.raises(ParseError) as e:
+        gradir.parse(text, "multi.gir")
+    assert [(d.span.line, d.span.col) for d in e.value.diagnostics] == [(2, 13), (3, 14), (4, 10)]
+    assert "unexpected end of line; expected" in e.value.diagnostics[0].message
+
+
+def test_huge_dimensions_are_rejected_with_a_location():
+    with pytest.raises(VerifyError) as e:
+        gradir.parse("input t0 : Float32 [1000000000000000000000000000000]\noutput t0\n", "h.gir")
+    d = e.value.diagnostics[0]
+    assert (d.span.line, d.span.col) == (1, 12) and "at most 2^48 are supported" in d.message

@@ -233,13 +233,13 @@ def test_kernel_exception_names_the_op_line(monkeypatch):
     from gradir.kernels import KernelInfo
 
     def boom(*a, out=None):
-        raise ValueError("kaput")
+        raise RuntimeError("kaput")
     monkeypatch.setitem(KERNELS, "Exp", KernelInfo("Exp", boom))
     exe = gradir.compile("input t0 : Float32 [2, 3]\ninput t1 : Float32 [3, 4]\nt2 = MatMul(t0, t1)\n"
                          "t3 = Exp(t2)\noutput t3\n", filename="e.gir")
     with pytest.raises(ExecutionError) as e:
         exe.run({"t0": np.ones((2, 3), np.float32), "t1": np.ones((3, 4), np.float32)})
-    assert ("while executing line 4: t3 = Exp(t2) : Float32 [2, 4]: ValueError: kaput "
+    assert ("while executing line 4: t3 = Exp(t2) : Float32 [2, 4]: RuntimeError: kaput "
             "(operands: t2 Float32 [2, 4])") in str(e.value)
 
 
@@ -356,3 +356,93 @@ def test_plan_cli(capsys):
     assert "# memory: planned peak" in out and "naive total" in out
     assert main(["plan", "--list-passes"]) == 0
     assert "dce:" in capsys.readouterr().out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(sorted(n for n, k in KERNELS.items() if k.inplace)), st.data())
+def test_inplace_kernels_are_right_when_out_is_any_operand(name, data):
+    """The buffer plan may hand a kernel one of its own operands as ``out``:
+    the result must equal the out-of-place one, bit for bit, for every operand."""
+    types, attrs = OP_EXAMPLES[name](data.draw)
+    op = gradir.OPS[name](["t0"], [f"t{i + 1}" if t is not None else None for i, t in enumerate(types)], attrs)
+    try:
+        result_types = op.check(types)
+    except Exception:
+        return
+    op.check_signature()
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    arrays = [None if t is None else rng.standard_normal(t.shape).astype(t.dtype.numpy) for t in types]
+    kern = KERNELS[name].fn
+    if len(result_types) != 1:
+        return
+    with np.errstate(all="ignore"):
+        ref = np.asarray(kern(*[None if a is None else a.copy() for a in arrays], out=None, **op.attrs))
+        for i, (a, t) in enumerate(zip(arrays, types)):
+            if t is None or t != result_types[0]:
+                continue
+            args = [None if b is None else b.copy() for b in arrays]
+            got = kern(*args, out=args[i], **op.attrs)
+            assert _bits(np.asarray(got)) == _bits(ref), (name, i)
+
+
+def test_sum_writing_into_a_later_operand():
+    x = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    one = np.ones(4, np.float32)
+    exe = gradir.compile("input t0 : Float32 [4]\ninput t1 : Float32 [4]\nt2 = Exp(t0)\nt3 = Sum(t1, t1, t2)\n"
+                         "output t3\n")
+    assert exe.plan.steps[1].inplace  # t3 reuses t2's buffer
+    np.testing.assert_allclose(exe(t0=x, t1=one)["t3"], 2 + np.exp(x), rtol=1e-6)
+    exe = gradir.compile("input t0 : Float32 [4]\nt1 = Exp(t0)\nt2 = Sum(t1, t1, t1)\noutput t2\n")
+    np.testing.assert_allclose(exe(t0=x)["t2"], 3 * np.exp(x), rtol=1e-6)
+
+
+def test_input_errors_point_at_the_input_line():
+    exe = gradir.compile("# header\ninput t0 : Float32 [2, 3]\ninput t1 : Float32 [2, 3]\nt2 = Add(t0, t1)\n"
+                         "output t2\n", filename="loc.gir")
+    with pytest.raises(InputError) as e:
+        exe.run({"t0": np.zeros((3, 2), np.float32)})
+    text = e.value.render()
+    assert "loc.gir:2:7: error: input t0: expected Float32 [2, 3], got Float32 [3, 2]" in text
+    assert "loc.gir:3:7: error: missing input t1 (Float32 [2, 3])" in text
+    with pytest.raises(InputError, match="t2 is computed by the graph, not an input"):
+        exe.run({"t0": np.zeros((2, 3), np.float32), "t1": np.zeros((2, 3), np.float32),
+                 "t2": np.zeros((2, 3), np.float32)})
+
+
+def test_threads_must_be_positive():
+    for bad in (0, -1, "2", 1.5, True):
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            gradir.compile("input t0 : Float32 [1]\noutput t0\n", threads=bad)
+
+
+@pytest.mark.parametrize("argv,code,msg", [
+    (["--repeat", "0"], 2, "expected a positive integer"),
+    (["--seed", "-1"], 2, "expected a non-negative integer"),
+    (["--threads", "0"], 2, "expected a positive integer"),
+    (["--trace", "/nonexistent/dir/t.json"], 1, "cannot write file"),
+    (["-o", "/nonexistent/dir/o.npz"], 1, "cannot write"),
+])
+def test_run_argument_errors(tmp_path, capsys, argv, code, msg):
+    f = _write(tmp_path, "g.gir", GRAPH)
+    try:
+        rc = main(["run", f, *argv])
+    except SystemExit as e:
+        rc = e.code
+    assert rc == code
+    err = capsys.readouterr().err
+    assert msg in err and "internal error" not in err and "Traceback" not in err
+
+
+def test_plan_unknown_pass_is_a_usage_error(tmp_path, capsys):
+    f = _write(tmp_path, "g.gir", GRAPH)
+    assert main(["plan", f, "--disable", "cse,bogus"]) == 2
+    assert "unknown pass 'bogus'" in capsys.readouterr().err
+    assert main(["plan", f, "--disable", "cse,dce"]) == 0
+
+
+def test_demo_run_explains_unknown_dims(tmp_path, capsys):
+    f = _write(tmp_path, "q.gir", "input t0 : Float32 [?, 4]\ninput t1 : Float32 [3, ?]\nt2 = Add(t0, t1)\n"
+                                  "output t2\n")
+    assert main(["run", f]) == 1
+    err = capsys.readouterr().err
+    assert "the input shapes are inconsistent" in err and "use 2 for every '?' dimension" in err

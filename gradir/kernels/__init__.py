@@ -56,3 +56,4 @@ def get_kernel(name: str) -> KernelInfo | None:
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
+from . import activation, lstm, math, shape  # noqa: E402,F401

@@ -92,10 +92,16 @@ def _copy(x: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
 def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     if len(xs) == 1:
         return _copy(xs[0], out) if out is not xs[0] else out
-    first = _elementwise(np.add, xs[0], xs[1], out=out)
+    # always ((x0 + x1) + x2) + ...: the same bits whether or not ``out`` is an operand.  If ``out``
+    # is an operand that is read after the first add, accumulate elsewhere and copy at the end.
+    late_alias = out is not None and any(np.shares_memory(out, x) for x in xs[2:])
+    acc = _elementwise(np.add, xs[0], xs[1], out=None if late_alias else out)
     for x in xs[2:]:
-        _elementwise(np.add, first, x, out=first)
-    return first
+        _elementwise(np.add, acc, x, out=acc)
+    if late_alias:
+        np.copyto(out, acc)
+        return out
+    return acc
 
 
 @kernel("MatMul", blas=True)
