@@ -389,11 +389,14 @@ class _Run:
         error: Optional[BaseException] = None
 
         def work(k: int) -> None:
+            parallel.op_started()
             try:
                 with np.errstate(all="ignore"):
                     self.run_step(steps[k], dataflow=True)
+                parallel.op_finished()
                 done_q.put((k, None))
             except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+                parallel.op_finished()
                 done_q.put((k, e))
 
         def complete(k: int) -> None:

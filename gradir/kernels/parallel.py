@@ -14,6 +14,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+import numpy as np
+
 __all__ = ["set_threads", "get_threads", "parallel_rows", "MIN_CHUNK_BYTES"]
 
 # Below this many bytes touched per chunk, splitting costs more than it saves.
@@ -22,6 +24,22 @@ MIN_CHUNK_BYTES = 4 << 20
 _lock = threading.Lock()
 _threads = max(1, min(os.cpu_count() or 1, 2))
 _pool: ThreadPoolExecutor | None = None
+
+
+_active = 0  # ops the runtime is running at this moment on its worker threads
+
+
+def op_started() -> None:
+    """The runtime started an op on a worker: kernels running beside it split less."""
+    global _active
+    with _lock:
+        _active += 1
+
+
+def op_finished() -> None:
+    global _active
+    with _lock:
+        _active -= 1
 
 
 def set_threads(n: int) -> None:
@@ -48,14 +66,21 @@ def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], No
     ``bytes_per_row`` is the memory a row touches (all operands and results); it
     decides whether splitting pays.  The calling thread runs the first chunk.
     """
-    threads = _threads
+    # threads left over by the ops running beside this one (never oversubscribe the cores)
+    threads = max(1, _threads - max(0, _active - 1))
     if threads <= 1 or n_rows < 2 or n_rows * bytes_per_row < 2 * MIN_CHUNK_BYTES:
         body(0, n_rows)
         return
     n = min(threads, n_rows, max(1, (n_rows * bytes_per_row) // MIN_CHUNK_BYTES))
     bounds = [n_rows * k // n for k in range(n + 1)]
     pool = _get_pool()
-    futures = [pool.submit(body, bounds[k], bounds[k + 1]) for k in range(1, n)]
+    err = np.geterr()  # NumPy's error state is per thread: the chunks follow the caller's
+
+    def chunk(lo: int, hi: int) -> None:
+        with np.errstate(**err):
+            body(lo, hi)
+
+    futures = [pool.submit(chunk, bounds[k], bounds[k + 1]) for k in range(1, n)]
     body(bounds[0], bounds[1])
     for f in futures:
         f.result()
