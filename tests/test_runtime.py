@@ -446,3 +446,19 @@ def test_demo_run_explains_unknown_dims(tmp_path, capsys):
     assert main(["run", f]) == 1
     err = capsys.readouterr().err
     assert "the input shapes are inconsistent" in err and "use 2 for every '?' dimension" in err
+
+
+SAMPLES = sorted(os.path.join(ROOT, "samples", f) for f in os.listdir(os.path.join(ROOT, "samples"))
+                 if f.endswith(".gir"))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_every_sample_runs_finite_and_identically_on_1_and_2_threads(path):
+    g = gradir.load(path)
+    inputs = demo_inputs(g, 0)
+    r1 = gradir.compile(g, threads=1).run(inputs, check_numerics=True)
+    r2 = gradir.compile(g, threads=2).run(inputs, check_numerics=True)
+    assert list(r1) == g.outputs
+    for k in r1:
+        assert r1[k].shape == g.types[k].shape
+        assert _bits(r1[k]) == _bits(r2[k])
