@@ -546,28 +546,14 @@ def grad_text(graph: Graph, wrt: Optional[Iterable[str]] = None) -> str:
 # CLI: gradir grad FILE [--wrt t0,t3] [-o OUT.gir]
 # ---------------------------------------------------------------------------
 def cmd_grad(args: argparse.Namespace) -> int:
-    from .syntax import parse
-    data, name = _read(args.file)
-    graph = parse(data, name)
-    wrt = args.wrt if args.wrt is not None else None
-    text = grad_text(graph, wrt)
+    from .syntax import load
+    text = grad_text(load(args.file), args.wrt)
     if args.output and args.output != "-":
         from .cli import _write_atomic
         _write_atomic(args.output, text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return 0
-
-
-def _read(path: str) -> tuple[bytes, str]:
-    if path == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
-    try:
-        with open(path, "rb") as f:
-            return f.read(), path
-    except OSError as e:
-        from .errors import ParseError
-        raise ParseError(Diagnostic(f"cannot read file: {e.strerror or e}", filename=path)) from None
 
 
 def register_cli(sub: argparse._SubParsersAction) -> None:

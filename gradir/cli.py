@@ -74,22 +74,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return status
 
 
-def _read_input(path: str) -> tuple[bytes, str]:
-    from .errors import Diagnostic, ParseError
-    if path == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
-    try:
-        with open(path, "rb") as f:
-            return f.read(), path
-    except OSError as e:
-        raise ParseError(Diagnostic(f"cannot read file: {e.strerror or e}", filename=path)) from None
-
-
 def cmd_fmt(args: argparse.Namespace) -> int:
-    from .syntax import parse
+    from .syntax import parse, read_source
     if args.in_place and args.file == "-":
         raise _Usage("fmt: -i needs a file, not '-' (standard input)")
-    data, name = _read_input(args.file)
+    data, name = read_source(args.file)
     text = parse(data, name).to_text()
     encoded = text.encode("utf-8")
     if args.check:

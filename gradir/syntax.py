@@ -456,19 +456,22 @@ def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool 
     return graph
 
 
-def load(path: Union[str, os.PathLike], *, verify: bool = True) -> Graph:
-    """Read and parse a ``.gir`` file (``-`` reads standard input)."""
+def read_source(path: Union[str, os.PathLike]) -> tuple[bytes, str]:
+    """The bytes of a file (``-`` reads standard input) and the name to report it by."""
     import sys
     name = str(path)
+    if name == "-":
+        return sys.stdin.buffer.read(), "<stdin>"
     try:
-        if name == "-":
-            data = sys.stdin.buffer.read()
-            name = "<stdin>"
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
+        with open(path, "rb") as f:
+            return f.read(), name
     except OSError as e:
         raise ParseError(Diagnostic(f"cannot read file: {e.strerror or e}", filename=name)) from None
+
+
+def load(path: Union[str, os.PathLike], *, verify: bool = True) -> Graph:
+    """Read and parse a ``.gir`` file (``-`` reads standard input)."""
+    data, name = read_source(path)
     return parse(data, name, verify=verify)
 
 
