@@ -39,39 +39,20 @@ def _elementwise(ufunc: Callable, *arrays: np.ndarray, out: Optional[np.ndarray]
     return out
 
 
-@kernel("Add", inplace=True, ufunc=np.add)
-def add(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return _elementwise(np.add, a, b, out=out)
+def _ufunc_kernel(name: str, ufunc: np.ufunc) -> None:
+    """Register an element-wise op that is exactly one NumPy ufunc (with broadcasting)."""
+
+    def fn(*operands: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+        return _elementwise(ufunc, *operands, out=out)
+
+    fn.__name__ = fn.__qualname__ = name.lower()
+    fn.__doc__ = f"{name}: ``np.{ufunc.__name__}``, split into row chunks over the kernel threads."
+    kernel(name, inplace=True, ufunc=ufunc)(fn)
 
 
-@kernel("Sub", inplace=True, ufunc=np.subtract)
-def sub(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return _elementwise(np.subtract, a, b, out=out)
-
-
-@kernel("Mul", inplace=True, ufunc=np.multiply)
-def mul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return _elementwise(np.multiply, a, b, out=out)
-
-
-@kernel("Div", inplace=True, ufunc=np.divide)
-def div(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return _elementwise(np.divide, a, b, out=out)
-
-
-@kernel("Neg", inplace=True, ufunc=np.negative)
-def neg(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return _elementwise(np.negative, x, out=out)
-
-
-@kernel("Exp", inplace=True, ufunc=np.exp)
-def exp(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return _elementwise(np.exp, x, out=out)
-
-
-@kernel("Log", inplace=True, ufunc=np.log)
-def log(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return _elementwise(np.log, x, out=out)
+for _name, _ufunc in [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide),
+                      ("Neg", np.negative), ("Exp", np.exp), ("Log", np.log)]:
+    _ufunc_kernel(_name, _ufunc)
 
 
 @kernel("Identity", inplace=True)
