@@ -409,20 +409,23 @@ class _Run:
 
         while finished < len(steps):
             while ready and error is None:
-                ready.sort(reverse=True)  # lowest schedule index first: stable, memory-friendly
-                k = ready.pop()
-                st = steps[k]
-                if st.tiny or running >= threads:
-                    try:
-                        self.run_step(st, dataflow=True)
-                    except BaseException as e:  # noqa: BLE001
-                        error = error or e
-                        finished += 1
-                        break
-                    complete(k)
-                else:
+                ready.sort(reverse=True)  # lowest schedule index last: popped first, stable, memory-friendly
+                # tiny steps run inline at once; the others go to a worker when one is free
+                tiny = next((i for i in range(len(ready) - 1, -1, -1) if steps[ready[i]].tiny), None)
+                if tiny is None:
+                    if running >= threads:
+                        break  # never a third thread computing on two cores: wait for a worker
                     running += 1
-                    pool.submit(work, k)
+                    pool.submit(work, ready.pop())
+                    continue
+                k = ready.pop(tiny)
+                try:
+                    self.run_step(steps[k], dataflow=True)
+                except BaseException as e:  # noqa: BLE001
+                    error = error or e
+                    finished += 1
+                    break
+                complete(k)
             if finished >= len(steps) or (error is not None and running == 0):
                 break
             if running == 0 and not ready:  # pragma: no cover - a cycle would be a planner bug
