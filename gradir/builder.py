@@ -287,7 +287,10 @@ class GraphBuilder:
             method = _make_method(OPS[name])
             setattr(GraphBuilder, name, method)
             return method.__get__(self, GraphBuilder)
-        raise AttributeError(f"'GraphBuilder' object has no attribute '{name}'")
+        import difflib
+        hint = difflib.get_close_matches(name, list(OPS), n=1) if not name.startswith("_") else []
+        raise AttributeError(f"'GraphBuilder' object has no attribute '{name}'"
+                             + (f"; did you mean the op '{hint[0]}'?" if hint else ""))
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(OPS))

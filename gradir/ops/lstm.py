@@ -144,6 +144,14 @@ def _num_dirs(ctx: InferContext) -> int:
     return 2 if ctx.attrs["direction"] == "bidirectional" else 1
 
 
+def _check_layer_attrs(ctx: InferContext) -> None:
+    acts = ctx.attrs["activations"]
+    D = _num_dirs(ctx)
+    if acts is not None and len(acts) != 3 * D:
+        ctx.fail(f"activations has {len(acts)} entries; direction=\"{ctx.attrs['direction']}\" needs "
+                 f"{3 * D} (three per direction)", attr="activations")
+
+
 class _LayerCheck:
     """Track S, B, I while checking the many operands of the sequence ops."""
 
@@ -209,6 +217,9 @@ class LSTMTrainingOp(Op):
     RESULTS = ("HAll", "HFinal", "CFinal", "CAll", "iofc")
     ATTRS = LAYER_ATTRS
 
+    def check_attrs(self, ctx: InferContext) -> None:
+        _check_layer_attrs(ctx)
+
     def infer(self, ctx: InferContext) -> list[TensorType]:
         c = _LayerCheck(ctx)
         c.x(0)
@@ -233,6 +244,9 @@ class LSTMGradOp(BackwardOp):
                 Operand("P", optional=True))
     RESULTS = ("dX", "dW", "dR", "dB", "dH0", "dC0", "dP")
     ATTRS = LAYER_ATTRS
+
+    def check_attrs(self, ctx: InferContext) -> None:
+        _check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         c = _LayerCheck(ctx)
