@@ -56,7 +56,8 @@ def dispatch(n_ops: int) -> None:
     t_gradir = best(lambda: exe.run({"t0": x}))
     ratio = t_gradir / t_plain
     print(f"dispatch: {n_ops} tiny ops (Float32 [16])   plain NumPy loop {t_plain * 1e3:7.2f} ms   "
-          f"gradir {t_gradir * 1e3:7.2f} ms   ratio {ratio:.2f}x   (goal <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
+          f"gradir {t_gradir * 1e3:7.2f} ms   ratio {ratio:.2f}x   "
+          f"(goal <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
     print(f"          per op: plain {t_plain / n_ops * 1e6:.2f} us, gradir {t_gradir / n_ops * 1e6:.2f} us")
 
 

@@ -17,7 +17,8 @@ from .types import DType, TensorType
 __version__ = "0.1.0"
 
 __all__ = [
-    "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError", "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
+    "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError",
+    "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
     "ExecutionError", "Diagnostic", "Span", "__version__",
 ]

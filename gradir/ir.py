@@ -403,7 +403,8 @@ class Op:
         sig = self.OPERANDS
         n = len(self.operands)
         has_var = bool(sig) and sig[-1].variadic
-        n_required = sum(1 for o in sig if not o.optional and not o.variadic) + (1 if has_var and not sig[-1].optional else 0)
+        n_required = sum(1 for o in sig if not o.optional and not o.variadic)
+        n_required += 1 if has_var and not sig[-1].optional else 0
         # trailing omitted optionals may be left out
         if (not has_var and n > len(sig)) or n < n_required:
             if has_var:

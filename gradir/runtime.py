@@ -12,7 +12,6 @@ identical for every thread count.
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import queue
 import threading
@@ -22,7 +21,7 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import (CompileError, Diagnostic, ExecutionError, GradirError, InputError, VerifyError)
+from .errors import (Diagnostic, ExecutionError, GradirError, InputError)
 from .ir import Graph, GraphInput
 from .kernels import parallel  # importing the package registers every kernel family
 from .passes import Program, run_passes

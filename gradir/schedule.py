@@ -24,7 +24,7 @@ from .errors import CompileError, Diagnostic
 from .ir import Op
 from .kernels import KERNELS, KernelInfo
 from .passes import Program
-from .types import TensorType, format_shape
+from .types import TensorType
 
 __all__ = ["Step", "Plan", "build_plan"]
 

@@ -22,7 +22,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from .errors import Diagnostic, ParseError, Source, Span, VerifyError, errors_of
-from .ir import OPS, Graph, GraphInput, Op, OpLoc
+from .ir import OPS, Graph, GraphInput, OpLoc
 from .types import DType, TensorType, format_shape
 
 __all__ = ["parse", "load", "print_graph", "grammar_text"]

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import GradirError, ParseError, VerifyError
-from gradir.cli import main
 
 HEAD = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [2, 3]\n"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import DType, Graph, TensorType
-from gradir.syntax import FastType, TypeSyntax, _statements, _type_from_syntax
+from gradir.syntax import FastType, _statements, _type_from_syntax
 from strategies import OP_EXAMPLES, graphs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,7 @@ default pipeline is ``DEFAULT_PASSES``; ``gradir plan --passes`` lists them and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import networkx as nx
