@@ -12,6 +12,9 @@ Calling convention (every kernel follows it):
   and dtype (a tuple of them for multi-result ops, entries may be ``None``).
   When given, the kernel writes into it and returns it.
 * ``attrs`` are the op's attributes by name, with defaults filled in.
+* A result never shares memory with an operand (no views), unless ``out`` is
+  that operand: the runtime recycles a dead operand's buffer, which must not
+  still back a live result.  A test checks every kernel for this.
 """
 
 from __future__ import annotations
