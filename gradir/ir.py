@@ -35,8 +35,6 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "strs")
-
 
 @dataclass(frozen=True)
 class Operand:
@@ -613,20 +611,8 @@ class Graph:
         return [i.name for i in self.inputs]
 
     def type_of(self, name: str) -> TensorType:
+        """The type of value ``name`` (after validation)."""
         return self.types[name]
-
-    def producers(self) -> dict[str, Op]:
-        return {r: op for op in self.ops for r in op.results}
-
-    def fresh_name(self) -> str:
-        """A value name not used anywhere in the graph."""
-        used = set(self.input_names)
-        for op in self.ops:
-            used.update(op.results)
-        n = 0
-        for u in used:
-            n = max(n, int(u[1:]) + 1)
-        return f"t{n}"
 
     # -- validation ------------------------------------------------------------
     def diagnostics(self) -> list[Diagnostic]:
