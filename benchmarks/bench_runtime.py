@@ -24,6 +24,19 @@ import gradir  # noqa: E402
 from gradir.syntax import parse  # noqa: E402
 
 
+def paired(a, b, repeat: int = 9) -> tuple[float, float]:
+    """Alternate a and b; return (median a, median b). On a noisy machine the
+    alternation keeps slow phases from landing on one side only."""
+    import statistics
+    ta, tb = [], []
+    for _ in range(repeat):
+        for fn, ts in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
 def best(fn, repeat: int = 5) -> float:
     times = []
     for _ in range(repeat):
@@ -89,8 +102,8 @@ def _plain_threads_speedup(ops: list[str], inputs: dict) -> float:
             x = bufs[k]
 
     with ThreadPoolExecutor(2) as ex, np.errstate(all="ignore"):
-        t_seq = best(lambda: [branch(k) for k in inputs])
-        t_par = best(lambda: [f.result() for f in [ex.submit(branch, k) for k in inputs]])
+        t_seq, t_par = paired(lambda: [branch(k) for k in inputs],
+                              lambda: [f.result() for f in [ex.submit(branch, k) for k in inputs]])
     return t_seq / t_par
 
 
@@ -114,20 +127,20 @@ def parallel(rows: int) -> None:
         e2 = gradir.compile(src, threads=2)
         r1, r2 = e1.run(inputs), e2.run(inputs)
         assert all(np.array_equal(r1[n], r2[n]) for n in r1)
-        t1 = best(lambda: e1.run(inputs))
-        t2 = best(lambda: e2.run(inputs))
+        t1, t2 = paired(lambda: e1.run(inputs), lambda: e2.run(inputs))
         saved = par.MIN_CHUNK_BYTES
         par.MIN_CHUNK_BYTES = 1 << 62  # each kernel on one thread
         try:
-            t2_ops = best(lambda: e2.run(inputs))
+            t1_ops, t2_ops = paired(lambda: e1.run(inputs), lambda: e2.run(inputs))
             ceiling = _plain_threads_speedup(ops, inputs)
         finally:
             par.MIN_CHUNK_BYTES = saved
         s = t1 / t2
         verdict = f"(goal >= 1.6x: {'met' if s >= 1.6 else 'NOT met'})" if k == 0 else "(info)"
         print(f"parallel: 2 branches x {len(ops)} {label} ops ({', '.join(ops)}) on [{rows}, 1024] Float32")
-        print(f"          threads=1 {t1 * 1e3:7.1f} ms   threads=2 {t2 * 1e3:7.1f} ms   speed-up {s:.2f}x   {verdict}")
-        print(f"          op-level only (kernels unsplit): {t1 / t2_ops:.2f}x; the same kernels on 2 plain "
+        print(f"          threads=1 {t1 * 1e3:7.1f} ms   threads=2 {t2 * 1e3:7.1f} ms (medians of 9 alternating "
+              f"runs)   speed-up {s:.2f}x   {verdict}")
+        print(f"          op-level only (kernels unsplit): {t1_ops / t2_ops:.2f}x; the same kernels on 2 plain "
               f"threads without gradir: {ceiling:.2f}x")
 
 

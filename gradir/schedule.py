@@ -41,6 +41,7 @@ class Step:
     inplace: dict[int, int] = field(default_factory=dict)  # result index -> donor operand index
     blas_concurrent: bool = False  # another BLAS step may run at the same time
     tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
+    concurrent: bool = False  # another non-tiny step may run at the same time
 
 
 @dataclass
@@ -181,6 +182,8 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
     for st in steps:
         st.blas_concurrent = st.index in blas
     heavy = _concurrent(steps, lambda st: not st.tiny)
+    for st in steps:
+        st.concurrent = st.index in heavy
 
     # memory: simulate the schedule
     static = all(t.is_static for t in types.values())

@@ -26,20 +26,25 @@ _threads = max(1, min(os.cpu_count() or 1, 2))
 _pool: ThreadPoolExecutor | None = None
 
 
-_active = 0  # ops the runtime is running at this moment on its worker threads
+_local = threading.local()  # per-thread cap on the threads a kernel may split into
 
 
-def op_started() -> None:
-    """The runtime started an op on a worker: kernels running beside it split less."""
-    global _active
-    with _lock:
-        _active += 1
+class limit:
+    """``with limit(n):`` kernels called on this thread split into at most ``n`` chunks.
 
+    The runtime uses ``limit(1)`` for an op that may run beside another heavy op:
+    those already keep both cores busy, and splitting them as well oversubscribes.
+    """
 
-def op_finished() -> None:
-    global _active
-    with _lock:
-        _active -= 1
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> None:
+        self.saved = getattr(_local, "cap", None)
+        _local.cap = self.n
+
+    def __exit__(self, *exc: object) -> None:
+        _local.cap = self.saved
 
 
 def set_threads(n: int) -> None:
@@ -66,8 +71,8 @@ def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], No
     ``bytes_per_row`` is the memory a row touches (all operands and results); it
     decides whether splitting pays.  The calling thread runs the first chunk.
     """
-    # threads left over by the ops running beside this one (never oversubscribe the cores)
-    threads = max(1, _threads - max(0, _active - 1))
+    cap = getattr(_local, "cap", None)
+    threads = _threads if cap is None else min(_threads, cap)
     if threads <= 1 or n_rows < 2 or n_rows * bytes_per_row < 2 * MIN_CHUNK_BYTES:
         body(0, n_rows)
         return
