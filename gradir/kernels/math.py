@@ -113,19 +113,19 @@ def _axes(axes, ndim: int):
     return tuple(range(ndim)) if axes is None else tuple(a % ndim for a in axes) if ndim else ()
 
 
-@kernel("ReduceSum")
-def reduce_sum(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
-    r = np.sum(x, axis=_axes(axes, x.ndim), keepdims=keepdims, dtype=x.dtype)
+def _reduce(fn: Callable, x: np.ndarray, axes, keepdims: bool, out: Optional[np.ndarray]) -> np.ndarray:
+    r = fn(x, axis=_axes(axes, x.ndim), keepdims=keepdims, dtype=x.dtype)
     if out is None:
         return np.asarray(r)
     out[...] = r
     return out
+
+
+@kernel("ReduceSum")
+def reduce_sum(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
+    return _reduce(np.sum, x, axes, keepdims, out)
 
 
 @kernel("ReduceMean")
 def reduce_mean(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
-    r = np.mean(x, axis=_axes(axes, x.ndim), keepdims=keepdims, dtype=x.dtype)
-    if out is None:
-        return np.asarray(r)
-    out[...] = r
-    return out
+    return _reduce(np.mean, x, axes, keepdims, out)
