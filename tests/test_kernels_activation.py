@@ -1,5 +1,8 @@
 """Activation kernels (OPS.md §1-§2): values vs mpmath, gradients vs finite differences,
-softmax flattening semantics, dtypes, in-place safety and thread-count determinism."""
+softmax flattening semantics, dtypes, in-place safety and thread-count determinism.
+
+Every test runs twice: on the compiled (numba) Float32 kernels and on the NumPy ones
+(``gradir.kernels.jit``); both must meet the same references."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradir.kernels import KERNELS
+from gradir.kernels import KERNELS, jit
 from gradir.kernels import activation as act
 from gradir.kernels.activation import (
     fast_gelu,
@@ -49,6 +52,18 @@ EPS32 = float(np.finfo(np.float32).eps)
 mp.mp.dps = 60
 _K = mp.sqrt(2 / mp.pi)
 _C = mp.mpf("0.044715")
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def kernel_path(request: pytest.FixtureRequest) -> Any:
+    """Run the test on the compiled kernels, then on the NumPy ones."""
+    if request.param == "numpy":
+        with jit.disabled():
+            yield request.param
+    else:
+        assert jit.enabled(), f"compiled kernels unavailable: {jit.why_unavailable()}"
+        yield request.param
+
 
 
 def _sig(z: Any) -> Any:
@@ -566,3 +581,4 @@ def test_results_identical_for_1_2_4_threads(dtype: type, monkeypatch: pytest.Mo
                 np.testing.assert_array_equal(r, results[0], err_msg=f"{name} {shape} {attrs}")
     finally:
         set_threads(old)
+

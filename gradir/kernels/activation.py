@@ -55,7 +55,7 @@ from collections.abc import Callable
 import numpy as np
 import scipy.special as _sc
 
-from . import kernel
+from . import jit, kernel
 from .parallel import parallel_rows
 
 __all__ = [
@@ -145,17 +145,28 @@ def _check(*arrays: np.ndarray) -> np.dtype:
     return dtype
 
 
+def _compiled(dtype: np.dtype, name: str) -> Callable[..., None] | None:
+    """The compiled Float32 kernel ``name`` of ``_jit_act``, or None (NumPy path)."""
+    if dtype != np.float32:
+        return None
+    mod = jit.load("act")
+    return None if mod is None else getattr(mod, name)
+
+
 def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
-                 *operands: np.ndarray) -> np.ndarray:
+                 *operands: np.ndarray, fast: Callable[..., None] | None = None,
+                 fast_args: tuple = ()) -> np.ndarray:
     """Run ``body(o, *operand_blocks, scratch)`` over fixed-size blocks of the flat arrays.
 
     ``o`` and the operand blocks are same-length 1-D views (``o`` may be the same memory as
     an operand block); ``scratch`` is a list of ``n_scratch`` private buffers of that length.
+    ``fast``, when given, is a compiled kernel that does the same for a whole run of blocks
+    in one call, ``fast(o, *operand_runs, *fast_args)``.
     """
     if out is None:
         out = np.empty(operands[0].shape, operands[0].dtype)
     elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
-        np.copyto(out, _elementwise(body, n_scratch, None, *operands))
+        np.copyto(out, _elementwise(body, n_scratch, None, *operands, fast=fast, fast_args=fast_args))
         return out
     flat_ops = [np.ascontiguousarray(a).reshape(-1) for a in operands]
     flat_out = out.reshape(-1)
@@ -167,6 +178,10 @@ def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | No
     n_blocks = -(-n // block)
 
     def run(b0: int, b1: int) -> None:
+        if fast is not None:
+            lo, hi = b0 * block, min(n, b1 * block)
+            fast(flat_out[lo:hi], *(a[lo:hi] for a in flat_ops), *fast_args)
+            return
         scratch = _scratch(dtype, n_scratch, min(block, n))
         for b in range(b0, b1):
             lo = b * block
@@ -187,7 +202,8 @@ def _norm_axis(axis: int, ndim: int, op: str) -> int:
 
 
 def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
-          operands: tuple[np.ndarray, ...], axis: int, flatten: bool, op: str) -> np.ndarray:
+          operands: tuple[np.ndarray, ...], axis: int, flatten: bool, op: str,
+          fast: Callable[..., None] | None = None) -> np.ndarray:
     """Run a reduce-over-one-axis ``body`` block by block.
 
     The operands are viewed as ``[outer, A, inner]`` with the reduced axis in the middle
@@ -197,14 +213,15 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
     block's shape, and ``red``, a scratch array of the reduced shape; it reduces over axis 1.
     A block is a run of whole outer slices, or a column range of one outer slice when a
     slice is too big; the grid depends only on the shape, so results do not depend on the
-    thread count.
+    thread count.  ``fast``, when given, is a compiled kernel that does the same for a run
+    of whole rows (``inner == 1``) in one call, ``fast(o, *operand_rows)`` on 2-D arrays.
     """
     shape = operands[0].shape
     ax = _norm_axis(axis, len(shape), op)
     if out is None:
         out = np.empty(shape, operands[0].dtype)
     elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
-        np.copyto(out, _rows(body, n_scratch, None, operands, axis, flatten, op))
+        np.copyto(out, _rows(body, n_scratch, None, operands, axis, flatten, op, fast))
         return out
     if out.size == 0:
         return out
@@ -241,6 +258,13 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
             return (slice(r, r + 1), slice(None), slice(c0, c1)), (1, a_len, c1 - c0)
 
     n_big = math.prod(unit(0)[1])
+    if fast is not None and inner == 1:
+        def run_fast(u0: int, u1: int) -> None:
+            rows = slice(u0 * ob, min(outer, u1 * ob))
+            fast(*(v[rows] for v in views))
+
+        parallel_rows(n_units, n_big * dtype.itemsize * (len(operands) + 1), run_fast)
+        return out
 
     def run(u0: int, u1: int) -> None:
         scratch = _scratch(dtype, n_scratch + 1, n_big)
@@ -504,8 +528,8 @@ def _relu_grad_body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.nda
 @kernel("ReluGrad", inplace=True)
 def relu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY`` where ``X > 0`` (strict; NaN is not > 0), else ``+0``."""
-    _check(dy, x)
-    return _elementwise(_relu_grad_body, 1, out, dy, x)
+    dtype = _check(dy, x)
+    return _elementwise(_relu_grad_body, 1, out, dy, x, fast=_compiled(dtype, "relu_grad"))
 
 
 def _sigmoid_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.ndarray]) -> None:
@@ -518,8 +542,8 @@ def _sigmoid_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.
 @kernel("SigmoidGrad", inplace=True)
 def sigmoid_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ Y ⊙ (1 - Y)`` from the forward output ``Y``."""
-    _check(dy, y)
-    return _elementwise(_sigmoid_grad_body, 1, out, dy, y)
+    dtype = _check(dy, y)
+    return _elementwise(_sigmoid_grad_body, 1, out, dy, y, fast=_compiled(dtype, "sigmoid_grad"))
 
 
 def _tanh_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.ndarray]) -> None:
@@ -532,8 +556,8 @@ def _tanh_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.nda
 @kernel("TanhGrad", inplace=True)
 def tanh_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ (1 - Y²)`` from the forward output ``Y``."""
-    _check(dy, y)
-    return _elementwise(_tanh_grad_body, 1, out, dy, y)
+    dtype = _check(dy, y)
+    return _elementwise(_tanh_grad_body, 1, out, dy, y, fast=_compiled(dtype, "tanh_grad"))
 
 
 @kernel("LeakyReluGrad", inplace=True)
@@ -541,7 +565,7 @@ def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
                     alpha: float = 0.01) -> np.ndarray:
     """``dX = dY`` where the forward *output* ``Y > 0``, else ``alpha·dY`` (also for ``Y = 0``
     and NaN).  Like ORT, this is the derivative of LeakyRelu only for ``alpha >= 0``."""
-    _check(dy, y)
+    dtype = _check(dy, y)
     alpha = float(alpha)
 
     def body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.ndarray]) -> None:
@@ -555,7 +579,8 @@ def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
             np.add(sc, s[1], out=sc)
         np.multiply(dy, sc, out=o)  # dY*1 or dY*alpha: exactly ORT's two branches
 
-    return _elementwise(body, 2, out, dy, y)
+    return _elementwise(body, 2, out, dy, y, fast=_compiled(dtype, "leaky_relu_grad"),
+                        fast_args=(np.float32(alpha),))
 
 
 @kernel("QuickGeluGrad", inplace=True)
@@ -571,7 +596,9 @@ def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = N
             _sig_grad_from_e32(e, t)
             np.multiply(dy, t, out=o)
 
-        return _elementwise(body32, 3, out, dy, x)
+        bound = np.float32(_W32 / abs(alpha)) if alpha != 0.0 else np.float32(np.inf)
+        return _elementwise(body32, 3, out, dy, x, fast=_compiled(dtype, "quick_gelu_grad"),
+                            fast_args=(np.float32(alpha), bound))
 
     def body64(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
         v, sig, c = _quick_gelu_sig64(x, alpha, s, True)
@@ -593,7 +620,7 @@ def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -
         _mirror(h, m, z)  # Φ(x) + x φ(x)
         np.multiply(dy, h, out=o)
 
-    return _elementwise(body, _n_gelu_scratch(dtype), out, dy, x)
+    return _elementwise(body, _n_gelu_scratch(dtype), out, dy, x, fast=_compiled(dtype, "gelu_grad"))
 
 
 @kernel("FastGeluGrad", inplace=True)
@@ -614,7 +641,7 @@ def fast_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = No
             _sig_grad_from_e32(e, q)
             np.multiply(dy, q, out=o)
 
-        return _elementwise(body32, 3, out, dy, x)
+        return _elementwise(body32, 3, out, dy, x, fast=_compiled(dtype, "fast_gelu_grad"))
 
     def body64(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
         sig, c, v = _fast_gelu_sig64(x, s, True)
@@ -658,32 +685,36 @@ def _log_softmax_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, big: li
 def softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                  axis: int = 1) -> np.ndarray:
     """Pre-opset-13: ``dX = Y ⊙ (dY - Σ(Y ⊙ dY))``, the sum over all axes ``>= axis``."""
-    _check(dy, y)
-    return _rows(_softmax_grad_body, 1, out, (dy, y), axis, True, "SoftmaxGrad")
+    dtype = _check(dy, y)
+    return _rows(_softmax_grad_body, 1, out, (dy, y), axis, True, "SoftmaxGrad",
+                 _compiled(dtype, "softmax_grad_rows"))
 
 
 @kernel("SoftmaxGrad_13", inplace=True)
 def softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                     axis: int = -1) -> np.ndarray:
     """``dX = Y ⊙ (dY - Σ_axis(Y ⊙ dY))``, the sum over the single axis ``axis``."""
-    _check(dy, y)
-    return _rows(_softmax_grad_body, 1, out, (dy, y), axis, False, "SoftmaxGrad_13")
+    dtype = _check(dy, y)
+    return _rows(_softmax_grad_body, 1, out, (dy, y), axis, False, "SoftmaxGrad_13",
+                 _compiled(dtype, "softmax_grad_rows"))
 
 
 @kernel("LogSoftmaxGrad", inplace=True)
 def log_softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                      axis: int = 1) -> np.ndarray:
     """Pre-opset-13: ``dX = dY - exp(Y) ⊙ Σ dY``, the sum over all axes ``>= axis``."""
-    _check(dy, y)
-    return _rows(_log_softmax_grad_body, 1, out, (dy, y), axis, True, "LogSoftmaxGrad")
+    dtype = _check(dy, y)
+    return _rows(_log_softmax_grad_body, 1, out, (dy, y), axis, True, "LogSoftmaxGrad",
+                 _compiled(dtype, "log_softmax_grad_rows"))
 
 
 @kernel("LogSoftmaxGrad_13", inplace=True)
 def log_softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                         axis: int = -1) -> np.ndarray:
     """``dX = dY - exp(Y) ⊙ Σ_axis dY``, the sum over the single axis ``axis``."""
-    _check(dy, y)
-    return _rows(_log_softmax_grad_body, 1, out, (dy, y), axis, False, "LogSoftmaxGrad_13")
+    dtype = _check(dy, y)
+    return _rows(_log_softmax_grad_body, 1, out, (dy, y), axis, False, "LogSoftmaxGrad_13",
+                 _compiled(dtype, "log_softmax_grad_rows"))
 
 
 # -- forward kernels (OPS.md §2) -------------------------------------------------------------
@@ -724,7 +755,7 @@ def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``1 / (1 + exp(-x))``."""
     dtype = _check(x)
     if dtype == np.float32:
-        return _elementwise(_sigmoid_body32, 1, out, x)
+        return _elementwise(_sigmoid_body32, 1, out, x, fast=_compiled(dtype, "sigmoid"))
     return _elementwise(_sigmoid_body64, 2, out, x)
 
 
@@ -740,7 +771,7 @@ def leaky_relu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 0
         np.multiply(x, alpha, out=s[0])
         pick(x, s[0], out=o)
 
-    return _elementwise(body, 1, out, x)
+    return _elementwise(body, 1, out, x, fast=_compiled(x.dtype, "leaky_relu"), fast_args=(np.float32(alpha),))
 
 
 @kernel("QuickGelu", inplace=True)
@@ -761,7 +792,9 @@ def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1
             zero_side(x, -bound if alpha > 0.0 else bound, out=z)
             np.divide(z, e, out=o)
 
-        return _elementwise(body32, 2, out, x)
+        keep = np.float32(-bound if alpha > 0.0 else bound)
+        return _elementwise(body32, 2, out, x, fast=_compiled(dtype, "quick_gelu"),
+                            fast_args=(np.float32(-alpha * _LOG2E), np.float32(bound), keep))
 
     def body64(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
         _, sig, _ = _quick_gelu_sig64(x, alpha, s, False)
@@ -781,7 +814,7 @@ def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
         np.maximum(x, z, out=z)  # x, but clipped on the saturated-to-0 side
         np.multiply(z, p, out=o)
 
-    return _elementwise(body, _n_gelu_scratch(dtype), out, x)
+    return _elementwise(body, _n_gelu_scratch(dtype), out, x, fast=_compiled(dtype, "gelu"))
 
 
 @kernel("FastGelu", inplace=True)
@@ -796,7 +829,7 @@ def fast_gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
             np.maximum(x, -_X32_FAST, out=z)  # clipped on the saturated-to-0 side only
             np.divide(z, e, out=o)  # x / (1 + exp(-w))
 
-        return _elementwise(body32, 3, out, x)
+        return _elementwise(body32, 3, out, x, fast=_compiled(dtype, "fast_gelu"))
 
     def body64(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
         sig, _, _ = _fast_gelu_sig64(x, s, False)
@@ -827,12 +860,14 @@ def _log_softmax_body(o: np.ndarray, x: np.ndarray, big: list[np.ndarray], red: 
 @kernel("Softmax", inplace=True)
 def softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> np.ndarray:
     """``exp(x - max) / Σ exp(x - max)`` over the single axis ``axis``."""
-    _check(x)
-    return _rows(_softmax_body, 1, out, (x,), axis, False, "Softmax")
+    dtype = _check(x)
+    return _rows(_softmax_body, 1, out, (x,), axis, False, "Softmax",
+                 _compiled(dtype, "softmax_rows"))
 
 
 @kernel("LogSoftmax", inplace=True)
 def log_softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> np.ndarray:
     """``(x - max) - log Σ exp(x - max)`` over the single axis ``axis``."""
-    _check(x)
-    return _rows(_log_softmax_body, 2, out, (x,), axis, False, "LogSoftmax")
+    dtype = _check(x)
+    return _rows(_log_softmax_body, 2, out, (x,), axis, False, "LogSoftmax",
+                 _compiled(dtype, "log_softmax_rows"))
