@@ -10,10 +10,10 @@ Conventions for kernels built on this module:
 * ``@njit(**ELEMENTWISE)``: no fast-math except signed zeros and fused multiply-adds
   (which halve the latency of the polynomials), so every result is IEEE arithmetic in
   a fixed order (and identical whichever elements a thread gets: threads get whole
-  blocks, so an element's position in the vector loop never changes); ``error_model="numpy"`` so a division by zero gives inf/NaN like NumPy
-  instead of raising (which would also block vectorization); ``nogil`` so the
-  runtime's threads run kernels in parallel; ``cache`` so the machine code is
-  compiled once per machine.
+  blocks, so an element's position in the vector loop never changes);
+  ``error_model="numpy"`` so a division by zero gives inf/NaN like NumPy instead of
+  raising (which would also block vectorization); ``nogil`` so the runtime's threads
+  run kernels in parallel; ``cache`` so the machine code is compiled once per machine.
 * ``@njit(**REDUCTION)`` adds ``reassoc`` so sums vectorize; a kernel then reduces
   each row in one fixed order, so results still do not depend on the thread count.
 * Load every operand element into a local before computing: an early ``if`` around a
