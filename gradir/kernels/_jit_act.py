@@ -1,11 +1,15 @@
 """Compiled Float32 activation kernels (see ``gradir.kernels.jit``).
 
-Each function is one fused loop computing exactly the formula of the NumPy Float32
-path in ``activation.py`` (same clips, same ``exp2`` arguments, same order of
-operations where it matters), element by element, vectorized and without the GIL.
-Element-wise kernels take same-length 1-D arrays ``(o, *operands, *scalars)``;
-``o`` may be an operand.  Row kernels take 2-D ``[rows, n]`` arrays and reduce each
-row in float64, in one fixed order.
+Each kernel is one fused loop computing the formula of the NumPy Float32 path in
+``activation.py`` (same clips, same ``exp2`` arguments, same order of operations where
+it matters), element by element, vectorized and without the GIL.  Element-wise kernels
+take same-length 1-D arrays ``(o, *operands, *scalars)``; row kernels take 2-D
+``[rows, n]`` arrays and reduce each row in float64, in one fixed order.
+
+``o`` may be an operand (the runtime writes in place).  LLVM vectorizes a loop whose
+output may overlap its inputs only behind a run-time overlap check, which fails in place
+and drops to scalar code (3-7x slower for the GELUs), so the loops compute ``TILE``
+results into a private buffer and then copy them out: the compute loop never aliases.
 """
 
 from __future__ import annotations
@@ -94,69 +98,215 @@ def _fast_gelu_e(x):  # type: ignore[no-untyped-def]
     return z, q, e
 
 
-# -- gradient kernels --------------------------------------------------------------------------
+# -- element-wise kernels: a scalar function per op, run by a tiled loop ----------------------
+
+TILE = 1024
+
+
+@njit(**INLINE)
+def _relu_grad1(d, x):  # type: ignore[no-untyped-def]
+    # dY where X > 0 else +0, bit for bit like ORT's select (also for inf/NaN dY)
+    mask = np.int32(-np.int32(x > _ZERO))
+    return i32_as_f32(np.int32(f32_as_i32(d) & mask))
+
+
+@njit(**INLINE)
+def _sigmoid_grad1(d, y):  # type: ignore[no-untyped-def]
+    return (d * y) * (_ONE - y)
+
+
+@njit(**INLINE)
+def _tanh_grad1(d, y):  # type: ignore[no-untyped-def]
+    return d * (_ONE - y * y)
+
+
+@njit(**INLINE)
+def _leaky_relu_grad1(d, y, alpha):  # type: ignore[no-untyped-def]
+    return d * (_ONE if y > _ZERO else alpha)
+
+
+@njit(**INLINE)
+def _quick_gelu_grad1(d, x, alpha, bound):  # type: ignore[no-untyped-def]
+    v = clamp32(x, -bound, bound) * alpha
+    return d * _sig_grad(exp2_32(v * _NL2E), v)
+
+
+@njit(**INLINE)
+def _gelu_grad1(d, x):  # type: ignore[no-untyped-def]
+    h, m, z = _gelu_p(x, True)
+    return d * _mirror(h, m)
+
+
+@njit(**INLINE)
+def _fast_gelu_grad1(d, x):  # type: ignore[no-untyped-def]
+    z, q, e = _fast_gelu_e(x)
+    return d * _sig_grad(e, (q * _FG_V2 + _FG_V1) * z)
+
+
+@njit(**INLINE)
+def _sigmoid1(x):  # type: ignore[no-untyped-def]
+    return _ONE / (exp2_32(clamp32(x, -_W32, _W32) * _NL2E) + _ONE)
+
+
+@njit(**INLINE)
+def _leaky_relu1(x, alpha):  # type: ignore[no-untyped-def]
+    ax = x * alpha  # max(x, alpha x) for alpha <= 1, min(x, alpha x) above (NaN kept)
+    if alpha > _ONE:
+        return ax if ax < x else x
+    return ax if ax > x else x
+
+
+@njit(**INLINE)
+def _quick_gelu1(x, nal2e, bound, keep):  # type: ignore[no-untyped-def]
+    # x clipped only on the side where σ saturates to 0: keep = -bound (alpha > 0) or +bound
+    e = exp2_32(clamp32(x, -bound, bound) * nal2e) + _ONE
+    if keep < _ZERO:
+        z = keep if x < keep else x
+    else:
+        z = keep if x > keep else x
+    return z / e
+
+
+@njit(**INLINE)
+def _gelu1(x):  # type: ignore[no-untyped-def]
+    p, m, z = _gelu_p(x, False)
+    return (z if z > x else x) * _mirror(p, m)
+
+
+@njit(**INLINE)
+def _fast_gelu1(x):  # type: ignore[no-untyped-def]
+    z, q, e = _fast_gelu_e(x)
+    return (-_X32_FAST if x < -_X32_FAST else x) / (e + _ONE)
+
+
+@njit(**INLINE)
+def _flush(o, t0, tmp, m):  # type: ignore[no-untyped-def]
+    for k in range(m):
+        o[t0 + k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def relu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        d = dy[i]
-        xi = x[i]
-        mask = np.int32(-np.int32(xi > _ZERO))
-        o[i] = i32_as_f32(np.int32(f32_as_i32(d) & mask))
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _relu_grad1(dy[t0 + k], x[t0 + k])
+        _flush(o, t0, tmp, m)
 
 
 @njit(**ELEMENTWISE)
 def sigmoid_grad(o, dy, y):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        d = dy[i]
-        yi = y[i]
-        o[i] = (d * yi) * (_ONE - yi)
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _sigmoid_grad1(dy[t0 + k], y[t0 + k])
+        _flush(o, t0, tmp, m)
 
 
 @njit(**ELEMENTWISE)
 def tanh_grad(o, dy, y):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        d = dy[i]
-        yi = y[i]
-        o[i] = d * (_ONE - yi * yi)
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _tanh_grad1(dy[t0 + k], y[t0 + k])
+        _flush(o, t0, tmp, m)
 
 
 @njit(**ELEMENTWISE)
 def leaky_relu_grad(o, dy, y, alpha):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        d = dy[i]
-        yi = y[i]
-        o[i] = d * (_ONE if yi > _ZERO else alpha)
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _leaky_relu_grad1(dy[t0 + k], y[t0 + k], alpha)
+        _flush(o, t0, tmp, m)
 
 
 @njit(**ELEMENTWISE)
 def quick_gelu_grad(o, dy, x, alpha, bound):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        d = dy[i]
-        v = clamp32(x[i], -bound, bound) * alpha
-        e = exp2_32(v * _NL2E)
-        o[i] = d * _sig_grad(e, v)
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _quick_gelu_grad1(dy[t0 + k], x[t0 + k], alpha, bound)
+        _flush(o, t0, tmp, m)
 
 
 @njit(**ELEMENTWISE)
 def gelu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        d = dy[i]
-        h, m, z = _gelu_p(x[i], True)
-        o[i] = d * _mirror(h, m)
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _gelu_grad1(dy[t0 + k], x[t0 + k])
+        _flush(o, t0, tmp, m)
 
 
 @njit(**ELEMENTWISE)
 def fast_gelu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        d = dy[i]
-        z, q, e = _fast_gelu_e(x[i])
-        v = (q * _FG_V2 + _FG_V1) * z
-        o[i] = d * _sig_grad(e, v)
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _fast_gelu_grad1(dy[t0 + k], x[t0 + k])
+        _flush(o, t0, tmp, m)
 
 
-# Row sums: the only code compiled with ``reassoc`` (so they vectorize), kept in functions of
+@njit(**ELEMENTWISE)
+def sigmoid(o, x):  # type: ignore[no-untyped-def]
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _sigmoid1(x[t0 + k])
+        _flush(o, t0, tmp, m)
+
+
+@njit(**ELEMENTWISE)
+def leaky_relu(o, x, alpha):  # type: ignore[no-untyped-def]
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _leaky_relu1(x[t0 + k], alpha)
+        _flush(o, t0, tmp, m)
+
+
+@njit(**ELEMENTWISE)
+def quick_gelu(o, x, nal2e, bound, keep):  # type: ignore[no-untyped-def]
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _quick_gelu1(x[t0 + k], nal2e, bound, keep)
+        _flush(o, t0, tmp, m)
+
+
+@njit(**ELEMENTWISE)
+def gelu(o, x):  # type: ignore[no-untyped-def]
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _gelu1(x[t0 + k])
+        _flush(o, t0, tmp, m)
+
+
+@njit(**ELEMENTWISE)
+def fast_gelu(o, x):  # type: ignore[no-untyped-def]
+    tmp = np.empty(TILE, np.float32)
+    for t0 in range(0, o.size, TILE):
+        m = min(TILE, o.size - t0)
+        for k in range(m):
+            tmp[k] = _fast_gelu1(x[t0 + k])
+        _flush(o, t0, tmp, m)
+
+
+# -- row kernels (softmax families) ------------------------------------------------------------
+# Row sums are the only code compiled with ``reassoc`` (so they vectorize), in functions of
 # their own so the flag cannot reorder the element-wise arithmetic around them.
 
 
@@ -177,10 +327,13 @@ def _sum_row(a):  # type: ignore[no-untyped-def]
 
 
 @njit(**REDUCTION)
-def _sum_exp_row(x, m):  # type: ignore[no-untyped-def]
+def _sum_row_exp(x, m, tmp):  # type: ignore[no-untyped-def]
+    """``Σ exp(x - m)``, leaving ``x - m`` in ``tmp``."""
     acc = 0.0
     for j in range(x.size):
-        acc += np.float64(exp2_32((x[j] - m) * _L2E))
+        z = x[j] - m
+        tmp[j] = z
+        acc += np.float64(exp2_32(z * _L2E))
     return acc
 
 
@@ -195,97 +348,53 @@ def _max_row(x):  # type: ignore[no-untyped-def]
 
 @njit(**ELEMENTWISE)
 def softmax_grad_rows(o, dy, y):  # type: ignore[no-untyped-def]
+    n = o.shape[1]
+    tmp = np.empty(n, np.float32)
     for r in range(o.shape[0]):
-        s = _F(_dot_row(y[r], dy[r]))
-        for j in range(o.shape[1]):
-            d = dy[r, j]
-            yj = y[r, j]
-            o[r, j] = (d - s) * yj
+        dr = dy[r]
+        yr = y[r]
+        s = _F(_dot_row(yr, dr))
+        for j in range(n):
+            tmp[j] = (dr[j] - s) * yr[j]
+        _flush(o[r], 0, tmp, n)
 
 
 @njit(**ELEMENTWISE)
 def log_softmax_grad_rows(o, dy, y):  # type: ignore[no-untyped-def]
+    n = o.shape[1]
+    tmp = np.empty(n, np.float32)
     for r in range(o.shape[0]):
-        s = _F(_sum_row(dy[r]))
-        for j in range(o.shape[1]):
-            d = dy[r, j]
-            yj = y[r, j]
-            o[r, j] = d - exp2_32(yj * _L2E) * s
-
-
-# -- forward kernels ---------------------------------------------------------------------------
-
-
-@njit(**ELEMENTWISE)
-def sigmoid(o, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        e = exp2_32(clamp32(x[i], -_W32, _W32) * _NL2E)
-        o[i] = _ONE / (e + _ONE)
-
-
-@njit(**ELEMENTWISE)
-def leaky_relu(o, x, alpha):  # type: ignore[no-untyped-def]
-    """``max(x, alpha x)`` for alpha <= 1, ``min(x, alpha x)`` above (as the NumPy path)."""
-    big = alpha > _ONE
-    for i in range(o.size):
-        xi = x[i]
-        ax = xi * alpha
-        if big:
-            o[i] = ax if ax < xi else xi
-        else:
-            o[i] = ax if ax > xi else xi
-
-
-@njit(**ELEMENTWISE)
-def quick_gelu(o, x, nal2e, bound, keep):  # type: ignore[no-untyped-def]
-    """``keep``: x is clipped only on the side where σ saturates to 0 (``-bound`` for
-    alpha > 0, ``+bound`` for alpha < 0; the caller passes it)."""
-    pos = keep < _ZERO
-    for i in range(o.size):
-        xi = x[i]
-        e = exp2_32(clamp32(xi, -bound, bound) * nal2e) + _ONE
-        if pos:
-            z = keep if xi < keep else xi  # np.maximum(x, -bound)
-        else:
-            z = keep if xi > keep else xi  # np.minimum(x, bound)
-        o[i] = z / e
-
-
-@njit(**ELEMENTWISE)
-def gelu(o, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        xi = x[i]
-        p, m, z = _gelu_p(xi, False)
-        p = _mirror(p, m)
-        o[i] = (z if z > xi else xi) * p
-
-
-@njit(**ELEMENTWISE)
-def fast_gelu(o, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        xi = x[i]
-        z, q, e = _fast_gelu_e(xi)
-        e = e + _ONE
-        z = -_X32_FAST if xi < -_X32_FAST else xi
-        o[i] = z / e
+        dr = dy[r]
+        yr = y[r]
+        s = _F(_sum_row(dr))
+        for j in range(n):
+            tmp[j] = dr[j] - exp2_32(yr[j] * _L2E) * s
+        _flush(o[r], 0, tmp, n)
 
 
 @njit(**ELEMENTWISE)
 def softmax_rows(o, x):  # type: ignore[no-untyped-def]
+    n = o.shape[1]
+    tmp = np.empty(n, np.float32)
     for r in range(o.shape[0]):
-        m = _max_row(x[r])
-        for j in range(o.shape[1]):
-            p = exp2_32((x[r, j] - m) * _L2E)
-            o[r, j] = p
-        s = _F(_sum_row(o[r]))
-        for j in range(o.shape[1]):
-            o[r, j] = o[r, j] / s
+        xr = x[r]
+        m = _max_row(xr)
+        for j in range(n):
+            tmp[j] = exp2_32((xr[j] - m) * _L2E)
+        s = _F(_sum_row(tmp))
+        orow = o[r]
+        for j in range(n):
+            orow[j] = tmp[j] / s
 
 
 @njit(**ELEMENTWISE)
 def log_softmax_rows(o, x):  # type: ignore[no-untyped-def]
+    n = o.shape[1]
+    tmp = np.empty(n, np.float32)
     for r in range(o.shape[0]):
-        m = _max_row(x[r])
-        ls = _F(math.log(_sum_exp_row(x[r], m)))
-        for j in range(o.shape[1]):
-            o[r, j] = (x[r, j] - m) - ls
+        xr = x[r]
+        m = _max_row(xr)
+        ls = _F(math.log(_sum_row_exp(xr, m, tmp)))
+        orow = o[r]
+        for j in range(n):
+            orow[j] = tmp[j] - ls
