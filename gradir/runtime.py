@@ -62,7 +62,24 @@ def compile(graph_or_text: Union[Graph, str], threads: Optional[int] = None, *,
         program = Program(graph)
         log = run_passes(program, passes, disable)
         plan = build_plan(program, log)
+    _warm_kernels(plan)
     return Executable(graph, program, plan, threads)
+
+
+def _warm_kernels(plan: Plan) -> None:
+    """Build the compiled kernels this plan will call (see ``gradir.kernels``), so that no
+    run pays for compiling them; with numba's disk cache warm, this only loads them."""
+    seen: set[tuple[str, Any]] = set()
+    for st in plan.steps:
+        if st.kernel.warm is None:
+            continue
+        t = plan.types.get(st.results[0])
+        if t is None:
+            continue
+        key = (st.kernel.name, t.dtype.numpy)
+        if key not in seen:
+            seen.add(key)
+            st.kernel.warm(t.dtype.numpy)
 
 
 class _Pool:

@@ -15,6 +15,11 @@ Calling convention (every kernel follows it):
 * A result never shares memory with an operand (no views), unless ``out`` is
   that operand: the runtime recycles a dead operand's buffer, which must not
   still back a live result.  A test checks every kernel for this.
+
+A kernel with a compiled path (``gradir.kernels.jit``) registers ``warm``: called
+with a dtype, it builds (or loads from numba's disk cache) the machine code that
+kernel will use for that dtype.  ``gradir.compile`` calls it, so a run never pays
+for compilation.
 """
 
 from __future__ import annotations
@@ -32,22 +37,25 @@ class KernelInfo:
     inplace: bool = False  # result may share the buffer of a same-shaped operand
     blas: bool = False  # spends its time in BLAS (limits BLAS threads when run concurrently)
     ufunc: Any = None  # a NumPy ufunc computing exactly this op (no attributes): used for tiny arrays
+    warm: Callable[[Any], None] | None = None  # warm(dtype): compile this kernel's compiled path ahead
 
 
 KERNELS: dict[str, KernelInfo] = {}
 
 
-def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any = None) -> Callable:
+def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any = None,
+           warm: Callable[[Any], None] | None = None) -> Callable:
     """Decorator: register ``fn`` as the kernel of op ``name``.
 
     ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
     runtime calls it directly for tiny arrays, where a kernel's own overhead shows.
+    ``warm``: see the module docstring.
     """
 
     def register(fn: Callable) -> Callable:
         if name in KERNELS:
             raise ValueError(f"kernel for {name!r} registered twice")
-        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc)
+        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm)
         return fn
 
     return register

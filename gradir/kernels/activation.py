@@ -53,7 +53,6 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
-import scipy.special as _sc
 
 from . import jit, kernel
 from .parallel import parallel_rows
@@ -151,6 +150,18 @@ def _compiled(dtype: np.dtype, name: str) -> Callable[..., None] | None:
         return None
     mod = jit.load("act")
     return None if mod is None else getattr(mod, name)
+
+
+def _act_kernel(name: str, arity: int) -> Callable[[Callable], Callable]:
+    """``@kernel(name, inplace=True)`` with a ``warm`` hook (``gradir.kernels``): calling the
+    kernel once on 1x1 Float32 arrays builds its compiled path, or loads it from numba's cache."""
+
+    def warm(dtype: np.dtype) -> None:
+        if np.dtype(dtype) == np.float32 and jit.load("act") is not None:
+            from . import KERNELS
+            KERNELS[name].fn(*[np.full((1, 1), 0.5, np.float32)] * arity)
+
+    return kernel(name, inplace=True, warm=warm)
 
 
 def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
@@ -383,7 +394,8 @@ def _gelu_h(x: np.ndarray, s: list[np.ndarray], want_h: bool
         np.abs(z, out=a)
         _exp_half_square64(a, e, t, s[5], s[6])
         np.multiply(a, _SQRT1_2, out=r)
-        _sc.erfcx(r, out=r)
+        from scipy.special import erfcx  # imported on first use: scipy.special takes ~0.3 s
+        erfcx(r, out=r)
         np.multiply(r, 0.5, out=r)  # R(a)
     else:
         np.clip(x, -_A32_GELU, _A32_GELU, out=z)
@@ -525,7 +537,7 @@ def _relu_grad_body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.nda
     np.bitwise_and(dy.view(itype), mask, out=o.view(itype))
 
 
-@kernel("ReluGrad", inplace=True)
+@_act_kernel("ReluGrad", 2)
 def relu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY`` where ``X > 0`` (strict; NaN is not > 0), else ``+0``."""
     dtype = _check(dy, x)
@@ -539,7 +551,7 @@ def _sigmoid_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.
     np.multiply(o, t, out=o)
 
 
-@kernel("SigmoidGrad", inplace=True)
+@_act_kernel("SigmoidGrad", 2)
 def sigmoid_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ Y ⊙ (1 - Y)`` from the forward output ``Y``."""
     dtype = _check(dy, y)
@@ -553,14 +565,14 @@ def _tanh_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.nda
     np.multiply(dy, t, out=o)  # ORT's dY * (1 - Y * Y)
 
 
-@kernel("TanhGrad", inplace=True)
+@_act_kernel("TanhGrad", 2)
 def tanh_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ (1 - Y²)`` from the forward output ``Y``."""
     dtype = _check(dy, y)
     return _elementwise(_tanh_grad_body, 1, out, dy, y, fast=_compiled(dtype, "tanh_grad"))
 
 
-@kernel("LeakyReluGrad", inplace=True)
+@_act_kernel("LeakyReluGrad", 2)
 def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                     alpha: float = 0.01) -> np.ndarray:
     """``dX = dY`` where the forward *output* ``Y > 0``, else ``alpha·dY`` (also for ``Y = 0``
@@ -583,7 +595,7 @@ def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
                         fast_args=(np.float32(alpha),))
 
 
-@kernel("QuickGeluGrad", inplace=True)
+@_act_kernel("QuickGeluGrad", 2)
 def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None,
                     alpha: float = 1.702) -> np.ndarray:
     """``s = σ(alpha·X)``; ``dX = dY ⊙ s ⊙ (1 + alpha·X ⊙ (1 - s))``, alpha of any sign."""
@@ -610,7 +622,7 @@ def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = N
     return _elementwise(body64, 8, out, dy, x)
 
 
-@kernel("GeluGrad", inplace=True)
+@_act_kernel("GeluGrad", 2)
 def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ (Φ(X) + X ⊙ φ(X))``, the derivative of the exact (erf) GELU."""
     dtype = _check(dy, x)
@@ -623,7 +635,7 @@ def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -
     return _elementwise(body, _n_gelu_scratch(dtype), out, dy, x, fast=_compiled(dtype, "gelu_grad"))
 
 
-@kernel("FastGeluGrad", inplace=True)
+@_act_kernel("FastGeluGrad", 2)
 def fast_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ ½((1 + t) + x(1 - t²)·k(1 + 3c x²))``, ``t = tanh(k(x + c x³))``.
 
@@ -681,7 +693,7 @@ def _log_softmax_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, big: li
     np.subtract(dy, p, out=o)
 
 
-@kernel("SoftmaxGrad", inplace=True)
+@_act_kernel("SoftmaxGrad", 2)
 def softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                  axis: int = 1) -> np.ndarray:
     """Pre-opset-13: ``dX = Y ⊙ (dY - Σ(Y ⊙ dY))``, the sum over all axes ``>= axis``."""
@@ -690,7 +702,7 @@ def softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None
                  _compiled(dtype, "softmax_grad_rows"))
 
 
-@kernel("SoftmaxGrad_13", inplace=True)
+@_act_kernel("SoftmaxGrad_13", 2)
 def softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                     axis: int = -1) -> np.ndarray:
     """``dX = Y ⊙ (dY - Σ_axis(Y ⊙ dY))``, the sum over the single axis ``axis``."""
@@ -699,7 +711,7 @@ def softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
                  _compiled(dtype, "softmax_grad_rows"))
 
 
-@kernel("LogSoftmaxGrad", inplace=True)
+@_act_kernel("LogSoftmaxGrad", 2)
 def log_softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                      axis: int = 1) -> np.ndarray:
     """Pre-opset-13: ``dX = dY - exp(Y) ⊙ Σ dY``, the sum over all axes ``>= axis``."""
@@ -708,7 +720,7 @@ def log_softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = 
                  _compiled(dtype, "log_softmax_grad_rows"))
 
 
-@kernel("LogSoftmaxGrad_13", inplace=True)
+@_act_kernel("LogSoftmaxGrad_13", 2)
 def log_softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                         axis: int = -1) -> np.ndarray:
     """``dX = dY - exp(Y) ⊙ Σ_axis dY``, the sum over the single axis ``axis``."""
@@ -720,7 +732,7 @@ def log_softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None
 # -- forward kernels (OPS.md §2) -------------------------------------------------------------
 
 
-@kernel("Relu", inplace=True)
+@_act_kernel("Relu", 1)
 def relu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``max(x, 0)`` (NaN stays NaN)."""
     _check(x)
@@ -750,7 +762,7 @@ def _sigmoid_body32(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
     np.divide(1.0, e, out=o)
 
 
-@kernel("Sigmoid", inplace=True)
+@_act_kernel("Sigmoid", 1)
 def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``1 / (1 + exp(-x))``."""
     dtype = _check(x)
@@ -759,7 +771,7 @@ def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     return _elementwise(_sigmoid_body64, 2, out, x)
 
 
-@kernel("LeakyRelu", inplace=True)
+@_act_kernel("LeakyRelu", 1)
 def leaky_relu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 0.01) -> np.ndarray:
     """``x`` if ``x > 0`` else ``alpha·x``: ``max(x, alpha x)`` for alpha <= 1 and
     ``min(x, alpha x)`` above, each exactly one of the two branches."""
@@ -774,7 +786,7 @@ def leaky_relu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 0
     return _elementwise(body, 1, out, x, fast=_compiled(x.dtype, "leaky_relu"), fast_args=(np.float32(alpha),))
 
 
-@kernel("QuickGelu", inplace=True)
+@_act_kernel("QuickGelu", 1)
 def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1.702) -> np.ndarray:
     """``x ⊙ σ(alpha·x)``."""
     dtype = _check(x)
@@ -803,7 +815,7 @@ def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1
     return _elementwise(body64, 8, out, x)
 
 
-@kernel("Gelu", inplace=True)
+@_act_kernel("Gelu", 1)
 def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``x ⊙ Φ(x)``, the exact (erf) GELU."""
     dtype = _check(x)
@@ -817,7 +829,7 @@ def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     return _elementwise(body, _n_gelu_scratch(dtype), out, x, fast=_compiled(dtype, "gelu"))
 
 
-@kernel("FastGelu", inplace=True)
+@_act_kernel("FastGelu", 1)
 def fast_gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``½x(1 + tanh(k(x + c x³)))`` = ``x ⊙ σ(2k(x + c x³))``."""
     dtype = _check(x)
@@ -857,7 +869,7 @@ def _log_softmax_body(o: np.ndarray, x: np.ndarray, big: list[np.ndarray], red: 
     np.subtract(p, red, out=o)
 
 
-@kernel("Softmax", inplace=True)
+@_act_kernel("Softmax", 1)
 def softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> np.ndarray:
     """``exp(x - max) / Σ exp(x - max)`` over the single axis ``axis``."""
     dtype = _check(x)
@@ -865,7 +877,7 @@ def softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> 
                  _compiled(dtype, "softmax_rows"))
 
 
-@kernel("LogSoftmax", inplace=True)
+@_act_kernel("LogSoftmax", 1)
 def log_softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> np.ndarray:
     """``(x - max) - log Σ exp(x - max)`` over the single axis ``axis``."""
     dtype = _check(x)
