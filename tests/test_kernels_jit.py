@@ -83,3 +83,20 @@ def test_every_activation_op_has_a_compiled_float32_kernel() -> None:
             setattr(mod, name, fn)
     assert set(originals) == set(called)
     assert all(KERNELS[op] for op in ALL_OPS)
+
+
+def test_compile_builds_the_compiled_kernels_a_plan_uses() -> None:
+    """gradir.compile warms every compiled kernel of the plan (for its dtype), so the first
+    run does not pay for numba; kernels the plan does not use stay unbuilt."""
+    code = """
+import gradir
+from gradir.kernels import jit
+act = jit.load("act")
+assert not act.gelu_grad.signatures and not act.sigmoid.signatures
+gradir.compile("input t0 : Float32 [4, 8]\\ninput t1 : Float32 [4, 8]\\nt2 = GeluGrad(t0, t1)\\noutput t2\\n")
+print(len(act.gelu_grad.signatures), len(act.sigmoid.signatures))
+gradir.compile("input t0 : Float64 [4, 8]\\nt1 = Sigmoid(t0)\\noutput t1\\n")
+print(len(act.sigmoid.signatures))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "0", "0"]
