@@ -62,7 +62,7 @@ def _import(name: str) -> ModuleType | None:
         if name not in _modules:
             try:
                 _modules[name] = importlib.import_module(f"gradir.kernels._jit_{name}")
-            except ImportError as exc:  # numba (or llvmlite) missing or broken
+            except Exception as exc:  # numba/llvmlite missing or broken, no writable cache, ...
                 _modules[name] = None
                 _missing = f"{type(exc).__name__}: {exc}"
         return _modules[name]

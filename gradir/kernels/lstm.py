@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kernel
+from . import jit, kernel
 
 __all__ = [
     "grad_lstm_cell_input",
@@ -655,6 +655,60 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
         out += np.matmul(first_da.T, k.H0[d])
 
 
+# Problems with at most this many elements per step (B·4H) run the whole step loop in one
+# compiled call (GEMMs by numba's np.dot); larger ones call the compiled element-wise step
+# from Python and do each step's GEMM with NumPy (its threaded BLAS).
+_WHOLE_LOOP_MAX = 1 << 14
+
+
+def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
+    """The step loops of every direction by the compiled kernels; returns dB's 4H sums ``[D·4H]``."""
+    S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
+    dummy = np.zeros((1, 1, 1, 1), dt)
+    dummy3 = dummy[0]
+    has_dHA, has_dHF, has_dCF = k.dHAll is not None, k.dHFinal is not None, k.dCFinal is not None
+    dHA = np.ascontiguousarray(k.dHAll) if has_dHA else dummy
+    dHF = np.ascontiguousarray(k.dHFinal) if has_dHF else dummy3
+    dCF = np.ascontiguousarray(k.dCFinal) if has_dCF else dummy3
+    c0 = np.ascontiguousarray(k.C0) if k.C0 is not None else np.zeros((D, nb, h), dt)
+    P = np.ascontiguousarray(k.P) if k.P is not None else np.zeros((D, 3 * h), dt)
+    lengths = k.steps.lengths if k.steps.lengths is not None else np.full(nb, S, np.intp)
+    alive = k.steps.alive
+    da = k.dab
+    if alive < S:
+        da[alive:] = 0
+    dP = k.dP2 = np.zeros((D, 3 * h), dt)
+    db = np.zeros((D, 4 * h), dt)
+    dH = np.empty((nb, h), dt)
+    dC = np.empty((nb, h), dt)
+    whole = nb * 4 * h <= _WHOLE_LOOP_MAX
+    at = np.empty((nb, 4 * h) if whole and D == 2 else (1, 1), dt)
+    for d in range(D):
+        rev = k.direction == "reverse" or d == 1
+        first = lengths - 1 if rev else np.zeros(nb, np.intp)
+        last = np.zeros(nb, np.intp) if rev else lengths - 1
+        dH.fill(0)
+        dC.fill(0)
+        args = (k.iofc, k.CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last)
+        if whole:
+            jl.bptt(rev, d, *args, k.R, da, dH, dC, dP, db, k.dH0, k.dC0, at)
+            continue
+        Rd = k.R[d]
+        prev = -1
+        for n in range(alive):
+            t = n if rev else alive - 1 - n
+            tp = t + 1 if rev else t - 1
+            if tp < 0 or tp >= S:
+                tp = t
+            jl.bptt_step(t, tp, prev, d, *args, da, dH, dC, dP, db, k.dH0, k.dC0)
+            np.matmul(da[t, :, d], Rd, out=dH)
+            prev = t
+        rows = first == prev
+        k.dH0[d, rows] = dH[rows]
+        k.dC0[d, rows] = dC[rows]
+    return _view(db, (D * 4 * h,))
+
+
 @kernel("LSTMGrad", blas=True)
 def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None = None,
               H0: np.ndarray | None = None, C0: np.ndarray | None = None,
@@ -683,15 +737,21 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
               copy_bytes=_COPY_BYTES,
               dab=_scratch((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
 
-    for d in range(D):
-        direc = _Direction(k, d)
-        direc.run()
-        dP[d] = _view(direc.dP, (3 * h,))
+    jl = jit.load("lstm")
+    if jl is not None:
+        db = _compiled_steps(jl, k)
+        dP[...] = _view(k.dP2, (D, 3 * h))
+    else:
+        for d in range(D):
+            direc = _Direction(k, d)
+            direc.run()
+            dP[d] = _view(direc.dP, (3 * h,))
     da2 = _view(k.dab, (S * nb, D * 4 * h))
     np.matmul(da2, _view(W, (D * 4 * h, I)), out=_view(dX, (S * nb, I)))  # sums both directions
     np.matmul(da2.T, _view(X, (S * nb, I)), out=_view(dW, (D * 4 * h, I)))
-    # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
-    db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
+    if jl is None:
+        # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
+        db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
     for d in range(D):
         _dR(k, d, direction == "reverse" or d == 1)
         dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
