@@ -4,6 +4,10 @@ same run; plus the fused GradLSTMCellInput against single-index calls.
 
     python benchmarks/bench_lstm.py [--repeats N]
 
+gradir's rows are shown with its compiled kernels (numba, "JIT on") and with its NumPy
+kernels ("JIT off", as with GRADIR_JIT=0); goals are judged on the default (JIT on
+when numba is available).
+
 Times are the minimum over several repeats, taken in three alternating rounds
 (PERFORMANCE.md: these machines are noisy; compare ratios from one run).  gradir writes
 into preallocated outputs, as the runtime's buffer plan does.  Goals (issue "[lstm]"):
@@ -26,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from gradir.kernels import jit
 from gradir.kernels.lstm import (
     grad_lstm_cell_input,
     grad_lstm_cell_input_fused,
@@ -173,10 +178,14 @@ def bench_layer(S: int, B: int, I: int, H: int, repeats: int, threads: int) -> l
                                   torch_run() if torch_run is not None else None))
     budget = 1.0 if S * B * H > 100000 else 0.3
     roof_run, roof_flops = gemm_roof(S, B, I, H)
-    t_ours = t_plain = t_plain4 = t_torch = t_roof = float("inf")
+    t_ours = t_numpy = t_plain = t_plain4 = t_torch = t_roof = float("inf")
+    use_jit = jit.enabled()
     for _ in range(3):  # alternate blocks of repeats to spread the machine's noise
         t_roof = min(t_roof, best_time(roof_run, repeats, budget / 2))
         t_ours = min(t_ours, best_time(ours, repeats, budget))
+        if use_jit:
+            with jit.disabled():
+                t_numpy = min(t_numpy, best_time(ours, repeats, budget))
         t_plain = min(t_plain, best_time(plain, repeats, budget))
         t_plain4 = min(t_plain4, best_time(plain4, repeats, budget))
         if torch_run is not None:
@@ -184,7 +193,10 @@ def bench_layer(S: int, B: int, I: int, H: int, repeats: int, threads: int) -> l
     flops = 16 * S * B * H * (I + H)
     roof = roof_flops / t_roof / 1e9
     gflops = flops / t_ours / 1e9
-    rows = [("gradir LSTMGrad", t_ours), ("plain NumPy BPTT (1 GEMM per step)", t_plain),
+    rows = [(f"gradir LSTMGrad (JIT {'on' if use_jit else 'off'})", t_ours)]
+    if use_jit:
+        rows.append(("gradir LSTMGrad (JIT off: NumPy kernels)", t_numpy))
+    rows += [("plain NumPy BPTT (1 GEMM per step)", t_plain),
             ("plain NumPy BPTT (1 GEMM per step per gate block)", t_plain4)]
     if torch_run is not None:
         rows.append((f"PyTorch {torch_version} nn.LSTM backward ({threads} threads)", t_torch))
@@ -202,6 +214,12 @@ def bench_layer(S: int, B: int, I: int, H: int, repeats: int, threads: int) -> l
         if torch_run is not None:
             goals.append((f"{S},{B},{I},{H}: <= 0.5x PyTorch backward time", f"{t_ours / t_torch:.2f}x PyTorch",
                           t_ours <= 0.5 * t_torch))
+    if use_jit:
+        goals.append((f"{S},{B},{I},{H}: JIT off time / JIT on", f"{t_numpy / t_ours:.2f}x", None))
+        if torch_run is not None:
+            goals.append((f"{S},{B},{I},{H}: JIT off: time / PyTorch's", f"{t_numpy / t_torch:.2f}x", None))
+        goals.append((f"{S},{B},{I},{H}: JIT off: % of GEMM roof", f"{100 * flops / t_numpy / 1e9 / roof:.0f}%",
+                      None))
     goals.append((f"{S},{B},{I},{H}: plain BPTT (1 GEMM/step) time / gradir's", f"{t_plain / t_ours:.2f}x", None))
     goals.append((f"{S},{B},{I},{H}: plain BPTT (GEMM per gate) time / gradir's", f"{t_plain4 / t_ours:.2f}x",
                   None))
@@ -232,7 +250,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2, help="PyTorch intra-op threads (NumPy's BLAS uses its own)")
     args = ap.parse_args()
-    print(f"numpy {np.__version__}, {os.cpu_count()} CPUs; min of {args.repeats} repeats")
+    print(f"numpy {np.__version__}, {os.cpu_count()} CPUs; min of {args.repeats} repeats; "
+          f"compiled kernels: {'on' if jit.enabled() else 'off (' + (jit.why_unavailable() or 'GRADIR_JIT=0') + ')'}")
     goals = []
     for shape in SHAPES:
         goals += bench_layer(*shape, repeats=args.repeats, threads=args.threads)

@@ -3,8 +3,27 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
+
+from gradir.kernels import jit  # noqa: E402
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def kernel_path(request: pytest.FixtureRequest):
+    """Run a test on the compiled kernels (numba, a core dependency), then on the NumPy ones."""
+    if request.param == "numpy":
+        with jit.disabled():
+            yield request.param
+    else:
+        assert jit.available(), f"compiled kernels unavailable: {jit.why_unavailable()}"
+        saved = jit.enabled()
+        jit.set_enabled(True)
+        try:
+            yield request.param
+        finally:
+            jit.set_enabled(saved)

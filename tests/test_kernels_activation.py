@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradir.kernels import KERNELS, jit
+from gradir.kernels import KERNELS
 from gradir.kernels import activation as act
 from gradir.kernels.activation import (
     fast_gelu,
@@ -54,16 +54,7 @@ _K = mp.sqrt(2 / mp.pi)
 _C = mp.mpf("0.044715")
 
 
-@pytest.fixture(autouse=True, params=["compiled", "numpy"])
-def kernel_path(request: pytest.FixtureRequest) -> Any:
-    """Run the test on the compiled kernels, then on the NumPy ones."""
-    if request.param == "numpy":
-        with jit.disabled():
-            yield request.param
-    else:
-        assert jit.enabled(), f"compiled kernels unavailable: {jit.why_unavailable()}"
-        yield request.param
-
+pytestmark = pytest.mark.usefixtures("kernel_path")  # every test: compiled kernels, then NumPy
 
 
 def _sig(z: Any) -> Any:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lstm_reference import lstm_cell_ref, lstm_loss, lstm_training_ref
 
 import gradir.kernels.lstm as lstm_mod
+from gradir.kernels import jit
 from gradir.kernels.lstm import (
     grad_lstm_cell_input,
     grad_lstm_cell_input_fused,
@@ -112,7 +113,7 @@ def check_dot_products(rng, ops, up, grads, S, nb, I, H, direction, n_dirs=2, ep
 
 
 # -- ORT's worked example -------------------------------------------------------------------
-def test_ort_case_a():
+def test_ort_case_a(kernel_path):
     case = json.loads(CASE_A.read_text())
     shp = case["shapes"]
     inp = {k: np.array(v, np.float32).reshape(shp[k]) for k, v in case["inputs"].items()}
@@ -170,7 +171,7 @@ def test_grad_lstm_cell_input_dot_product(index, with_dc):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_cell_gradients_bit_for_bit(dtype):
+def test_fused_cell_gradients_bit_for_bit(dtype, kernel_path):
     rng = np.random.default_rng(3)
     H = 6
     ops = cell_operands(rng, nb=4, I=3, H=H, dtype=dtype)
@@ -223,7 +224,7 @@ GRAD_CASES = list(itertools.product(DIRECTIONS, [False, True], [False, True], [F
 
 
 @pytest.mark.parametrize("direction,with_sl,with_p,with_h0,which", GRAD_CASES)
-def test_lstm_grad_dot_products(direction, with_sl, with_p, with_h0, which):
+def test_lstm_grad_dot_products(direction, with_sl, with_p, with_h0, which, kernel_path):
     seed = GRAD_CASES.index((direction, with_sl, with_p, with_h0, which))
     rng = np.random.default_rng(100 + seed)
     S, nb, I, H = 4, 3, 2, 3
@@ -240,7 +241,7 @@ def test_lstm_grad_dot_products(direction, with_sl, with_p, with_h0, which):
             assert not grads[0][sl[b]:, b].any()
 
 
-def test_lstm_grad_no_upstream_is_zero():
+def test_lstm_grad_no_upstream_is_zero(kernel_path):
     rng = np.random.default_rng(7)
     ops = make_layer(rng, 3, 2, 2, 3, "bidirectional", with_p=True, with_h0=True)
     up = {"dHAll": None, "dHFinal": None, "dCFinal": None}
@@ -267,7 +268,7 @@ def test_lstm_grad_random_shapes(S, nb, I, H, direction, flags, seed):
 
 # -- code paths that only large shapes take, forced on small ones ------------------------------
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_chunking_agrees(monkeypatch, direction):
+def test_chunking_agrees(monkeypatch, direction, kernel_path):
     rng = np.random.default_rng(11)
     S, nb, I, H = 9, 5, 3, 4
     D = 2 if direction == "bidirectional" else 1
@@ -278,14 +279,69 @@ def test_chunking_agrees(monkeypatch, direction):
     for steps_per_chunk in (1, 2, 4):
         monkeypatch.setattr(lstm_mod, "_CHUNK_BYTES", steps_per_chunk * nb * 4 * H * 8)
         monkeypatch.setattr(lstm_mod, "_COPY_BYTES", steps_per_chunk * nb * H * 8)
+        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)  # compiled path: one call per step
         got = run_grad(ops, fwd, up, H, direction)
         for g, b in zip(got, base):
             np.testing.assert_allclose(g, b, rtol=1e-12, atol=1e-13)
 
 
+# -- the compiled kernels against the NumPy ones ----------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("whole", [True, False])
+def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, whole):
+    rng = np.random.default_rng(31)
+    S, nb, I, H = 7, 5, 4, 6
+    D = 2 if direction == "bidirectional" else 1
+    tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    if not whole:
+        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)
+    for with_sl, with_p, with_h0, which in itertools.product([False, True], [False, True], [False, True],
+                                                             ["all", "final"]):
+        ops = make_layer(rng, S, nb, I, H, direction, with_sl=with_sl, with_p=with_p, with_h0=with_h0,
+                         dtype=dtype)
+        up = upstream(rng, S, nb, H, D, which, dtype=dtype)
+        fwd = run_forward(ops, H, direction)
+        saved = jit.enabled()
+        jit.set_enabled(True)
+        try:
+            got = run_grad(ops, fwd, up, H, direction)
+            again = run_grad(ops, fwd, up, H, direction)
+        finally:
+            jit.set_enabled(saved)
+        with jit.disabled():
+            ref = run_grad(ops, fwd, up, H, direction)
+        for name, g, a, r in zip(("dX", "dW", "dR", "dB", "dH0", "dC0", "dP"), got, again, ref):
+            assert g.dtype == dtype, name
+            np.testing.assert_array_equal(g, a, err_msg=name)  # deterministic
+            scale = max(1.0, float(np.abs(r).max()))
+            np.testing.assert_allclose(g / scale, r / scale, err_msg=f"{name} {with_sl} {with_p} {with_h0}", **tol)
+
+
+def test_compiled_float32_tanh_accuracy():
+    assert jit.available(), jit.why_unavailable()
+    from numba import njit
+
+    from gradir.kernels import _jit_lstm
+
+    @njit
+    def apply(x, out):
+        for j in range(x.shape[0]):
+            out[j] = _jit_lstm.tanh(x[j])
+
+    x = np.concatenate([np.linspace(-12, 12, 200001), [0.0, -0.0, 1e-30, -1e-30, 1e-6, 0.625, -0.625, 50.0,
+                                                        -50.0, 1e30, -1e30]]).astype(np.float32)
+    got = np.empty_like(x)
+    apply(x, got)
+    ref = np.tanh(x.astype(np.float64))
+    ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    assert float(np.max(np.abs(got - ref) / ulp)) < 2.0
+    assert np.all(np.abs(got) <= 1)
+
+
 # -- dtypes, errors, outputs ------------------------------------------------------------------
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_float32_agrees_with_float64(direction):
+def test_float32_agrees_with_float64(direction, kernel_path):
     rng = np.random.default_rng(21)
     S, nb, I, H = 6, 3, 4, 5
     D = 2 if direction == "bidirectional" else 1
@@ -333,7 +389,7 @@ def test_int64_and_int32_sequence_lengths_agree():
         np.testing.assert_array_equal(x, y)
 
 
-def test_preallocated_outputs_are_filled():
+def test_preallocated_outputs_are_filled(kernel_path):
     rng = np.random.default_rng(8)
     S, nb, I, H = 4, 3, 2, 3
     ops = make_layer(rng, S, nb, I, H, "bidirectional", with_sl=True, with_p=True, with_h0=True)

@@ -20,6 +20,13 @@ How the sequence kernels are made fast (PERFORMANCE.md; measured by ``benchmarks
 * Not done, because it was measured not to pay here: splitting the batch rows over
   threads (two threads issuing many small ufuncs serialize on the GIL) and running the
   bulk work on a helper thread beside the step loop (both slowed ~2×).
+* With the compiled kernels (``jit.load("lstm")``, numba; ``_jit_lstm.py``) the step loop's
+  element-wise work is one fused pass per step (``tanh(C_t)``, every gate gradient, dC, and
+  the dP/dB sums), ~3x less time than the ufunc passes; small problems (B·4H <= 16K) run the
+  whole loop, its per-step GEMMs included, in one compiled call (no per-step Python), larger
+  ones call the compiled step from Python and keep NumPy's threaded GEMM per step.  Tried and
+  dropped: running dX/dW on a helper thread beside the compiled step loop (each BLAS held to
+  one thread): the two cores slowed each other and the total got worse (100-130 vs 85-110 ms).
 * Sequence lengths (``SL``) use precomputed float masks on the steps that are only
   partly valid, skip steps valid for no row, and inject ``dHFinal``/``dCFinal`` at (and
   take ``dH0``/``dC0`` from) each row's last/first step.
@@ -681,7 +688,7 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
     db = np.zeros((D, 4 * h), dt)
     dH = np.empty((nb, h), dt)
     dC = np.empty((nb, h), dt)
-    whole = nb * 4 * h <= _WHOLE_LOOP_MAX
+    whole = nb * 4 * h <= _WHOLE_LOOP_MAX and jl.HAVE_BLAS
     at = np.empty((nb, 4 * h) if whole and D == 2 else (1, 1), dt)
     for d in range(D):
         rev = k.direction == "reverse" or d == 1

@@ -1,0 +1,207 @@
+"""Compiled LSTM kernels (loaded through ``gradir.kernels.jit.load("lstm")``; numba).
+
+The backward's step loop of ``LSTMGrad``: per step and batch row, one fused pass over the
+hidden units computes every gate gradient ``da`` from the stored forward values and the
+carried ``dH``/``dC`` (``tanh(C_t)`` included), updates ``dC`` and accumulates ``dP`` and
+``dB``; then ``dH_{t-1} = da_t·R``.  ``bptt`` runs the whole loop in one call with that GEMM
+done by numba's ``np.dot`` (small problems: no per-step Python overhead); ``bptt_step`` does
+one step's element-wise work and leaves the GEMM to the caller (large problems: NumPy's
+threaded BLAS).  The GEMMs over all steps (dX, dW, dR) stay in NumPy.
+
+Operand conventions (everything C-contiguous, one dtype, float32 or float64):
+``G`` ``[S, D, B, 4H]`` post-activation gates (i, o, f, c̃), ``CA`` ``[S, D, B, H]``,
+``dHA`` ``[S, D, B, H]`` (a ``[1, 1, 1, 1]`` dummy when absent), ``c0``/``dHF``/``dCF``
+``[D, B, H]`` (zeros or dummies when absent), ``P`` ``[D, 3H]`` (zeros when absent),
+``R`` ``[D, 4H, H]``, ``da`` ``[S, B, D, 4H]`` (the scratch), ``dP`` ``[D, 3H]`` and
+``db`` ``[D, 4H]`` accumulators, ``dH``/``dC`` ``[B, H]`` the carried gradients.
+Per row: ``lengths[b]`` (valid steps are ``t < lengths[b]``), ``first[b]`` (the row's first
+forward step, where it starts from H0/C0 and where dH0/dC0 are taken) and ``last[b]`` (its
+last forward step, where dHFinal/dCFinal enter).
+
+Every sum (dP, dB) is accumulated in one fixed order (steps in visit order, then rows),
+so results do not depend on thread counts.  float32 ``tanh`` is vectorizable (built on
+``exp2_32``, < 1.5 ulp); float64 uses libm's ``tanh``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+
+from ._jit_core import ELEMENTWISE, INLINE, LOG2E, exp2_32
+
+__all__ = ["HAVE_BLAS", "bptt", "bptt_step", "tanh"]
+
+# numba's np.dot calls scipy's BLAS; without scipy only bptt_step (no GEMM inside) is usable.
+HAVE_BLAS = importlib.util.find_spec("scipy") is not None
+
+# tanh(x) = x + x·x²·p(x²) on |x| < 0.625 (least-squares fit, < 0.8 ulp in float32);
+# above, 1 - 2/(1 + e^{2|x|}) with the sign restored (no cancellation there).
+_T5 = np.float32(0.0022941734401563047)
+_T4 = np.float32(-0.008340863341871011)
+_T3 = np.float32(0.021765884629080988)
+_T2 = np.float32(-0.05395842886692965)
+_T1 = np.float32(0.133332956944611)
+_T0 = np.float32(-0.3333333298819404)
+_TSMALL = np.float32(0.625)
+_TWO_LOG2E = np.float32(2.0 * LOG2E)
+_ONE = np.float32(1.0)
+_TWO = np.float32(2.0)
+
+
+@njit(**INLINE)
+def tanh32(x):  # type: ignore[no-untyped-def]
+    ax = abs(x)
+    e = exp2_32(_TWO_LOG2E * ax)  # clamped inside: finite, so the quotient is 0 for large |x|
+    big = _ONE - _TWO / (_ONE + e)
+    u = x * x
+    p = _T5 * u + _T4
+    p = p * u + _T3
+    p = p * u + _T2
+    p = p * u + _T1
+    p = p * u + _T0
+    small = ax + ax * u * p
+    r = small if ax < _TSMALL else big
+    return r if x >= 0 else -r
+
+
+def tanh(x):  # pragma: no cover - replaced by the overload inside compiled code
+    raise NotImplementedError
+
+
+@overload(tanh, **INLINE)
+def _tanh_overload(x):  # type: ignore[no-untyped-def]
+    if x == types.float32:
+        return lambda x: tanh32(x)
+    return lambda x: math.tanh(x)
+
+
+@njit(**ELEMENTWISE)
+def _row(g, ct, cp, dh, dc, p, a, h):  # type: ignore[no-untyped-def]
+    """One batch row: gate gradients ``a`` (4H) and ``dc`` <- dC_{t-1}, from the gates ``g``,
+    ``C_t``, ``C_{t-1}``, the carried ``dh``/``dc`` and the peepholes ``p``."""
+    for j in range(h):
+        gi = g[j]
+        go = g[h + j]
+        gf = g[2 * h + j]
+        gc = g[3 * h + j]
+        c = ct[j]
+        cq = cp[j]
+        hj = dh[j]
+        cj = dc[j]
+        pi = p[j]
+        po = p[h + j]
+        pf = p[2 * h + j]
+        tau = tanh(c)
+        ao = hj * tau * (go - go * go)
+        dct = cj + hj * (go - go * tau * tau) + ao * po
+        ai = dct * gc * (gi - gi * gi)
+        af = dct * cq * (gf - gf * gf)
+        ac = dct * (gi - gi * gc * gc)
+        dc[j] = dct * gf + ai * pi + af * pf
+        a[j] = ai
+        a[h + j] = ao
+        a[2 * h + j] = af
+        a[3 * h + j] = ac
+
+
+@njit(**ELEMENTWISE)
+def _elementwise(t, tp, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+                 da, dH, dC, dP, db):  # type: ignore[no-untyped-def]
+    """Step ``t`` of direction ``d`` (``tp``: the forward step before it, for C_{t-1}):
+    writes ``da[t, :, d]``, adds dHAll/finals into ``dH``/``dC``, updates ``dC`` to dC_{t-1}."""
+    nb = dH.shape[0]
+    h = dH.shape[1]
+    for b in range(nb):
+        a = da[t, b, d]
+        if t >= lengths[b]:  # the row has no step t
+            for j in range(4 * h):
+                a[j] = 0
+            for j in range(h):
+                dC[b, j] = 0
+            continue
+        dh = dH[b]
+        dc = dC[b]
+        if has_dHA:
+            x = dHA[t, d, b]
+            for j in range(h):
+                dh[j] += x[j]
+        if t == last[b]:
+            if has_dHF:
+                x = dHF[d, b]
+                for j in range(h):
+                    dh[j] += x[j]
+            if has_dCF:
+                x = dCF[d, b]
+                for j in range(h):
+                    dc[j] += x[j]
+        ct = CA[t, d, b]
+        cp = c0[d, b] if t == first[b] else CA[tp, d, b]
+        _row(G[t, d, b], ct, cp, dh, dc, P[d], a, h)
+        # The sums in loops of their own: with them in _row's loop, LLVM gives up vectorizing
+        # (too many possible aliasings to check).
+        pacc = dP[d]
+        for j in range(h):
+            pacc[j] += a[j] * cp[j]
+        for j in range(h):
+            pacc[h + j] += a[h + j] * ct[j]
+        for j in range(h):
+            pacc[2 * h + j] += a[2 * h + j] * cp[j]
+        bacc = db[d]
+        for j in range(4 * h):
+            bacc[j] += a[j]
+
+
+@njit(**ELEMENTWISE)
+def _extract(t, d, first, dH, dC, dH0, dC0):  # type: ignore[no-untyped-def]
+    """dH0/dC0 of the rows whose first forward step is ``t`` (dH, dC are then dH_{t-1}, dC_{t-1})."""
+    for b in range(dH.shape[0]):
+        if first[b] == t:
+            dH0[d, b] = dH[b]
+            dC0[d, b] = dC[b]
+
+
+@njit(**ELEMENTWISE)
+def bptt_step(t, tp, prev, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+              da, dH, dC, dP, db, dH0, dC0):  # type: ignore[no-untyped-def]
+    """One step's element-wise work; first takes dH0/dC0 for the rows that started at the
+    previously visited step ``prev`` (-1: none).  The caller then sets ``dH = da[t, :, d]·R[d]``."""
+    if prev >= 0:
+        _extract(prev, d, first, dH, dC, dH0, dC0)
+    _elementwise(t, tp, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+                 da, dH, dC, dP, db)
+
+
+@njit(**ELEMENTWISE)
+def bptt(rev, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last, R,
+         da, dH, dC, dP, db, dH0, dC0, at):  # type: ignore[no-untyped-def]
+    """The whole step loop of direction ``d`` (steps ``alive-1 .. 0``, or ``0 .. alive-1`` when
+    ``rev``), GEMMs included; ``at`` is a ``[B, 4H]`` buffer (used when D = 2)."""
+    S = G.shape[0]
+    D = G.shape[1]
+    nb = dH.shape[0]
+    h = dH.shape[1]
+    alive = 0
+    for b in range(nb):
+        alive = max(alive, lengths[b])
+    Rd = R[d]
+    for k in range(alive):
+        t = k if rev else alive - 1 - k
+        tp = t + 1 if rev else t - 1
+        if tp < 0 or tp >= S:
+            tp = t  # only used for rows whose first step is t (they read c0)
+        _elementwise(t, tp, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+                     da, dH, dC, dP, db)
+        if D == 1:
+            np.dot(da[t].reshape((nb, 4 * h)), Rd, dH)
+        else:
+            for b in range(nb):
+                x = da[t, b, d]
+                for j in range(4 * h):
+                    at[b, j] = x[j]
+            np.dot(at, Rd, dH)
+        _extract(t, d, first, dH, dC, dH0, dC0)
