@@ -573,3 +573,11 @@ def test_results_identical_for_1_2_4_threads(dtype: type, monkeypatch: pytest.Mo
     finally:
         set_threads(old)
 
+
+
+@pytest.mark.parametrize("name", ["LeakyRelu", "LeakyReluGrad", "QuickGelu", "QuickGeluGrad"])
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_alpha_is_rejected(name: str, alpha: float) -> None:
+    x = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="alpha must be a finite number"):
+        _call(name, x, x, alpha=alpha)

@@ -100,3 +100,158 @@ print(len(act.sigmoid.signatures))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "0", "0"]
+
+
+# -- numba's cache follows _jit_core.py ---------------------------------------------------------
+def test_core_stamp_empties_a_stale_kernel_cache(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba keys its cache on a kernel's own file; jit stamps each module's cache with
+    _jit_core.py's digest and empties it when the digest changes."""
+    import importlib
+
+    (tmp_path / "stampmod.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef twice(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("stampmod")
+    index = mod.twice._cache._cache_file
+    assert mod.twice(3) == 6
+    assert index._load_index()  # cached
+    stamp = tmp_path / "__pycache__" / "stampmod.core-sha256"
+    jit._check_core_stamp(mod)  # no stamp yet: the cache may predate it, so it is emptied
+    assert not index._load_index() and stamp.read_text().strip() == jit.core_digest()
+    mod.twice.recompile()
+    assert index._load_index()
+    jit._check_core_stamp(mod)  # same core: kept
+    assert index._load_index()
+    monkeypatch.setattr(jit, "core_digest", lambda: "0" * 64)
+    jit._check_core_stamp(mod)  # core edited: emptied
+    assert not index._load_index() and stamp.read_text().strip() == "0" * 64
+
+
+def test_disabled_blocks_overlapping_across_threads() -> None:
+    import threading
+
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def a() -> None:
+        with jit.disabled():
+            a_in.set()
+            b_in.wait()
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait()
+        with jit.disabled():
+            b_in.set()
+            a_out.wait()
+            seen.append(jit.enabled())  # A has left, B is still inside
+
+    ts = [threading.Thread(target=f) for f in (a, b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert seen == [False]
+    assert jit.enabled()
+
+
+# -- read-only arrays ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["GeluGrad", "SoftmaxGrad_13", "LeakyRelu"])
+def test_read_only_operands_take_the_compiled_kernel_as_is(name: str) -> None:
+    """Read-only operands run the same compiled code (no new numba signature mid-run)."""
+    act = jit.load("act")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 9)).astype(np.float32)
+    dy = rng.standard_normal((6, 9)).astype(np.float32)
+    want = _call(name, dy, x)
+    dispatchers = [getattr(act, n) for n in dir(act) if hasattr(getattr(act, n), "signatures")]
+    before = {d: len(d.signatures) for d in dispatchers}
+    ro = []
+    for a in (dy, x):
+        r = np.frombuffer(a.tobytes(), np.float32).reshape(a.shape)
+        assert not r.flags.writeable
+        ro.append(r)
+    got = _call(name, *ro)
+    np.testing.assert_array_equal(got, want)
+    assert {d: len(d.signatures) for d in dispatchers} == before
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_read_only_out_is_a_clear_error(path: str) -> None:
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    out = np.empty_like(x)
+    out.flags.writeable = False
+    for name, args in (("GeluGrad", (x, x)), ("Softmax", (x,))):
+        if path == "numpy":
+            with jit.disabled(), pytest.raises(ValueError, match="read-only"):
+                KERNELS[name].fn(*args, out=out)
+        else:
+            with pytest.raises(ValueError, match="read-only"):
+                KERNELS[name].fn(*args, out=out)
+
+
+# -- edge semantics shared by both paths -------------------------------------------------------
+NONFINITE = [-np.inf, -3.0, -1.0, -0.0, 0.0, 1.0, 3.0, np.inf, np.nan, -1e38, 1e38]
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.0, -0.5, 1.0, 2.0, 1e30])
+def test_leaky_relu_is_exactly_one_branch(alpha: float) -> None:
+    """``x if x > 0 else alpha·x`` bit for bit (signed zeros, inf and NaN included), on
+    both paths and in both dtypes; LeakyReluGrad likewise with ``dY``."""
+    for dtype in (np.float32, np.float64):
+        x = np.array(NONFINITE, dtype)
+        dy = np.array(NONFINITE[::-1], dtype)
+        with np.errstate(all="ignore"):
+            a = dtype(alpha)
+            want_f = np.array([v if v > 0 else a * v for v in x], dtype)
+            want_g = np.array([d if v > 0 else a * d for d, v in zip(dy, x)], dtype)
+        for ctx in (jit.disabled, _nothing):
+            with ctx(), np.errstate(all="ignore"):  # inf·0 and 1e38·1e30 are real NaN/overflow
+                got_f = KERNELS["LeakyRelu"].fn(x, alpha=alpha)
+                got_g = KERNELS["LeakyReluGrad"].fn(dy, x, alpha=alpha)
+            itype = np.int32 if dtype == np.float32 else np.int64
+            np.testing.assert_array_equal(got_f.view(itype), want_f.view(itype), err_msg=f"{dtype} {ctx}")
+            np.testing.assert_array_equal(got_g.view(itype), want_g.view(itype), err_msg=f"{dtype} {ctx}")
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("alpha", [1.702, -1.702, 1e-38, -1e-38, 1e-45])
+def test_quick_gelu_paths_agree_at_extreme_inputs_and_alphas(alpha: float) -> None:
+    x = np.array(NONFINITE, np.float32)
+    dy = np.ones_like(x)
+    for name in ("QuickGelu", "QuickGeluGrad"):
+        args = (x,) if name == "QuickGelu" else (dy, x)
+        fast = KERNELS[name].fn(*args, alpha=alpha)
+        with jit.disabled():
+            slow = KERNELS[name].fn(*args, alpha=alpha)
+        np.testing.assert_allclose(fast, slow, rtol=8 * EPS32, atol=1e-30, err_msg=name)
+        assert np.isnan(fast).tolist() == np.isnan(x).tolist(), name  # NaN only from NaN
+
+
+def test_exp2_32_accuracy_and_special_values() -> None:
+    from numba import njit
+
+    from gradir.kernels._jit_core import exp2_32
+
+    @njit
+    def apply(t, out):  # type: ignore[no-untyped-def]
+        for j in range(t.shape[0]):
+            out[j] = exp2_32(t[j])
+
+    t = np.concatenate([np.linspace(-126, 127, 2_000_001), [0.0, 0.5, -0.5]]).astype(np.float32)
+    got = np.empty_like(t)
+    apply(t, got)
+    ref = np.exp2(t.astype(np.float64))
+    ulp = np.spacing(ref.astype(np.float32)).astype(np.float64)
+    assert float(np.max(np.abs(got - ref) / ulp)) < 1.25
+    special = np.array([np.nan, -np.inf, np.inf, -127.0, -200.0], np.float32)
+    out = np.empty_like(special)
+    apply(special, out)
+    assert np.isnan(out[0]) and out[1] == 0.0 and np.isfinite(out[2]) and out[3] == 0.0 and out[4] == 0.0

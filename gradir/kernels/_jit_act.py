@@ -150,10 +150,7 @@ def _sigmoid1(x):  # type: ignore[no-untyped-def]
 
 @njit(**INLINE)
 def _leaky_relu1(x, alpha):  # type: ignore[no-untyped-def]
-    ax = x * alpha  # max(x, alpha x) for alpha <= 1, min(x, alpha x) above (NaN kept)
-    if alpha > _ONE:
-        return ax if ax < x else x
-    return ax if ax > x else x
+    return x * (_ONE if x > _ZERO else alpha)  # x·1 or x·alpha: exactly one branch
 
 
 @njit(**INLINE)

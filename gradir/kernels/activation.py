@@ -95,6 +95,7 @@ _DEKKER = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
 
 # Float32 clips (see the module docstring): beyond them the functions are within ~1e-31 of
 # their limits, and every intermediate stays a finite normal float32.
+_F32_MAX = float(np.finfo(np.float32).max)
 _W32 = 80.0  # |w| for plain sigmoids: e^80 (1 + 80) = 4.5e36 < 3.4e38, 1/(1 + e^80) = 1.8e-35
 _X32_FAST = 9.5  # FastGelu: |w(9.5)| = 76.3, e^76.3 (1 + |v(9.5)|) = 2.8e35
 _A32_GELU = 12.5  # exp(-12.5²/2) = 1.2e-34, Φ(-12.5) = 3.7e-36
@@ -144,6 +145,28 @@ def _check(*arrays: np.ndarray) -> np.dtype:
     return dtype
 
 
+def _alpha(alpha: float, op: str) -> float:
+    alpha = float(alpha)
+    if not math.isfinite(alpha):
+        raise ValueError(f"{op}: alpha must be a finite number, got {alpha}")
+    return alpha
+
+
+def _f32(dtype: np.dtype, *values: float) -> tuple:
+    """Scalar arguments of a compiled Float32 kernel (nothing for other dtypes, whose
+    kernels are NumPy's); values beyond float32's range become ±inf without a warning."""
+    if dtype != np.float32:
+        return ()
+    with np.errstate(over="ignore"):
+        return tuple(np.float32(v) for v in values)
+
+
+def _quick_gelu_bound(alpha: float) -> float:
+    """|x| beyond which σ(alpha·x) saturates in Float32 (``|alpha·x| = _W32``), at most
+    float32's largest value so that clipping always gives a finite x."""
+    return min(_W32 / abs(alpha), _F32_MAX) if alpha != 0.0 else np.inf
+
+
 def _compiled(dtype: np.dtype, name: str) -> Callable[..., None] | None:
     """The compiled Float32 kernel ``name`` of ``_jit_act``, or None (NumPy path)."""
     if dtype != np.float32:
@@ -179,7 +202,11 @@ def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | No
     elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
         np.copyto(out, _elementwise(body, n_scratch, None, *operands, fast=fast, fast_args=fast_args))
         return out
+    else:
+        jit.writable_out(out)
     flat_ops = [np.ascontiguousarray(a).reshape(-1) for a in operands]
+    if fast is not None:
+        flat_ops = [jit.readable(a) for a in flat_ops]
     flat_out = out.reshape(-1)
     n = flat_out.size
     if n == 0:
@@ -234,6 +261,8 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
     elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
         np.copyto(out, _rows(body, n_scratch, None, operands, axis, flatten, op, fast))
         return out
+    else:
+        jit.writable_out(out, op)
     if out.size == 0:
         return out
     outer = math.prod(shape[:ax])
@@ -242,6 +271,8 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
     else:
         a_len, inner = shape[ax], math.prod(shape[ax + 1:])
     ops = [np.ascontiguousarray(a) for a in operands]
+    if fast is not None:
+        ops = [jit.readable(a) for a in ops]
     dtype = out.dtype
     block = _block_elems(dtype)
     unit: Callable[[int], tuple[tuple[slice, ...], tuple[int, ...]]]
@@ -461,7 +492,7 @@ def _quick_gelu_e32(x: np.ndarray, alpha: float, z: np.ndarray, v: np.ndarray | 
     """Float32: ``e = exp(-v)`` for ``v = alpha·clip(x)`` with ``|v| <= _W32``; ``v`` into
     ``v`` if given.  Returns the clipped ``x`` (``z``, or ``x`` itself when alpha is 0)."""
     if alpha != 0.0:
-        bound = _W32 / abs(alpha)
+        bound = _quick_gelu_bound(alpha)
         np.clip(x, -bound, bound, out=z)
         x = z
     if v is not None:
@@ -578,10 +609,17 @@ def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
     """``dX = dY`` where the forward *output* ``Y > 0``, else ``alpha·dY`` (also for ``Y = 0``
     and NaN).  Like ORT, this is the derivative of LeakyRelu only for ``alpha >= 0``."""
     dtype = _check(dy, y)
-    alpha = float(alpha)
+    alpha = _alpha(alpha, "LeakyReluGrad")
+    return _elementwise(_leaky_body(alpha), 2, out, dy, y, fast=_compiled(dtype, "leaky_relu_grad"),
+                        fast_args=_f32(dtype, alpha))
 
-    def body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.ndarray]) -> None:
-        sc = s[0]  # exactly 1 where y > 0, else exactly alpha
+
+def _leaky_body(alpha: float) -> Callable[..., None]:
+    """``o = v·1`` where ``y > 0``, else ``v·alpha`` (also for ``y = ±0`` and NaN): exactly
+    one of the two branches, for LeakyReluGrad (``v = dY``) and LeakyRelu (``v = y = x``)."""
+
+    def body(o: np.ndarray, v: np.ndarray, y: np.ndarray, s: list[np.ndarray]) -> None:
+        sc = s[0]  # exactly 1 where y > 0, else exactly alpha (alpha is finite)
         np.greater(y, 0.0, out=sc)
         if 0.0 <= alpha <= 1.0:
             np.maximum(sc, alpha, out=sc)
@@ -589,10 +627,9 @@ def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
             np.subtract(1.0, sc, out=s[1])
             np.multiply(s[1], alpha, out=s[1])
             np.add(sc, s[1], out=sc)
-        np.multiply(dy, sc, out=o)  # dY*1 or dY*alpha: exactly ORT's two branches
+        np.multiply(v, sc, out=o)
 
-    return _elementwise(body, 2, out, dy, y, fast=_compiled(dtype, "leaky_relu_grad"),
-                        fast_args=(np.float32(alpha),))
+    return body
 
 
 @_act_kernel("QuickGeluGrad", 2)
@@ -600,7 +637,7 @@ def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = N
                     alpha: float = 1.702) -> np.ndarray:
     """``s = σ(alpha·X)``; ``dX = dY ⊙ s ⊙ (1 + alpha·X ⊙ (1 - s))``, alpha of any sign."""
     dtype = _check(dy, x)
-    alpha = float(alpha)
+    alpha = _alpha(alpha, "QuickGeluGrad")
     if dtype == np.float32:
         def body32(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
             z, t, e = s[0], s[1], s[2]
@@ -608,9 +645,8 @@ def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = N
             _sig_grad_from_e32(e, t)
             np.multiply(dy, t, out=o)
 
-        bound = np.float32(_W32 / abs(alpha)) if alpha != 0.0 else np.float32(np.inf)
         return _elementwise(body32, 3, out, dy, x, fast=_compiled(dtype, "quick_gelu_grad"),
-                            fast_args=(np.float32(alpha), bound))
+                            fast_args=_f32(dtype, alpha, _quick_gelu_bound(alpha)))
 
     def body64(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
         v, sig, c = _quick_gelu_sig64(x, alpha, s, True)
@@ -773,26 +809,25 @@ def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
 
 @_act_kernel("LeakyRelu", 1)
 def leaky_relu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 0.01) -> np.ndarray:
-    """``x`` if ``x > 0`` else ``alpha·x``: ``max(x, alpha x)`` for alpha <= 1 and
-    ``min(x, alpha x)`` above, each exactly one of the two branches."""
-    _check(x)
-    alpha = float(alpha)
-    pick = np.maximum if alpha <= 1.0 else np.minimum
+    """``x`` if ``x > 0`` else ``alpha·x`` (for every alpha, signed zeros and NaN included):
+    ``x·1`` or ``x·alpha``, exactly one of the two branches."""
+    dtype = _check(x)
+    alpha = _alpha(alpha, "LeakyRelu")
+    body = _leaky_body(alpha)
 
-    def body(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        np.multiply(x, alpha, out=s[0])
-        pick(x, s[0], out=o)
+    def body1(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
+        body(o, x, x, s)
 
-    return _elementwise(body, 1, out, x, fast=_compiled(x.dtype, "leaky_relu"), fast_args=(np.float32(alpha),))
+    return _elementwise(body1, 2, out, x, fast=_compiled(dtype, "leaky_relu"), fast_args=_f32(dtype, alpha))
 
 
 @_act_kernel("QuickGelu", 1)
 def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1.702) -> np.ndarray:
     """``x ⊙ σ(alpha·x)``."""
     dtype = _check(x)
-    alpha = float(alpha)
+    alpha = _alpha(alpha, "QuickGelu")
     if dtype == np.float32:
-        bound = _W32 / abs(alpha) if alpha != 0.0 else np.inf
+        bound = _quick_gelu_bound(alpha)
         zero_side = np.maximum if alpha > 0.0 else np.minimum
 
         def body32(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
@@ -804,12 +839,15 @@ def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1
             zero_side(x, -bound if alpha > 0.0 else bound, out=z)
             np.divide(z, e, out=o)
 
-        keep = np.float32(-bound if alpha > 0.0 else bound)
         return _elementwise(body32, 2, out, x, fast=_compiled(dtype, "quick_gelu"),
-                            fast_args=(np.float32(-alpha * _LOG2E), np.float32(bound), keep))
+                            fast_args=_f32(dtype, -alpha * _LOG2E, bound, -bound if alpha > 0.0 else bound))
 
     def body64(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
-        _, sig, _ = _quick_gelu_sig64(x, alpha, s, False)
+        v, sig, _ = _quick_gelu_sig64(x, alpha, s, False)
+        if alpha != 0.0:  # x clipped where σ is exactly 0, so x = ∓inf gives 0, not NaN
+            bound = _XCLIP / abs(alpha)
+            (np.maximum if alpha > 0.0 else np.minimum)(x, -bound if alpha > 0.0 else bound, out=v)
+            x = v
         np.multiply(x, sig, out=o)
 
     return _elementwise(body64, 8, out, x)

@@ -105,7 +105,7 @@ def _result(out: Any, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         r = out[k]
         if r.shape != shape or r.dtype != dtype:
             raise ValueError(f"out[{k}] has shape {r.shape} {r.dtype}, expected {shape} {dtype}")
-        return r
+        return jit.writable_out(r, f"out[{k}]")
     return np.empty(shape, dtype)
 
 
@@ -674,11 +674,13 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
     dummy = np.zeros((1, 1, 1, 1), dt)
     dummy3 = dummy[0]
     has_dHA, has_dHF, has_dCF = k.dHAll is not None, k.dHFinal is not None, k.dCFinal is not None
-    dHA = np.ascontiguousarray(k.dHAll) if has_dHA else dummy
-    dHF = np.ascontiguousarray(k.dHFinal) if has_dHF else dummy3
-    dCF = np.ascontiguousarray(k.dCFinal) if has_dCF else dummy3
-    c0 = np.ascontiguousarray(k.C0) if k.C0 is not None else np.zeros((D, nb, h), dt)
-    P = np.ascontiguousarray(k.P) if k.P is not None else np.zeros((D, 3 * h), dt)
+    # operands as C-contiguous arrays that numba types as writeable (jit.readable: no copy)
+    dHA = jit.readable(np.ascontiguousarray(k.dHAll)) if has_dHA else dummy
+    dHF = jit.readable(np.ascontiguousarray(k.dHFinal)) if has_dHF else dummy3
+    dCF = jit.readable(np.ascontiguousarray(k.dCFinal)) if has_dCF else dummy3
+    c0 = jit.readable(np.ascontiguousarray(k.C0)) if k.C0 is not None else np.zeros((D, nb, h), dt)
+    P = jit.readable(np.ascontiguousarray(k.P)) if k.P is not None else np.zeros((D, 3 * h), dt)
+    iofc, CAll, R = (jit.readable(a) for a in (k.iofc, k.CAll, k.R))
     lengths = k.steps.lengths if k.steps.lengths is not None else np.full(nb, S, np.intp)
     alive = k.steps.alive
     da = k.dab
@@ -696,11 +698,11 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
         last = np.zeros(nb, np.intp) if rev else lengths - 1
         dH.fill(0)
         dC.fill(0)
-        args = (k.iofc, k.CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last)
+        args = (iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last)
         if whole:
-            jl.bptt(rev, d, *args, k.R, da, dH, dC, dP, db, k.dH0, k.dC0, at)
+            jl.bptt(rev, d, *args, R, da, dH, dC, dP, db, k.dH0, k.dC0, at)
             continue
-        Rd = k.R[d]
+        Rd = R[d]
         prev = -1
         for n in range(alive):
             t = n if rev else alive - 1 - n

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand
 from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType
 
 __all__ = ["UnaryOp", "BinaryActivationGradOp", "ALPHA_LEAKY", "ALPHA_QUICKGELU", "axis_attr"]
 
 
-ALPHA_LEAKY = Attr("alpha", "float", 0.01, doc="slope for x <= 0")
-ALPHA_QUICKGELU = Attr("alpha", "float", 1.702, doc="sigmoid scale")
+def finite(value: float) -> str | None:
+    return None if math.isfinite(value) else f"must be a finite number, got {value}"
+
+
+ALPHA_LEAKY = Attr("alpha", "float", 0.01, check=finite, doc="slope for x <= 0")
+ALPHA_QUICKGELU = Attr("alpha", "float", 1.702, check=finite, doc="sigmoid scale")
 
 
 def axis_attr(default: int) -> Attr:
