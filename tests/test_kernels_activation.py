@@ -491,8 +491,8 @@ def _operands(name: str, shape: tuple[int, ...], dtype: type,
 
 @pytest.mark.parametrize("shape", [(3, 5, 7), (40, 250, 41)])  # one block / many blocks, split
 @pytest.mark.parametrize("name", BINARY + UNARY)
-def test_out_may_be_an_operand(name: str, shape: tuple[int, ...]) -> None:
-    dtype = np.float64
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])  # Float32: the compiled kernels too
+def test_out_may_be_an_operand(name: str, shape: tuple[int, ...], dtype: type) -> None:
     ops = _operands(name, shape, dtype)
     attrs: dict[str, Any] = {"axis": 1} if "Softmax" in name else {}
     fn = KERNELS[name].fn

@@ -6,10 +6,13 @@ it matters), element by element, vectorized and without the GIL.  Element-wise k
 take same-length 1-D arrays ``(o, *operands, *scalars)``; row kernels take 2-D
 ``[rows, n]`` arrays and reduce each row in float64, in one fixed order.
 
-``o`` may be an operand (the runtime writes in place).  LLVM vectorizes a loop whose
-output may overlap its inputs only behind a run-time overlap check, which fails in place
-and drops to scalar code (3-7x slower for the GELUs), so the loops compute ``TILE``
-results into a private buffer and then copy them out: the compute loop never aliases.
+Element-wise kernels must not be called with ``o`` overlapping an operand: LLVM
+vectorizes such a loop only behind a run-time overlap check, which fails in place and
+drops to scalar code (3-7x slower for the GELUs).  ``activation._elementwise`` runs
+in-place calls through a private block instead.  (Computing into a private tile inside
+each kernel was measured fine on one CPU (Intel, AVX-512) but 2-4x slower than the plain
+loop on another (AMD Zen 3), so the plain loop stays plain.)  Row kernels work on one row
+at a time through a private row buffer, which is fast on both.
 """
 
 from __future__ import annotations
@@ -100,8 +103,6 @@ def _fast_gelu_e(x):  # type: ignore[no-untyped-def]
 
 # -- element-wise kernels: a scalar function per op, run by a tiled loop ----------------------
 
-TILE = 1024
-
 
 @njit(**INLINE)
 def _relu_grad1(d, x):  # type: ignore[no-untyped-def]
@@ -184,122 +185,74 @@ def _flush(o, t0, tmp, m):  # type: ignore[no-untyped-def]
 
 @njit(**ELEMENTWISE)
 def relu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _relu_grad1(dy[t0 + k], x[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _relu_grad1(dy[i], x[i])
 
 
 @njit(**ELEMENTWISE)
 def sigmoid_grad(o, dy, y):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _sigmoid_grad1(dy[t0 + k], y[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _sigmoid_grad1(dy[i], y[i])
 
 
 @njit(**ELEMENTWISE)
 def tanh_grad(o, dy, y):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _tanh_grad1(dy[t0 + k], y[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _tanh_grad1(dy[i], y[i])
 
 
 @njit(**ELEMENTWISE)
 def leaky_relu_grad(o, dy, y, alpha):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _leaky_relu_grad1(dy[t0 + k], y[t0 + k], alpha)
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _leaky_relu_grad1(dy[i], y[i], alpha)
 
 
 @njit(**ELEMENTWISE)
 def quick_gelu_grad(o, dy, x, alpha, bound):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _quick_gelu_grad1(dy[t0 + k], x[t0 + k], alpha, bound)
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _quick_gelu_grad1(dy[i], x[i], alpha, bound)
 
 
 @njit(**ELEMENTWISE)
 def gelu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _gelu_grad1(dy[t0 + k], x[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _gelu_grad1(dy[i], x[i])
 
 
 @njit(**ELEMENTWISE)
 def fast_gelu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _fast_gelu_grad1(dy[t0 + k], x[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _fast_gelu_grad1(dy[i], x[i])
 
 
 @njit(**ELEMENTWISE)
 def sigmoid(o, x):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _sigmoid1(x[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _sigmoid1(x[i])
 
 
 @njit(**ELEMENTWISE)
 def leaky_relu(o, x, alpha):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _leaky_relu1(x[t0 + k], alpha)
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _leaky_relu1(x[i], alpha)
 
 
 @njit(**ELEMENTWISE)
 def quick_gelu(o, x, nal2e, bound, keep):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _quick_gelu1(x[t0 + k], nal2e, bound, keep)
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _quick_gelu1(x[i], nal2e, bound, keep)
 
 
 @njit(**ELEMENTWISE)
 def gelu(o, x):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _gelu1(x[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _gelu1(x[i])
 
 
 @njit(**ELEMENTWISE)
 def fast_gelu(o, x):  # type: ignore[no-untyped-def]
-    tmp = np.empty(TILE, np.float32)
-    for t0 in range(0, o.size, TILE):
-        m = min(TILE, o.size - t0)
-        for k in range(m):
-            tmp[k] = _fast_gelu1(x[t0 + k])
-        _flush(o, t0, tmp, m)
+    for i in range(o.size):
+        o[i] = _fast_gelu1(x[i])
 
 
 # -- row kernels (softmax families) ------------------------------------------------------------
