@@ -8,11 +8,11 @@ take same-length 1-D arrays ``(o, *operands, *scalars)``; row kernels take 2-D
 
 Element-wise kernels must not be called with ``o`` overlapping an operand: LLVM
 vectorizes such a loop only behind a run-time overlap check, which fails in place and
-drops to scalar code (3-7x slower for the GELUs).  ``activation._elementwise`` runs
-in-place calls through a private block instead.  (Computing into a private tile inside
-each kernel was measured fine on one CPU (Intel, AVX-512) but 2-4x slower than the plain
-loop on another (AMD Zen 3), so the plain loop stays plain.)  Row kernels work on one row
-at a time through a private row buffer, which is fast on both.
+drops to scalar code (3-7x slower for the GELUs).  Neither may row kernels (the softmax
+forwards are safe, they write only from a private row buffer).  ``activation._elementwise``
+and ``_rows`` run in-place calls through a private block instead.  (Computing into a
+private tile inside each kernel was measured fine on one CPU (Intel, AVX-512) but 1.2-4x
+slower than the plain loop on another (AMD Zen 3), so the loops stay plain.)
 """
 
 from __future__ import annotations
@@ -177,12 +177,6 @@ def _fast_gelu1(x):  # type: ignore[no-untyped-def]
     return (-_X32_FAST if x < -_X32_FAST else x) / (e + _ONE)
 
 
-@njit(**INLINE)
-def _flush(o, t0, tmp, m):  # type: ignore[no-untyped-def]
-    for k in range(m):
-        o[t0 + k] = tmp[k]
-
-
 @njit(**ELEMENTWISE)
 def relu_grad(o, dy, x):  # type: ignore[no-untyped-def]
     for i in range(o.size):
@@ -299,27 +293,25 @@ def _max_row(x):  # type: ignore[no-untyped-def]
 @njit(**ELEMENTWISE)
 def softmax_grad_rows(o, dy, y):  # type: ignore[no-untyped-def]
     n = o.shape[1]
-    tmp = np.empty(n, np.float32)
     for r in range(o.shape[0]):
         dr = dy[r]
         yr = y[r]
+        orow = o[r]
         s = _F(_dot_row(yr, dr))
         for j in range(n):
-            tmp[j] = (dr[j] - s) * yr[j]
-        _flush(o[r], 0, tmp, n)
+            orow[j] = (dr[j] - s) * yr[j]
 
 
 @njit(**ELEMENTWISE)
 def log_softmax_grad_rows(o, dy, y):  # type: ignore[no-untyped-def]
     n = o.shape[1]
-    tmp = np.empty(n, np.float32)
     for r in range(o.shape[0]):
         dr = dy[r]
         yr = y[r]
+        orow = o[r]
         s = _F(_sum_row(dr))
         for j in range(n):
-            tmp[j] = dr[j] - exp2_32(yr[j] * _L2E) * s
-        _flush(o[r], 0, tmp, n)
+            orow[j] = dr[j] - exp2_32(yr[j] * _L2E) * s
 
 
 @njit(**ELEMENTWISE)
