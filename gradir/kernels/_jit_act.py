@@ -6,13 +6,15 @@ it matters), element by element, vectorized and without the GIL.  Element-wise k
 take same-length 1-D arrays ``(o, *operands, *scalars)``; row kernels take 2-D
 ``[rows, n]`` arrays and reduce each row in float64, in one fixed order.
 
-Element-wise kernels must not be called with ``o`` overlapping an operand: LLVM
-vectorizes such a loop only behind a run-time overlap check, which fails in place and
-drops to scalar code (3-7x slower for the GELUs).  Neither may row kernels (the softmax
-forwards are safe, they write only from a private row buffer).  ``activation._elementwise``
-and ``_rows`` run in-place calls through a private block instead.  (Computing into a
-private tile inside each kernel was measured fine on one CPU (Intel, AVX-512) but 1.2-4x
-slower than the plain loop on another (AMD Zen 3), so the loops stay plain.)
+``o`` may be an operand (the runtime writes in place).  LLVM vectorizes a loop whose
+output may overlap its inputs only behind a run-time overlap check, which fails in place
+and drops to scalar code (3-7x slower for the GELUs).  So an element-wise kernel runs the
+plain loop when ``o`` is apart from its operands and, in place, computes ``TILE`` results
+into a private buffer and copies them out.  (Always going through the private tile was
+fine on one CPU (Intel, AVX-512) but 2-4x slower than the plain loop on another (AMD
+Zen 3).)  Row kernels for the gradients must not be called in place (``activation._rows``
+runs such calls through a private block); the softmax forwards write only from a
+private row buffer and may be.
 """
 
 from __future__ import annotations
@@ -101,7 +103,17 @@ def _fast_gelu_e(x):  # type: ignore[no-untyped-def]
     return z, q, e
 
 
-# -- element-wise kernels: a scalar function per op, run by a tiled loop ----------------------
+# -- element-wise kernels: a scalar function per op, run by a plain loop ----------------------
+
+TILE = 1024
+
+
+@njit(**INLINE)
+def _apart(o, a):  # type: ignore[no-untyped-def]
+    """True when the memory of ``o`` and ``a`` does not overlap."""
+    po = o.ctypes.data
+    pa = a.ctypes.data
+    return po + o.nbytes <= pa or pa + a.nbytes <= po
 
 
 @njit(**INLINE)
@@ -179,74 +191,194 @@ def _fast_gelu1(x):  # type: ignore[no-untyped-def]
 
 @njit(**ELEMENTWISE)
 def relu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _relu_grad1(dy[i], x[i])
+    if _apart(o, dy) and _apart(o, x):
+        for i in range(o.size):
+            o[i] = _relu_grad1(dy[i], x[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        dy_, x_, o_ = dy[t0:t1], x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _relu_grad1(dy_[k], x_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def sigmoid_grad(o, dy, y):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _sigmoid_grad1(dy[i], y[i])
+    if _apart(o, dy) and _apart(o, y):
+        for i in range(o.size):
+            o[i] = _sigmoid_grad1(dy[i], y[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        dy_, y_, o_ = dy[t0:t1], y[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _sigmoid_grad1(dy_[k], y_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def tanh_grad(o, dy, y):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _tanh_grad1(dy[i], y[i])
+    if _apart(o, dy) and _apart(o, y):
+        for i in range(o.size):
+            o[i] = _tanh_grad1(dy[i], y[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        dy_, y_, o_ = dy[t0:t1], y[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _tanh_grad1(dy_[k], y_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def leaky_relu_grad(o, dy, y, alpha):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _leaky_relu_grad1(dy[i], y[i], alpha)
+    if _apart(o, dy) and _apart(o, y):
+        for i in range(o.size):
+            o[i] = _leaky_relu_grad1(dy[i], y[i], alpha)
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        dy_, y_, o_ = dy[t0:t1], y[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _leaky_relu_grad1(dy_[k], y_[k], alpha)
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def quick_gelu_grad(o, dy, x, alpha, bound):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _quick_gelu_grad1(dy[i], x[i], alpha, bound)
+    if _apart(o, dy) and _apart(o, x):
+        for i in range(o.size):
+            o[i] = _quick_gelu_grad1(dy[i], x[i], alpha, bound)
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        dy_, x_, o_ = dy[t0:t1], x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _quick_gelu_grad1(dy_[k], x_[k], alpha, bound)
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def gelu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _gelu_grad1(dy[i], x[i])
+    if _apart(o, dy) and _apart(o, x):
+        for i in range(o.size):
+            o[i] = _gelu_grad1(dy[i], x[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        dy_, x_, o_ = dy[t0:t1], x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _gelu_grad1(dy_[k], x_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def fast_gelu_grad(o, dy, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _fast_gelu_grad1(dy[i], x[i])
+    if _apart(o, dy) and _apart(o, x):
+        for i in range(o.size):
+            o[i] = _fast_gelu_grad1(dy[i], x[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        dy_, x_, o_ = dy[t0:t1], x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _fast_gelu_grad1(dy_[k], x_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def sigmoid(o, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _sigmoid1(x[i])
+    if _apart(o, x):
+        for i in range(o.size):
+            o[i] = _sigmoid1(x[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        x_, o_ = x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _sigmoid1(x_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def leaky_relu(o, x, alpha):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _leaky_relu1(x[i], alpha)
+    if _apart(o, x):
+        for i in range(o.size):
+            o[i] = _leaky_relu1(x[i], alpha)
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        x_, o_ = x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _leaky_relu1(x_[k], alpha)
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def quick_gelu(o, x, nal2e, bound, keep):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _quick_gelu1(x[i], nal2e, bound, keep)
+    if _apart(o, x):
+        for i in range(o.size):
+            o[i] = _quick_gelu1(x[i], nal2e, bound, keep)
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        x_, o_ = x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _quick_gelu1(x_[k], nal2e, bound, keep)
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def gelu(o, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _gelu1(x[i])
+    if _apart(o, x):
+        for i in range(o.size):
+            o[i] = _gelu1(x[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        x_, o_ = x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _gelu1(x_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 @njit(**ELEMENTWISE)
 def fast_gelu(o, x):  # type: ignore[no-untyped-def]
-    for i in range(o.size):
-        o[i] = _fast_gelu1(x[i])
+    if _apart(o, x):
+        for i in range(o.size):
+            o[i] = _fast_gelu1(x[i])
+        return
+    tmp = np.empty(TILE, _F)  # in place: compute a tile privately, then copy it out
+    for t0 in range(0, o.size, TILE):
+        t1 = min(t0 + TILE, o.size)
+        x_, o_ = x[t0:t1], o[t0:t1]
+        for k in range(t1 - t0):
+            tmp[k] = _fast_gelu1(x_[k])
+        for k in range(t1 - t0):
+            o_[k] = tmp[k]
 
 
 # -- row kernels (softmax families) ------------------------------------------------------------

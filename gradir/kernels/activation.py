@@ -215,22 +215,10 @@ def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | No
     block = _block_elems(dtype)
     n_blocks = -(-n // block)
 
-    # a compiled kernel must not write over its operands (it would run scalar code):
-    # in place, each block goes through a private buffer
-    in_place = fast is not None and any(np.may_share_memory(flat_out, a) for a in flat_ops)
-
     def run(b0: int, b1: int) -> None:
-        if fast is not None and not in_place:
+        if fast is not None:
             lo, hi = b0 * block, min(n, b1 * block)
             fast(flat_out[lo:hi], *(a[lo:hi] for a in flat_ops), *fast_args)
-            return
-        if fast is not None:
-            tmp = _scratch(dtype, 1, min(block, n))[0]
-            for b in range(b0, b1):
-                lo = b * block
-                hi = min(n, lo + block)
-                fast(tmp[: hi - lo], *(a[lo:hi] for a in flat_ops), *fast_args)
-                flat_out[lo:hi] = tmp[: hi - lo]
             return
         scratch = _scratch(dtype, n_scratch, min(block, n))
         for b in range(b0, b1):
