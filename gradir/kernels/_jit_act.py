@@ -105,6 +105,9 @@ def _fast_gelu_e(x):  # type: ignore[no-untyped-def]
 
 # -- element-wise kernels: a scalar function per op, run by a plain loop ----------------------
 
+# Each kernel spells out its two loops: a factory (a closure over the scalar function) or
+# generated source would make numba recompile every kernel in every process, since its
+# disk cache keeps neither (measured: closures miss the cache in a new process).
 TILE = 1024
 
 
