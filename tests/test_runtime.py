@@ -485,3 +485,32 @@ def test_kernel_results_never_alias_their_operands(name, data):
         for a in arrays:
             if a is not None:
                 assert not np.shares_memory(np.asarray(r), a), name
+
+
+def test_kernel_exception_in_the_dataflow_executor(monkeypatch):
+    """An op failing on a worker thread stops the run with its located message; the other
+    branch's worker is waited for, and the executable runs again afterwards."""
+    from gradir import schedule
+    from gradir.kernels import KernelInfo
+
+    calls = {"n": 0}
+    real_exp = KERNELS["Exp"]
+
+    def flaky(*a, out=None):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("kaput")
+        return real_exp.fn(*a, out=out)
+
+    monkeypatch.setitem(KERNELS, "Exp", KernelInfo("Exp", flaky))
+    monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
+    text = ("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\n"
+            "t2 = Exp(t0)\nt3 = Tanh(t1)\nt4 = Neg(t2)\nt5 = Neg(t3)\nt6 = Add(t4, t5)\noutput t6\n")
+    exe = gradir.compile(text, threads=2, filename="d.gir")
+    assert exe.plan.heavy_concurrency
+    x = np.ones((64, 64), np.float32)
+    with pytest.raises(ExecutionError) as e:
+        exe.run({"t0": x, "t1": x})
+    assert "while executing line 3: t2 = Exp(t0) : Float32 [64, 64]: RuntimeError: kaput" in str(e.value)
+    got = exe.run({"t0": x, "t1": x})["t6"]
+    np.testing.assert_allclose(got, -np.exp(x) - np.tanh(x), rtol=1e-6)
