@@ -472,7 +472,10 @@ class _Run:
             worker()
         finally:
             for f in helpers:
-                f.result()  # never leave a worker writing after we return
+                # a helper still queued (the pool is busy with other runs) has nothing left
+                # to do: drop it; a started one is waited for, so no worker writes after we return
+                if not f.cancel():
+                    f.result()
         if error is not None:
             raise error
 

@@ -514,3 +514,38 @@ def test_kernel_exception_in_the_dataflow_executor(monkeypatch):
     assert "while executing line 3: t2 = Exp(t0) : Float32 [64, 64]: RuntimeError: kaput" in str(e.value)
     got = exe.run({"t0": x, "t1": x})["t6"]
     np.testing.assert_allclose(got, -np.exp(x) - np.tanh(x), rtol=1e-6)
+
+
+def test_a_run_does_not_wait_for_other_runs_on_the_shared_pool(monkeypatch):
+    """Runs with the same thread count share a pool; a short run whose helper is still
+    queued behind another run's long op must not wait for it."""
+    import threading
+    import time
+
+    from gradir import schedule
+    from gradir.kernels import KernelInfo
+
+    real_tanh = KERNELS["Tanh"]
+
+    def slow_tanh(*a, out=None):  # a long op that releases the GIL
+        time.sleep(1.0)
+        return real_tanh.fn(*a, out=out)
+
+    monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
+    monkeypatch.setitem(KERNELS, "Tanh", KernelInfo("Tanh", slow_tanh))
+    two = "input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = {0}(t0)\nt3 = {0}(t1)\nt4 = Add(t2, t3)\noutput t4\n"
+    long_exe = gradir.compile(two.format("Tanh"), threads=2)
+    short_exe = gradir.compile(two.format("Exp"), threads=2)
+    x = np.ones((64, 64), np.float32)
+    short_exe.run({"t0": x, "t1": x})
+    others = [threading.Thread(target=long_exe.run, args=({"t0": x, "t1": x},)) for _ in range(2)]
+    for t in others:
+        t.start()
+    time.sleep(0.2)  # both pool workers now sleep in the long runs' ops
+    t0 = time.perf_counter()
+    got = short_exe.run({"t0": x, "t1": x})["t4"]
+    elapsed = time.perf_counter() - t0
+    for t in others:
+        t.join()
+    np.testing.assert_allclose(got, 2 * np.exp(x), rtol=1e-6)
+    assert elapsed < 0.5, elapsed

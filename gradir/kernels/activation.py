@@ -146,9 +146,11 @@ def _check(*arrays: np.ndarray) -> np.dtype:
 
 
 def _alpha(alpha: float, op: str) -> float:
+    from ..ops.common import finite
     alpha = float(alpha)
-    if not math.isfinite(alpha):
-        raise ValueError(f"{op}: alpha must be a finite number, got {alpha}")
+    msg = finite(alpha)
+    if msg:
+        raise ValueError(f"{op}: alpha {msg}")
     return alpha
 
 
@@ -187,6 +189,17 @@ def _act_kernel(name: str, arity: int) -> Callable[[Callable], Callable]:
     return kernel(name, inplace=True, warm=warm)
 
 
+def _overlaps_partly(out: np.ndarray, operands: tuple[np.ndarray, ...]) -> bool:
+    """True when ``out`` shares memory with an operand other than as the very same array
+    layout (in place is fine; a shifted or differently strided view is not)."""
+    p = out.__array_interface__["data"][0]
+    for a in operands:
+        if np.may_share_memory(out, a) and not (
+                a.__array_interface__["data"][0] == p and a.strides == out.strides and a.shape == out.shape):
+            return True
+    return False
+
+
 def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
                  *operands: np.ndarray, fast: Callable[..., None] | None = None,
                  fast_args: tuple = ()) -> np.ndarray:
@@ -199,7 +212,8 @@ def _elementwise(body: Callable[..., None], n_scratch: int, out: np.ndarray | No
     """
     if out is None:
         out = np.empty(operands[0].shape, operands[0].dtype)
-    elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
+    elif not out.flags.c_contiguous or _overlaps_partly(out, operands):
+        # outside the calling convention: compute apart, then copy (NumPy's out= semantics)
         np.copyto(out, _elementwise(body, n_scratch, None, *operands, fast=fast, fast_args=fast_args))
         return out
     else:
@@ -259,7 +273,8 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
     ax = _norm_axis(axis, len(shape), op)
     if out is None:
         out = np.empty(shape, operands[0].dtype)
-    elif not out.flags.c_contiguous:  # outside the calling convention, but never write a copy
+    elif not out.flags.c_contiguous or _overlaps_partly(out, operands):
+        # outside the calling convention: compute apart, then copy (NumPy's out= semantics)
         np.copyto(out, _rows(body, n_scratch, None, operands, axis, flatten, op, fast, fast_alias_ok))
         return out
     else:

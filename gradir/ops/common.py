@@ -10,8 +10,14 @@ from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType
 __all__ = ["UnaryOp", "BinaryActivationGradOp", "ALPHA_LEAKY", "ALPHA_QUICKGELU", "axis_attr"]
 
 
+F32_MAX = 3.4028234663852886e38
+
+
 def finite(value: float) -> str | None:
-    return None if math.isfinite(value) else f"must be a finite number, got {value}"
+    """Kernels compute in the operands' dtype: the attribute must be finite in Float32 too."""
+    if math.isfinite(value) and abs(value) <= F32_MAX:
+        return None
+    return f"must be a finite number within Float32's range (|alpha| <= {F32_MAX:.8g}), got {value}"
 
 
 ALPHA_LEAKY = Attr("alpha", "float", 0.01, check=finite, doc="slope for x <= 0")
