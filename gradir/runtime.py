@@ -470,6 +470,11 @@ class _Run:
         helpers = [pool.submit(worker) for _ in range(threads - 1)]
         try:
             worker()
+        except BaseException as e:  # e.g. Ctrl-C outside a step: stop the helpers too
+            with cond:
+                error = error or e
+                cond.notify_all()
+            raise
         finally:
             for f in helpers:
                 # a helper still queued (the pool is busy with other runs) has nothing left

@@ -576,10 +576,10 @@ def test_results_identical_for_1_2_4_threads(dtype: type, monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("name", ["LeakyRelu", "LeakyReluGrad", "QuickGelu", "QuickGeluGrad"])
-@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -float("inf"), 1e39, -1e39])
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -float("inf"), 1e39, -2.4e38])
 def test_non_finite_alpha_is_rejected(name: str, alpha: float) -> None:
     x = np.ones((2, 2), np.float32)
-    with pytest.raises(ValueError, match="alpha must be a finite number within Float32's range"):
+    with pytest.raises(ValueError, match="alpha must be a finite number with \\|alpha\\| <= 1e\\+38"):
         _call(name, x, x, alpha=alpha)
 
 

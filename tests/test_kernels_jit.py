@@ -222,7 +222,7 @@ class _nothing:
         pass
 
 
-@pytest.mark.parametrize("alpha", [1.702, -1.702, 1e-38, -1e-38, 1e-45])
+@pytest.mark.parametrize("alpha", [1.702, -1.702, 1e-38, -1e-38, 1e-45, 1e38, -1e38])
 def test_quick_gelu_paths_agree_at_extreme_inputs_and_alphas(alpha: float) -> None:
     x = np.array(NONFINITE, np.float32)
     dy = np.ones_like(x)

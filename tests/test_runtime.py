@@ -549,3 +549,46 @@ def test_a_run_does_not_wait_for_other_runs_on_the_shared_pool(monkeypatch):
         t.join()
     np.testing.assert_allclose(got, 2 * np.exp(x), rtol=1e-6)
     assert elapsed < 0.5, elapsed
+
+
+def test_an_interrupt_between_steps_stops_the_dataflow_helpers(monkeypatch):
+    """A KeyboardInterrupt landing on the caller's worker outside a step (emulated right
+    after it takes a step) propagates; the helper thread is told to stop (no hang)."""
+    import threading
+    import types
+
+    from gradir import runtime, schedule
+
+    monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
+    exe = gradir.compile("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = Exp(t0)\n"
+                         "t3 = Tanh(t1)\nt4 = Sigmoid(t3)\nt5 = Neg(t2)\nt6 = Add(t4, t5)\noutput t6\n", threads=2)
+    assert exe.plan.heavy_concurrency
+    state = {"caller": None, "armed": True}
+
+    class Cond(threading.Condition):
+        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+            r = super().__exit__(*exc)
+            if exc[0] is None and state["armed"] and threading.current_thread() is state["caller"]:
+                state["armed"] = False
+                raise KeyboardInterrupt
+            return r
+
+    shim = types.ModuleType("threading_shim")
+    shim.__dict__.update(threading.__dict__)
+    shim.Condition = Cond
+    monkeypatch.setattr(runtime, "threading", shim)
+    outcome: list[str] = []
+    x = np.ones((64, 64), np.float32)
+
+    def call() -> None:
+        state["caller"] = threading.current_thread()
+        try:
+            exe.run({"t0": x, "t1": x})
+            outcome.append("returned")
+        except BaseException as e:  # noqa: BLE001
+            outcome.append(type(e).__name__)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(20)
+    assert outcome == ["KeyboardInterrupt"]

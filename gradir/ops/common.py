@@ -10,14 +10,14 @@ from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType
 __all__ = ["UnaryOp", "BinaryActivationGradOp", "ALPHA_LEAKY", "ALPHA_QUICKGELU", "axis_attr"]
 
 
-F32_MAX = 3.4028234663852886e38
+ALPHA_MAX = 1e38  # Float32 kernels use alpha·log2(e) and alpha·x: both must stay finite
 
 
 def finite(value: float) -> str | None:
-    """Kernels compute in the operands' dtype: the attribute must be finite in Float32 too."""
-    if math.isfinite(value) and abs(value) <= F32_MAX:
+    """Kernels compute in the operands' dtype: the attribute must be usable in Float32 too."""
+    if math.isfinite(value) and abs(value) <= ALPHA_MAX:
         return None
-    return f"must be a finite number within Float32's range (|alpha| <= {F32_MAX:.8g}), got {value}"
+    return f"must be a finite number with |alpha| <= {ALPHA_MAX:g}, got {value}"
 
 
 ALPHA_LEAKY = Attr("alpha", "float", 0.01, check=finite, doc="slope for x <= 0")
