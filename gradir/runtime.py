@@ -389,12 +389,8 @@ class _Run:
             else:
                 # Kernels release the GIL for each of many short ufunc calls; with the default 5 ms
                 # switch interval one worker can starve the other (a GIL convoy, seen in traces).
-                old_interval = sys.getswitchinterval()
-                sys.setswitchinterval(min(old_interval, SWITCH_INTERVAL))
-                try:
+                with _short_switch_interval():
                     self._dataflow(threads)
-                finally:
-                    sys.setswitchinterval(old_interval)
         finally:
             parallel.set_threads(prev)
             if limiter is not None:
@@ -545,6 +541,31 @@ def _codegen(plan: Plan, pool: _Pool):
 
 _EXECUTORS: dict[int, ThreadPoolExecutor] = {}
 _EXEC_LOCK = threading.Lock()
+
+
+_SWITCH_LOCK = threading.Lock()
+_switch_users = 0
+_switch_saved = 0.0
+
+
+class _short_switch_interval:
+    """Lower the GIL switch interval while any dataflow run is active (counted, so runs
+    that overlap in several threads restore the process's own value exactly once)."""
+
+    def __enter__(self) -> None:
+        global _switch_users, _switch_saved
+        with _SWITCH_LOCK:
+            if _switch_users == 0:
+                _switch_saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(_switch_saved, SWITCH_INTERVAL))
+            _switch_users += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _switch_users
+        with _SWITCH_LOCK:
+            _switch_users -= 1
+            if _switch_users == 0:
+                sys.setswitchinterval(_switch_saved)
 
 
 def _executor(threads: int) -> ThreadPoolExecutor:

@@ -194,7 +194,7 @@ def test_read_only_out_is_a_clear_error(path: str) -> None:
 NONFINITE = [-np.inf, -3.0, -1.0, -0.0, 0.0, 1.0, 3.0, np.inf, np.nan, -1e38, 1e38]
 
 
-@pytest.mark.parametrize("alpha", [0.01, 0.0, -0.5, 1.0, 2.0, 1e30])
+@pytest.mark.parametrize("alpha", [0.01, 0.0, -0.5, 1.0, 2.0, 1e30, 1e38, -1e38])
 def test_leaky_relu_is_exactly_one_branch(alpha: float) -> None:
     """``x if x > 0 else alpha·x`` bit for bit (signed zeros, inf and NaN included), on
     both paths and in both dtypes; LeakyReluGrad likewise with ``dY``."""

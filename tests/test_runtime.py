@@ -487,33 +487,75 @@ def test_kernel_results_never_alias_their_operands(name, data):
                 assert not np.shares_memory(np.asarray(r), a), name
 
 
-def test_kernel_exception_in_the_dataflow_executor(monkeypatch):
-    """An op failing on a worker thread stops the run with its located message; the other
-    branch's worker is waited for, and the executable runs again afterwards."""
+@pytest.mark.parametrize("failing_thread", ["caller", "helper"])
+def test_kernel_exception_in_the_dataflow_executor(monkeypatch, failing_thread):
+    """An op failing on either worker (the calling thread or the pool's) stops the run with
+    its located message; the other worker is waited for, and the executable runs again."""
+    import threading
+    import time
+
     from gradir import schedule
     from gradir.kernels import KernelInfo
 
-    calls = {"n": 0}
     real_exp = KERNELS["Exp"]
+    armed = {"on": True}
+    caller = threading.current_thread()
 
     def flaky(*a, out=None):
-        calls["n"] += 1
-        if calls["n"] == 1:
+        time.sleep(0.05)  # both branches' Exp run at once, one on each worker
+        on_caller = threading.current_thread() is caller
+        if armed["on"] and on_caller == (failing_thread == "caller"):
             raise RuntimeError("kaput")
         return real_exp.fn(*a, out=out)
 
     monkeypatch.setitem(KERNELS, "Exp", KernelInfo("Exp", flaky))
     monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
     text = ("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\n"
-            "t2 = Exp(t0)\nt3 = Tanh(t1)\nt4 = Neg(t2)\nt5 = Neg(t3)\nt6 = Add(t4, t5)\noutput t6\n")
+            "t2 = Exp(t0)\nt3 = Exp(t1)\nt4 = Neg(t2)\nt5 = Neg(t3)\nt6 = Add(t4, t5)\noutput t6\n")
     exe = gradir.compile(text, threads=2, filename="d.gir")
     assert exe.plan.heavy_concurrency
     x = np.ones((64, 64), np.float32)
     with pytest.raises(ExecutionError) as e:
         exe.run({"t0": x, "t1": x})
-    assert "while executing line 3: t2 = Exp(t0) : Float32 [64, 64]: RuntimeError: kaput" in str(e.value)
+    assert ": RuntimeError: kaput" in str(e.value) and "while executing line " in str(e.value)
+    armed["on"] = False
     got = exe.run({"t0": x, "t1": x})["t6"]
-    np.testing.assert_allclose(got, -np.exp(x) - np.tanh(x), rtol=1e-6)
+    np.testing.assert_allclose(got, -2 * np.exp(x), rtol=1e-6)
+
+
+def test_overlapping_runs_restore_the_switch_interval(monkeypatch):
+    """Run A starts, run B starts while A runs, A ends first: the interval each run saw on
+    entry differs, yet the process's own value comes back once both are done."""
+    import sys
+    import threading
+    import time
+
+    from gradir import schedule
+    from gradir.kernels import KernelInfo
+
+    real_exp = KERNELS["Exp"]
+
+    def slow_exp(*a, out=None):
+        time.sleep(0.03)
+        return real_exp.fn(*a, out=out)
+
+    monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
+    monkeypatch.setitem(KERNELS, "Exp", KernelInfo("Exp", slow_exp))
+    text = ("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = Exp(t0)\n"
+            "t3 = Exp(t1)\nt4 = Add(t2, t3)\noutput t4\n")
+    exe_a = gradir.compile(text, threads=2)
+    exe_b = gradir.compile(text.replace("t4 = Add(t2, t3)", "t5 = Exp(t2)\nt4 = Add(t5, t3)"), threads=2)
+    assert exe_a.plan.heavy_concurrency and exe_b.plan.heavy_concurrency
+    before = sys.getswitchinterval()
+    x = np.ones((64, 64), np.float32)
+    ta = threading.Thread(target=exe_a.run, args=({"t0": x, "t1": x},))
+    tb = threading.Thread(target=exe_b.run, args=({"t0": x, "t1": x},))
+    ta.start()
+    time.sleep(0.01)
+    tb.start()  # B enters while A is inside and leaves after A
+    ta.join()
+    tb.join()
+    assert sys.getswitchinterval() == before
 
 
 def test_a_run_does_not_wait_for_other_runs_on_the_shared_pool(monkeypatch):
