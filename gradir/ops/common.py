@@ -20,8 +20,8 @@ def finite(value: float) -> str | None:
     return f"must be a finite number with |alpha| <= {ALPHA_MAX:g}, got {value}"
 
 
-ALPHA_LEAKY = Attr("alpha", "float", 0.01, check=finite, doc="slope for x <= 0")
-ALPHA_QUICKGELU = Attr("alpha", "float", 1.702, check=finite, doc="sigmoid scale")
+ALPHA_LEAKY = Attr("alpha", "float", 0.01, check=finite, doc="slope for x <= 0 (finite, |alpha| <= 1e38)")
+ALPHA_QUICKGELU = Attr("alpha", "float", 1.702, check=finite, doc="sigmoid scale (finite, |alpha| <= 1e38)")
 
 
 def axis_attr(default: int) -> Attr:
