@@ -206,7 +206,7 @@ def test_fused_cell_rejects_bad_indices():
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("with_sl,with_p,with_h0,with_b,nb",
                          [c + (nb,) for c in itertools.product([False, True], repeat=4) for nb in (1, 4)])
-def test_lstm_training_matches_reference(direction, with_sl, with_p, with_h0, with_b, nb):
+def test_lstm_training_matches_reference(direction, with_sl, with_p, with_h0, with_b, nb, kernel_path):
     rng = np.random.default_rng(hash((direction, with_sl, with_p, with_h0, with_b, nb)) % 2**32)
     S, I, H = 5, 3, 4
     ops = make_layer(rng, S, nb, I, H, direction, with_b=with_b, with_sl=with_sl, with_p=with_p,

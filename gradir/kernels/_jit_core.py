@@ -26,11 +26,17 @@ Conventions for kernels built on this module:
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic
+
+# numba's own "internal pedantic check" on the SSA form fires, harmlessly, when it inlines
+# our scalar functions (with their selects) many times into one loop: keep it off users' stderr
+warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning, module=r"numba\.core\.ssa")
 
 __all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "LOG2E"]
 

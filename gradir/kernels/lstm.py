@@ -310,6 +310,14 @@ def _halve_sigmoid_rows(M: np.ndarray, h: int) -> np.ndarray:
     return M
 
 
+def _mask_step(steps: _Steps, t: int, ht: np.ndarray, ct: np.ndarray, g: np.ndarray) -> None:
+    m = steps.partial.get(t)
+    if m is not None:  # rows with t >= SL[b] do not exist at this step
+        ht *= m
+        ct *= m
+        g *= m
+
+
 def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.ndarray | None,
                        pd: np.ndarray | None, h0: np.ndarray | None, c0: np.ndarray | None,
                        steps: _Steps, rev: bool, HA: np.ndarray, CA: np.ndarray, G: np.ndarray,
@@ -331,6 +339,9 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
         G += _halve_sigmoid_rows(bd[: 4 * h] + bd[4 * h:], h)
     if pd is not None:
         pi, po, pf = (0.5 * pd[k * h: (k + 1) * h] for k in range(3))
+    jl = jit.load("lstm")
+    if jl is not None:
+        p_half = (0.5 * pd).astype(dt) if pd is not None else np.zeros(1, dt)
 
     zeros = np.zeros((nb, h), dt)
     hp = h0 if h0 is not None else zeros
@@ -359,6 +370,11 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
         g = G[t]
         ct, ht = CA[t], HA[t]
         np.matmul(hp, RsT, out=tmp4)
+        if jl is not None:  # the whole element-wise step fused (numba)
+            jl.forward_step(g, tmp4, jit.readable(cp), ct, ht, p_half, pd is not None)
+            _mask_step(steps, t, ht, ct, g)
+            hp, cp = ht, ct
+            continue
         g += tmp4
         gi, go, gf, gc = g[:, :h], g[:, h: 2 * h], g[:, 2 * h: 3 * h], g[:, 3 * h:]
         if pd is None:
@@ -388,11 +404,7 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
             go += 0.5
         np.tanh(ct, out=tmp)
         np.multiply(go, tmp, out=ht)
-        m = steps.partial.get(t)
-        if m is not None:  # rows with t >= SL[b] do not exist at this step
-            ht *= m
-            ct *= m
-            g *= m
+        _mask_step(steps, t, ht, ct, g)
         hp, cp = ht, ct
     if rev:
         hfin[...] = HA[0]
@@ -406,7 +418,29 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
         cfin[...] = CA[S - 1]
 
 
-@kernel("LSTMTraining", blas=True)
+def _warm_layers(dtype: Any) -> None:
+    """``warm`` hook of LSTMTraining and LSTMGrad (see ``gradir.kernels``): run both on a
+    tiny layer, with and without peepholes, and the backward on both of its compiled paths
+    (the whole loop and the per-step one), so numba builds or loads all their machine code."""
+    global _WHOLE_LOOP_MAX
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64) or jit.load("lstm") is None:
+        return
+    S, nb, I, h = 2, 1, 1, 1
+    X = np.full((S, nb, I), 0.5, dt)
+    W, R = np.full((1, 4 * h, I), 0.5, dt), np.full((1, 4 * h, h), 0.5, dt)
+    saved = _WHOLE_LOOP_MAX
+    try:
+        for P in (None, np.full((1, 3 * h), 0.5, dt)):
+            HAll, _, _, CAll, iofc = lstm_training(X, W, R, P=P, hidden_size=h)
+            for whole_max in (saved, 0):
+                _WHOLE_LOOP_MAX = whole_max
+                lstm_grad(X, W, R, None, None, None, HAll, CAll, iofc, HAll, P=P, hidden_size=h)
+    finally:
+        _WHOLE_LOOP_MAX = saved
+
+
+@kernel("LSTMTraining", blas=True, warm=_warm_layers)
 def lstm_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None = None,
                   SL: np.ndarray | None = None, H0: np.ndarray | None = None,
                   C0: np.ndarray | None = None, P: np.ndarray | None = None, *, out: Any = None,
@@ -718,7 +752,7 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
     return _view(db, (D * 4 * h,))
 
 
-@kernel("LSTMGrad", blas=True)
+@kernel("LSTMGrad", blas=True, warm=_warm_layers)
 def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None = None,
               H0: np.ndarray | None = None, C0: np.ndarray | None = None,
               HAll: np.ndarray | None = None, CAll: np.ndarray | None = None,
