@@ -223,7 +223,41 @@ def bench_layer(S: int, B: int, I: int, H: int, repeats: int, threads: int) -> l
     goals.append((f"{S},{B},{I},{H}: plain BPTT (1 GEMM/step) time / gradir's", f"{t_plain / t_ours:.2f}x", None))
     goals.append((f"{S},{B},{I},{H}: plain BPTT (GEMM per gate) time / gradir's", f"{t_plain4 / t_ours:.2f}x",
                   None))
+    goals += bench_forward(ops, S, B, I, H, repeats, threads, budget)
     return goals
+
+
+def bench_forward(ops: dict, S: int, B: int, I: int, H: int, repeats: int, threads: int,
+                  budget: float) -> list[tuple]:
+    """LSTMTraining (the forward, which also stores what the backward needs) against PyTorch's
+    nn.LSTM forward without autograd: information, no goal."""
+    def ours() -> object:
+        return lstm_training(ops["X"], ops["W"], ops["R"], ops["B"], hidden_size=H)
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    t_ours = t_torch = float("inf")
+    if torch is not None:
+        torch.set_num_threads(threads)
+        lstm = torch.nn.LSTM(I, H)
+        x = torch.from_numpy(ops["X"])
+
+        def theirs() -> object:
+            with torch.no_grad():
+                return lstm(x)
+    for _ in range(3):
+        t_ours = min(t_ours, best_time(ours, repeats, budget))
+        if torch is not None:
+            t_torch = min(t_torch, best_time(theirs, repeats, budget))
+    line = f"   forward: gradir LSTMTraining {t_ours * 1e3:.3f} ms"
+    out = []
+    if torch is not None:
+        line += f", PyTorch nn.LSTM forward (no autograd) {t_torch * 1e3:.3f} ms"
+        out.append((f"{S},{B},{I},{H}: forward LSTMTraining time / PyTorch's", f"{t_ours / t_torch:.2f}x", None))
+    print(line)
+    return out
 
 
 def _cell_graph(B: int, I: int, H: int, indices: list[int]) -> str:
