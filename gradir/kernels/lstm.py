@@ -26,7 +26,10 @@ How the sequence kernels are made fast (PERFORMANCE.md; measured by ``benchmarks
   whole loop, its per-step GEMMs included, in one compiled call (no per-step Python), larger
   ones call the compiled step from Python and keep NumPy's threaded GEMM per step.  Tried and
   dropped: running dX/dW on a helper thread beside the compiled step loop (each BLAS held to
-  one thread): the two cores slowed each other and the total got worse (100-130 vs 85-110 ms).
+  one thread): the two cores slowed each other and the total got worse (100-130 vs 85-110 ms;
+  again 122-132 vs 94 ms on AMD Zen 3).  The forward's step (gate activations with peepholes,
+  C_t, H_t) is one compiled pass too (75 -> 59 ms at S,B,I,H = 100,64,256,256), for Float64
+  only when B·4H <= 16K (libm's scalar tanh loses to NumPy's SIMD one on larger steps).
 * Sequence lengths (``SL``) use precomputed float masks on the steps that are only
   partly valid, skip steps valid for no row, and inject ``dHFinal``/``dCFinal`` at (and
   take ``dH0``/``dC0`` from) each row's last/first step.
