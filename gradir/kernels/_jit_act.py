@@ -8,13 +8,13 @@ take same-length 1-D arrays ``(o, *operands, *scalars)``; row kernels take 2-D
 
 ``o`` may be an operand (the runtime writes in place).  LLVM vectorizes a loop whose
 output may overlap its inputs only behind a run-time overlap check, which fails in place
-and drops to scalar code (3-7x slower for the GELUs).  So an element-wise kernel runs the
-plain loop when ``o`` is apart from its operands and, in place, computes ``TILE`` results
-into a private buffer and copies them out.  (Always going through the private tile was
-fine on one CPU (Intel, AVX-512) but 2-4x slower than the plain loop on another (AMD
-Zen 3).)  Row kernels for the gradients must not be called in place (``activation._rows``
-runs such calls through a private block); the softmax forwards write only from a
-private row buffer and may be.
+and drops to scalar code (3-7x slower for the GELUs).  So each kernel runs the plain loop
+when ``o`` is apart from its operands and, in place, computes a tile (element-wise) or a
+row (softmax gradients) into a private buffer and copies it out.  (Always going through
+the private buffer was fine on one CPU (Intel, AVX-512) but 1.2-4x slower than the plain
+loop on another (AMD Zen 3).)  The softmax forwards always compute each row into a
+private buffer (they need its sum before writing).  An ``o`` that *partly* overlaps an
+operand is never passed in (``activation._elementwise``/``_rows`` compute apart then).
 """
 
 from __future__ import annotations
@@ -428,25 +428,41 @@ def _max_row(x):  # type: ignore[no-untyped-def]
 @njit(**ELEMENTWISE)
 def softmax_grad_rows(o, dy, y):  # type: ignore[no-untyped-def]
     n = o.shape[1]
+    apart = _apart(o, dy) and _apart(o, y)
+    tmp = np.empty(n if not apart else 0, _F)  # in place: a private row, then copied out
     for r in range(o.shape[0]):
         dr = dy[r]
         yr = y[r]
         orow = o[r]
         s = _F(_dot_row(yr, dr))
+        if apart:
+            for j in range(n):
+                orow[j] = (dr[j] - s) * yr[j]
+            continue
         for j in range(n):
-            orow[j] = (dr[j] - s) * yr[j]
+            tmp[j] = (dr[j] - s) * yr[j]
+        for j in range(n):
+            orow[j] = tmp[j]
 
 
 @njit(**ELEMENTWISE)
 def log_softmax_grad_rows(o, dy, y):  # type: ignore[no-untyped-def]
     n = o.shape[1]
+    apart = _apart(o, dy) and _apart(o, y)
+    tmp = np.empty(n if not apart else 0, _F)  # in place: a private row, then copied out
     for r in range(o.shape[0]):
         dr = dy[r]
         yr = y[r]
         orow = o[r]
         s = _F(_sum_row(dr))
+        if apart:
+            for j in range(n):
+                orow[j] = dr[j] - exp2_32(yr[j] * _L2E) * s
+            continue
         for j in range(n):
-            orow[j] = dr[j] - exp2_32(yr[j] * _L2E) * s
+            tmp[j] = dr[j] - exp2_32(yr[j] * _L2E) * s
+        for j in range(n):
+            orow[j] = tmp[j]
 
 
 @njit(**ELEMENTWISE)

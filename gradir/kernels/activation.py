@@ -255,7 +255,7 @@ def _norm_axis(axis: int, ndim: int, op: str) -> int:
 
 def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
           operands: tuple[np.ndarray, ...], axis: int, flatten: bool, op: str,
-          fast: Callable[..., None] | None = None, fast_alias_ok: bool = False) -> np.ndarray:
+          fast: Callable[..., None] | None = None) -> np.ndarray:
     """Run a reduce-over-one-axis ``body`` block by block.
 
     The operands are viewed as ``[outer, A, inner]`` with the reduced axis in the middle
@@ -266,8 +266,8 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
     A block is a run of whole outer slices, or a column range of one outer slice when a
     slice is too big; the grid depends only on the shape, so results do not depend on the
     thread count.  ``fast``, when given, is a compiled kernel that does the same for a run
-    of whole rows (``inner == 1``) in one call, ``fast(o, *operand_rows)`` on 2-D arrays;
-    ``o`` never overlaps an operand unless ``fast_alias_ok`` (see ``_jit_act``).
+    of whole rows (``inner == 1``) in one call, ``fast(o, *operand_rows)`` on 2-D arrays
+    (``o`` may be an operand, see ``_jit_act``).
     """
     shape = operands[0].shape
     ax = _norm_axis(axis, len(shape), op)
@@ -275,7 +275,7 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
         out = np.empty(shape, operands[0].dtype)
     elif not out.flags.c_contiguous or _overlaps_partly(out, operands):
         # outside the calling convention: compute apart, then copy (NumPy's out= semantics)
-        np.copyto(out, _rows(body, n_scratch, None, operands, axis, flatten, op, fast, fast_alias_ok))
+        np.copyto(out, _rows(body, n_scratch, None, operands, axis, flatten, op, fast))
         return out
     else:
         jit.writable_out(out, op)
@@ -317,21 +317,9 @@ def _rows(body: Callable[..., None], n_scratch: int, out: np.ndarray | None,
 
     n_big = math.prod(unit(0)[1])
     if fast is not None and inner == 1:
-        # in place, each block of rows goes through a private buffer (see _elementwise),
-        # unless the kernel itself writes only from a private row buffer
-        in_place = not fast_alias_ok and any(np.may_share_memory(views[0], v) for v in views[1:])
-
         def run_fast(u0: int, u1: int) -> None:
-            if not in_place:
-                rows = slice(u0 * ob, min(outer, u1 * ob))
-                fast(*(v[rows] for v in views))
-                return
-            for u in range(u0, u1):
-                rows = slice(u * ob, min(outer, (u + 1) * ob))
-                nr = rows.stop - rows.start
-                tmp = _scratch(dtype, 1, nr * a_len)[0].reshape(nr, a_len)
-                fast(tmp, *(v[rows] for v in views[1:]))
-                views[0][rows] = tmp
+            rows = slice(u0 * ob, min(outer, u1 * ob))
+            fast(*(v[rows] for v in views))
 
         parallel_rows(n_units, n_big * dtype.itemsize * (len(operands) + 1), run_fast)
         return out
@@ -940,7 +928,7 @@ def softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> 
     """``exp(x - max) / Σ exp(x - max)`` over the single axis ``axis``."""
     dtype = _check(x)
     return _rows(_softmax_body, 1, out, (x,), axis, False, "Softmax",
-                 _compiled(dtype, "softmax_rows"), fast_alias_ok=True)
+                 _compiled(dtype, "softmax_rows"))
 
 
 @_act_kernel("LogSoftmax", 1)
@@ -948,4 +936,4 @@ def log_softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1)
     """``(x - max) - log Σ exp(x - max)`` over the single axis ``axis``."""
     dtype = _check(x)
     return _rows(_log_softmax_body, 2, out, (x,), axis, False, "LogSoftmax",
-                 _compiled(dtype, "log_softmax_rows"), fast_alias_ok=True)
+                 _compiled(dtype, "log_softmax_rows"))
