@@ -427,22 +427,20 @@ def _warm_layers(dtype: Any) -> None:
     """``warm`` hook of LSTMTraining and LSTMGrad (see ``gradir.kernels``): run both on a
     tiny layer, with and without peepholes, and the backward on both of its compiled paths
     (the whole loop and the per-step one), so numba builds or loads all their machine code."""
-    global _WHOLE_LOOP_MAX
     dt = np.dtype(dtype)
     if dt not in (np.float32, np.float64) or jit.load("lstm") is None:
         return
     S, nb, I, h = 2, 1, 1, 1
     X = np.full((S, nb, I), 0.5, dt)
     W, R = np.full((1, 4 * h, I), 0.5, dt), np.full((1, 4 * h, h), 0.5, dt)
-    saved = _WHOLE_LOOP_MAX
     try:
         for P in (None, np.full((1, 3 * h), 0.5, dt)):
             HAll, _, _, CAll, iofc = lstm_training(X, W, R, P=P, hidden_size=h)
-            for whole_max in (saved, 0):
-                _WHOLE_LOOP_MAX = whole_max
+            for per_step in (False, True):
+                _this_thread.per_step = per_step  # this thread only
                 lstm_grad(X, W, R, None, None, None, HAll, CAll, iofc, HAll, P=P, hidden_size=h)
     finally:
-        _WHOLE_LOOP_MAX = saved
+        _this_thread.per_step = False
 
 
 @kernel("LSTMTraining", blas=True, warm=_warm_layers)
@@ -705,6 +703,7 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
 # compiled call (GEMMs by numba's np.dot); larger ones call the compiled element-wise step
 # from Python and do each step's GEMM with NumPy (its threaded BLAS).
 _WHOLE_LOOP_MAX = 1 << 14
+_this_thread = threading.local()  # per_step: force the per-step path (``_warm_layers``)
 
 
 def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
@@ -729,7 +728,7 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
     db = np.zeros((D, 4 * h), dt)
     dH = np.empty((nb, h), dt)
     dC = np.empty((nb, h), dt)
-    whole = nb * 4 * h <= _WHOLE_LOOP_MAX and jl.HAVE_BLAS
+    whole = nb * 4 * h <= _WHOLE_LOOP_MAX and jl.HAVE_BLAS and not getattr(_this_thread, "per_step", False)
     at = np.empty((nb, 4 * h) if whole and D == 2 else (1, 1), dt)
     for d in range(D):
         rev = k.direction == "reverse" or d == 1
