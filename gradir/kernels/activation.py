@@ -54,6 +54,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..ops.common import finite
 from . import jit, kernel
 from .parallel import parallel_rows
 
@@ -146,7 +147,6 @@ def _check(*arrays: np.ndarray) -> np.dtype:
 
 
 def _alpha(alpha: float, op: str) -> float:
-    from ..ops.common import finite
     alpha = float(alpha)
     msg = finite(alpha)
     if msg:
