@@ -30,6 +30,12 @@ How the sequence kernels are made fast (PERFORMANCE.md; measured by ``benchmarks
   again 122-132 vs 94 ms on AMD Zen 3).  The forward's step (gate activations with peepholes,
   C_t, H_t) is one compiled pass too (75 -> 59 ms at S,B,I,H = 100,64,256,256), for Float64
   only when B·4H <= 16K (libm's scalar tanh loses to NumPy's SIMD one on larger steps).
+* Also tried and dropped (branch ``experiment/lstm-two-halves``): the compiled backward as two
+  independent half-batch step loops on two threads, each with single-threaded BLAS, and the
+  big GEMMs in halves.  The step loops went from 33 to 29 ms, but only while OpenBLAS's own
+  threads were idle: after any multi-threaded BLAS call they spin for ~0.1 s and take a core
+  from the loops (53 vs 31 ms), so ``LSTMGrad`` right after ``LSTMTraining`` took 143-155 ms
+  instead of 101-105.  The per-step GEMM is best left to OpenBLAS's threads.
 * Sequence lengths (``SL``) use precomputed float masks on the steps that are only
   partly valid, skip steps valid for no row, and inject ``dHFinal``/``dCFinal`` at (and
   take ``dH0``/``dC0`` from) each row's last/first step.
