@@ -12,6 +12,7 @@ identical for every thread count.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import sys
 import threading
@@ -374,27 +375,26 @@ class _Run:
     def _execute(self) -> dict[str, np.ndarray]:
         exe = self.exe
         threads = exe.threads
+        # several BLAS ops may run at once: hold BLAS (process-wide, counted) to its share of the cores
+        blas = parallel.blas_limit(max(1, (os.cpu_count() or 1) // threads)) if (
+            threads > 1 and self.plan.blas_concurrency) else contextlib.nullcontext()
         prev = parallel.get_threads()
-        parallel.set_threads(threads)
-        limiter = None
-        try:
-            if threads > 1 and self.plan.blas_concurrency:
-                limiter = _blas_limit(max(1, (os.cpu_count() or 1) // threads))
-            if self.trace is None and not self.check_numerics and self.types is self.plan.types and (
-                    threads <= 1 or not self.plan.heavy_concurrency):
-                self.values = exe._straight_line()(self)  # nothing to overlap: generated straight-line code
-            elif threads <= 1 or len(self.plan.steps) < 2:
-                for st in self.plan.steps:
-                    self.run_step(st)
-            else:
-                # Kernels release the GIL for each of many short ufunc calls; with the default 5 ms
-                # switch interval one worker can starve the other (a GIL convoy, seen in traces).
-                with _short_switch_interval():
-                    self._dataflow(threads)
-        finally:
-            parallel.set_threads(prev)
-            if limiter is not None:
-                limiter.restore_original_limits()
+        with blas:
+            parallel.set_threads(threads)
+            try:
+                if self.trace is None and not self.check_numerics and self.types is self.plan.types and (
+                        threads <= 1 or not self.plan.heavy_concurrency):
+                    self.values = exe._straight_line()(self)  # nothing to overlap: generated straight-line code
+                elif threads <= 1 or len(self.plan.steps) < 2:
+                    for st in self.plan.steps:
+                        self.run_step(st)
+                else:
+                    # Kernels release the GIL for each of many short ufunc calls; with the default 5 ms
+                    # switch interval one worker can starve the other (a GIL convoy, seen in traces).
+                    with _short_switch_interval():
+                        self._dataflow(threads)
+            finally:
+                parallel.set_threads(prev)
         return self.values
 
     def _dataflow(self, threads: int) -> None:
@@ -575,14 +575,3 @@ def _executor(threads: int) -> ThreadPoolExecutor:
             ex = _EXECUTORS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gradir")
         return ex
 
-
-_CONTROLLER = None
-
-
-def _blas_limit(n: int):
-    """Limit BLAS threads (process-wide) while several BLAS ops may run at once."""
-    global _CONTROLLER
-    from threadpoolctl import ThreadpoolController
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=n, user_api="blas")

@@ -634,3 +634,64 @@ def test_an_interrupt_between_steps_stops_the_dataflow_helpers(monkeypatch):
     t.start()
     t.join(20)
     assert outcome == ["KeyboardInterrupt"]
+
+
+def test_overlapping_blas_limits_restore_the_original_thread_counts():
+    """Runs on two threads that each hold BLAS to fewer threads (several BLAS ops may run at
+    once) and finish in the other order than they started leave BLAS as it was.  Regression:
+    the run that finished last restored the limit of the other, and every later GEMM in the
+    process ran on one thread (seen in 2 of 5 tries of two threads running such a graph)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from gradir.kernels import parallel
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        assert before and set(before) == {2}
+        first, second = parallel.blas_limit(1), parallel.blas_limit(1)  # what two runs hold
+        first.__enter__()
+        second.__enter__()
+        assert set(blas_threads()) == {1}
+        first.__exit__(None, None, None)
+        assert set(blas_threads()) == {1}  # the second run is still running
+        second.__exit__(None, None, None)
+        assert blas_threads() == before
+
+
+def test_overlapping_runs_on_two_threads_leave_blas_threads_as_they_were():
+    """The same through the runtime: two threads run a graph whose two MatMuls may overlap."""
+    import threading as th
+    import time
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    text = ("input t0 : Float32 [300, 300]\ninput t1 : Float32 [300, 300]\n"
+            "t2 = MatMul(t0, t1)\nt3 = MatMul(t1, t0)\nt4 = Add(t2, t3)\noutput t4\n")
+    exe = gradir.compile(text, threads=2)
+    assert exe.plan.blas_concurrency
+    x = np.random.default_rng(0).standard_normal((300, 300)).astype(np.float32)
+    barrier = th.Barrier(2)
+    errors = []
+
+    def work(k):
+        try:
+            barrier.wait()
+            for i in range(60):
+                exe.run({"t0": x, "t1": x})
+                if k == 0 and i % 3 == 0:
+                    time.sleep(0.0005)  # shift the two threads' runs against each other
+        except BaseException as e:  # reported by the assert below
+            errors.append(e)
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+        threads = [th.Thread(target=work, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == before

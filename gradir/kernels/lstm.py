@@ -303,10 +303,15 @@ def grad_lstm_cell_input_fused(dH_next: np.ndarray, dC_next: np.ndarray | None, 
                                H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
                                Bias: np.ndarray, *, out: Any = None, input_indices: Sequence[int] = (),
                                hidden_size: int) -> tuple[np.ndarray, ...]:
-    """Several GradLSTMCellInput results (in ``input_indices`` order) from one gate recomputation."""
+    """Several GradLSTMCellInput results (in ``input_indices`` order) from one gate recomputation.
+
+    Like every kernel, one result comes (and its ``out`` goes) as an array, not a 1-tuple."""
     indices = tuple(int(k) for k in input_indices)
     if not indices or len(set(indices)) != len(indices):
         raise ValueError(f"GradLSTMCellInputFused: input_indices must be distinct and non-empty, got {list(indices)}")
+    if len(indices) == 1:
+        return _cell_grads("GradLSTMCellInputFused", dH_next, dC_next, X, H, C, W_ih, W_hh, Bias,
+                           indices, hidden_size, None if out is None else (out,))[0]
     return _cell_grads("GradLSTMCellInputFused", dH_next, dC_next, X, H, C, W_ih, W_hh, Bias,
                        indices, hidden_size, out)
 

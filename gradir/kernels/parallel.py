@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["set_threads", "get_threads", "parallel_rows", "MIN_CHUNK_BYTES"]
+__all__ = ["set_threads", "get_threads", "parallel_rows", "blas_limit", "MIN_CHUNK_BYTES"]
 
 # Below this many bytes touched per chunk, splitting costs more than it saves.
 MIN_CHUNK_BYTES = 4 << 20
@@ -63,6 +63,46 @@ def _get_pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2)), thread_name_prefix="gradir-chunk")
         return _pool
+
+
+_blas_lock = threading.Lock()
+_blas_held: list[int] = []  # the limits asked for by the users inside a blas_limit now
+_blas_saved = None  # threadpoolctl's record of the counts before the first of them
+_blas_controller = None
+
+
+class blas_limit:
+    """``with blas_limit(n):`` hold BLAS (process-wide, through threadpoolctl) to at most ``n``
+    threads.  Counted across threads: overlapping users need not leave in the order they came,
+    the smallest limit held applies, and the last one out restores what was set before the
+    first came in."""
+
+    def __init__(self, n: int) -> None:
+        self.n = max(1, int(n))
+
+    def __enter__(self) -> "blas_limit":
+        global _blas_saved, _blas_controller
+        with _blas_lock:
+            if _blas_controller is None:
+                from threadpoolctl import ThreadpoolController
+                _blas_controller = ThreadpoolController()
+            if not _blas_held:
+                _blas_saved = _blas_controller.limit(limits=self.n, user_api="blas")
+            elif self.n < min(_blas_held):
+                _blas_controller.limit(limits=self.n, user_api="blas")
+            _blas_held.append(self.n)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _blas_saved
+        with _blas_lock:
+            _blas_held.remove(self.n)
+            if not _blas_held:
+                saved, _blas_saved = _blas_saved, None
+                if saved is not None:
+                    saved.restore_original_limits()
+            elif self.n < min(_blas_held):
+                _blas_controller.limit(limits=min(_blas_held), user_api="blas")
 
 
 def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], None]) -> None:
