@@ -479,6 +479,11 @@ class Op:
         """Inclusive value range for a generated integer operand in a demo run (hook)."""
         return None
 
+    def demo_scale(self, operand: int) -> Optional[float]:
+        """Half-width ``a`` of U(-a, a) for a generated float operand in a demo run; ``None``
+        (the default) means N(0, 1) (hook)."""
+        return None
+
     def infer(self, ctx: InferContext) -> list[TensorType]:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -19,23 +19,30 @@ __all__ = ["register", "demo_inputs", "load_inputs", "save_outputs"]
 
 
 def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
-    """Reproducible inputs: floats ~ N(0, 1), integers in the range their consumer
-    expects (e.g. sequence lengths in 1..S), booleans fair coins; '?' dims are 2."""
+    """Reproducible inputs: floats ~ N(0, 1) or the uniform range their first consumer asks
+    for (LSTM weights: U(±1/√H)), integers in the range their consumer expects (e.g.
+    sequence lengths in 1..S), booleans fair coins; '?' dims are 2."""
     rng = np.random.default_rng(seed)
     ranges: dict[str, tuple[int, int]] = {}
+    scales: dict[str, float] = {}
     for op in graph.ops:
         for i, v in enumerate(op.operands):
             if v is not None and v not in ranges:
                 r = op.demo_range(i, graph.types)
                 if r is not None:
                     ranges[v] = r
+            if v is not None and v not in scales:
+                a = op.demo_scale(i)
+                if a is not None:
+                    scales[v] = a
     out = {}
     for inp in graph.inputs:
         t = inp.type
         shape = tuple(2 if d is None else d for d in t.shape)
         dt = t.dtype.numpy
         if dt.kind == "f":
-            out[inp.name] = rng.standard_normal(shape).astype(dt)
+            a = scales.get(inp.name)
+            out[inp.name] = (rng.standard_normal(shape) if a is None else rng.uniform(-a, a, shape)).astype(dt)
         elif dt.kind == "b":
             out[inp.name] = rng.random(shape) < 0.5
         else:

@@ -286,6 +286,27 @@ def test_run_demo_inputs_are_reproducible_and_saved(tmp_path, capsys):
     np.testing.assert_array_equal(a["t3"], b["t3"])
 
 
+@pytest.mark.parametrize("sample,weights,hidden", [
+    ("lstm_bptt.gir", ("t1", "t2", "t3"), 64),            # LSTMTraining/LSTMGrad: W, R, B
+    ("lstm_cell_backward.gir", ("t3", "t4", "t5"), None),  # GradLSTMCellInput: W_ih, W_hh, Bias
+])
+def test_demo_lstm_weights_are_drawn_like_pytorch_initializes_them(sample, weights, hidden):
+    """Demo runs draw LSTM weights, biases and peepholes from U(±1/√H) (N(0, 1) weights would
+    saturate every gate); every other float input stays N(0, 1)."""
+    with open(os.path.join(ROOT, "samples", sample)) as f:
+        g = gradir.parse(f.read(), sample)
+    ops = [op for op in g.ops if "hidden_size" in op.attrs]
+    H = hidden or ops[0].attrs["hidden_size"]
+    inputs = demo_inputs(g, 0)
+    for name in weights:
+        w = inputs[name]
+        assert np.abs(w).max() <= 1 / np.sqrt(H) and np.abs(w).max() > 0.5 / np.sqrt(H), name
+    others = [v for k, v in inputs.items() if k not in weights and v.dtype.kind == "f" and v.size >= 64]
+    assert others and all(0.7 < v.std() < 1.3 for v in others)
+    out = gradir.compile(g).run(inputs)
+    assert all(np.isfinite(v).all() and np.abs(v).max() < 50 for v in out.values())
+
+
 def test_run_with_inputs_and_repeat(tmp_path, capsys):
     f = _write(tmp_path, "g.gir", GRAPH)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
@@ -35,9 +36,20 @@ def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
     ctx.expect_shape(base + 5, [4 * Hd], why)
     return B, I, Hd, dtype
 
+def _weight_scale(op: Op, operand: int, weights: tuple[int, ...]) -> Optional[float]:
+    """Demo inputs for weights, biases and peepholes as PyTorch initializes them, U(±1/√H):
+    N(0, 1) weights saturate every gate, and the gate derivatives then underflow to
+    denormals (meaningless gradients, and slow)."""
+    if operand not in weights:
+        return None
+    return 1.0 / math.sqrt(op.attrs["hidden_size"])
+
 
 class LSTMCellOp(Op):
     """One LSTM step (PyTorch gate order i, f, g, o): returns (H', C')."""
+
+    def demo_scale(self, operand: int) -> Optional[float]:
+        return _weight_scale(self, operand, (3, 4, 5))
 
     OPERANDS = _CELL_OPERANDS
     RESULTS = ("H_next", "C_next")
@@ -73,6 +85,9 @@ def _cell_grad_types(ctx: InferContext, indices: tuple) -> list[TensorType]:
 class GradLSTMCellInputOp(BackwardOp):
     """Gradient of LSTMCell w.r.t. one input: 0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias."""
 
+    def demo_scale(self, operand: int) -> Optional[float]:
+        return _weight_scale(self, operand, (5, 6, 7))
+
     OPERANDS = _CELL_GRAD_OPERANDS
     RESULTS = ("dInput",)
     ATTRS = (Attr("input_index", "int", min=0, max=5,
@@ -92,6 +107,9 @@ def _check_indices(v: tuple) -> Optional[str]:
 
 class GradLSTMCellInputFusedOp(BackwardOp):
     """Several GradLSTMCellInput gradients from one gate recomputation (made by the fusion pass)."""
+
+    def demo_scale(self, operand: int) -> Optional[float]:
+        return _weight_scale(self, operand, (5, 6, 7))
 
     OPERANDS = _CELL_GRAD_OPERANDS
     RESULTS = ()
@@ -206,6 +224,9 @@ def _sl_range(op: Op, operand: int, sl_index: int, types: Any) -> Optional[tuple
 class LSTMTrainingOp(Op):
     """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
 
+    def demo_scale(self, operand: int) -> Optional[float]:
+        return _weight_scale(self, operand, (1, 2, 3, 7))
+
     def demo_range(self, operand: int, types: Any) -> Optional[tuple[int, int]]:
         return _sl_range(self, operand, 4, types)
 
@@ -233,6 +254,9 @@ class LSTMTrainingOp(Op):
 
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
+
+    def demo_scale(self, operand: int) -> Optional[float]:
+        return _weight_scale(self, operand, (1, 2, 12))
 
     def demo_range(self, operand: int, types: Any) -> Optional[tuple[int, int]]:
         return _sl_range(self, operand, 3, types)
