@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tracemalloc
@@ -657,37 +658,82 @@ def test_an_interrupt_between_steps_stops_the_dataflow_helpers(monkeypatch):
     assert outcome == ["KeyboardInterrupt"]
 
 
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+@contextlib.contextmanager
+def _blas_at_two():
+    """BLAS at two threads for a test, set without holding threadpoolctl's per-thread control
+    (``with threadpool_limits`` would make this thread the only one whose limits take effect)."""
+    from gradir.kernels import parallel
+    from threadpoolctl import ThreadpoolController
+    ctl = ThreadpoolController()
+    saved = parallel._as_controller(lambda: ctl.limit(limits=2, user_api="blas"))
+    try:
+        yield
+    finally:
+        parallel._as_controller(saved.restore_original_limits)
+
+
 def test_overlapping_blas_limits_restore_the_original_thread_counts():
-    """Runs on two threads that each hold BLAS to fewer threads (several BLAS ops may run at
-    once) and finish in the other order than they started leave BLAS as it was.  Regression:
-    the run that finished last restored the limit of the other, and every later GEMM in the
-    process ran on one thread (seen in 2 of 5 tries of two threads running such a graph)."""
-    from threadpoolctl import threadpool_info, threadpool_limits
+    """Runs that each hold BLAS to fewer threads (several BLAS ops may run at once), on two
+    threads, ending in the other order than they started and on other threads than the first
+    one in, leave BLAS as it was.  Regressions: the run that ended last restored the other's
+    limit, and every later GEMM in the process ran on one thread (2 of 5 tries of two threads
+    running such a graph); with threadpoolctl >= 3.8 the last one out, on another thread than
+    the first one in, could not restore at all."""
+    import threading as th
 
     from gradir.kernels import parallel
 
-    def blas_threads():
-        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    with _blas_at_two():
+        before = _blas_threads()
+        first = parallel.blas_limit(1)  # run 1, on this thread
+        inside, go = th.Event(), th.Event()
+        seen = []
 
-    with threadpool_limits(limits=2, user_api="blas"):
-        before = blas_threads()
-        assert before and set(before) == {2}
-        first, second = parallel.blas_limit(1), parallel.blas_limit(1)  # what two runs hold
+        def second_run():  # run 2, on another thread, ends last
+            with parallel.blas_limit(1):
+                inside.set()
+                go.wait(10)
+                seen.append(_blas_threads())
+
+        worker = th.Thread(target=second_run)
         first.__enter__()
-        second.__enter__()
-        assert set(blas_threads()) == {1}
-        first.__exit__(None, None, None)
-        assert set(blas_threads()) == {1}  # the second run is still running
-        second.__exit__(None, None, None)
-        assert blas_threads() == before
+        try:
+            assert set(_blas_threads()) <= {1}
+            worker.start()
+            assert inside.wait(10)
+        finally:
+            first.__exit__(None, None, None)  # run 1 ends first
+            go.set()
+            worker.join()
+        assert parallel._blas_held == []
+        if before:  # a BLAS that threadpoolctl can control: held at one thread, then restored
+            assert set(before) == {2}
+            assert seen and set(seen[0]) == {1}  # still held while run 2 went on alone
+        assert _blas_threads() == before
+
+
+def test_a_blas_limit_never_raises_the_thread_count():
+    from gradir.kernels import parallel
+    from threadpoolctl import ThreadpoolController
+    ctl = ThreadpoolController()
+    saved = parallel._as_controller(lambda: ctl.limit(limits=1, user_api="blas"))
+    try:
+        before = _blas_threads()
+        with parallel.blas_limit(8):
+            assert _blas_threads() == before
+    finally:
+        parallel._as_controller(saved.restore_original_limits)
 
 
 def test_overlapping_runs_on_two_threads_leave_blas_threads_as_they_were():
     """The same through the runtime: two threads run a graph whose two MatMuls may overlap."""
     import threading as th
     import time
-
-    from threadpoolctl import threadpool_info, threadpool_limits
 
     text = ("input t0 : Float32 [300, 300]\ninput t1 : Float32 [300, 300]\n"
             "t2 = MatMul(t0, t1)\nt3 = MatMul(t1, t0)\nt4 = Add(t2, t3)\noutput t4\n")
@@ -707,12 +753,12 @@ def test_overlapping_runs_on_two_threads_leave_blas_threads_as_they_were():
         except BaseException as e:  # reported by the assert below
             errors.append(e)
 
-    with threadpool_limits(limits=2, user_api="blas"):
-        before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    with _blas_at_two():
+        before = _blas_threads()
         threads = [th.Thread(target=work, args=(k,)) for k in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert errors == []
-        assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == before
+        assert _blas_threads() == before

@@ -67,29 +67,54 @@ def _get_pool() -> ThreadPoolExecutor:
 
 _blas_lock = threading.Lock()
 _blas_held: list[int] = []  # the limits asked for by the users inside a blas_limit now
-_blas_saved = None  # threadpoolctl's record of the counts before the first of them
+_blas_saved = None  # threadpoolctl's record of the counts before the first of them came in
+_blas_cap = 1  # the smallest BLAS thread count then: a limit never raises the count
 _blas_controller = None
+
+
+def _as_controller(call: Callable[[], object]) -> object:
+    """Run a threadpoolctl call that sets BLAS thread counts, from whichever thread.
+
+    threadpoolctl >= 3.8 lets only one "controlling" thread set a process-wide (pthreads)
+    OpenBLAS's thread count and silently ignores the others.  ``blas_limit``'s counted state
+    already decides who acts, so the call takes control and gives it back afterwards."""
+    try:
+        from threadpoolctl import OpenBLASController
+        clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    except ImportError:
+        clear = None
+    if clear is not None:
+        clear(force=True)
+    try:
+        return call()
+    finally:
+        if clear is not None:
+            clear(force=True)
 
 
 class blas_limit:
     """``with blas_limit(n):`` hold BLAS (process-wide, through threadpoolctl) to at most ``n``
-    threads.  Counted across threads: overlapping users need not leave in the order they came,
-    the smallest limit held applies, and the last one out restores what was set before the
-    first came in."""
+    threads.  Counted across threads: overlapping users need not leave in the order they came
+    nor from the thread they came in on, the smallest limit held applies (never more threads
+    than BLAS had before the first came in), and the last one out restores what was set then."""
 
     def __init__(self, n: int) -> None:
         self.n = max(1, int(n))
 
     def __enter__(self) -> "blas_limit":
-        global _blas_saved, _blas_controller
+        global _blas_saved, _blas_controller, _blas_cap
         with _blas_lock:
             if _blas_controller is None:
                 from threadpoolctl import ThreadpoolController
                 _blas_controller = ThreadpoolController()
+            ctl = _blas_controller
             if not _blas_held:
-                _blas_saved = _blas_controller.limit(limits=self.n, user_api="blas")
-            elif self.n < min(_blas_held):
-                _blas_controller.limit(limits=self.n, user_api="blas")
+                counts = [i["num_threads"] for i in ctl.select(user_api="blas").info()]
+                _blas_cap = max(1, min(counts, default=1))
+                n = min(self.n, _blas_cap)
+                _blas_saved = _as_controller(lambda: ctl.limit(limits=n, user_api="blas"))
+            elif self.n < min(_blas_held) and self.n < _blas_cap:
+                _as_controller(lambda: ctl.limit(limits=self.n, user_api="blas"))
             _blas_held.append(self.n)
         return self
 
@@ -100,9 +125,10 @@ class blas_limit:
             if not _blas_held:
                 saved, _blas_saved = _blas_saved, None
                 if saved is not None:
-                    saved.restore_original_limits()
-            elif self.n < min(_blas_held):
-                _blas_controller.limit(limits=min(_blas_held), user_api="blas")
+                    _as_controller(saved.restore_original_limits)
+            elif self.n < min(_blas_held) and self.n < _blas_cap:
+                n = min(min(_blas_held), _blas_cap)
+                _as_controller(lambda: _blas_controller.limit(limits=n, user_api="blas"))
 
 
 def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], None]) -> None:
