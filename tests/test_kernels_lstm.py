@@ -311,6 +311,41 @@ def test_chunking_agrees(monkeypatch, direction, kernel_path):
             np.testing.assert_allclose(g, b, rtol=1e-12, atol=1e-13)
 
 
+# -- memory ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(direction, kernel_path):
+    """The issue's bound: beyond its outputs, LSTMGrad's scratch stays within one [S, B, 4H]
+    buffer per direction; everything else it allocates does not grow with S (measured with
+    tracemalloc at S and 4S, from no kept scratch)."""
+    import tracemalloc
+    nb, I, H = 16, 8, 64
+    D = 2 if direction == "bidirectional" else 1
+    f4 = np.float32
+
+    def extra(S):
+        rng = np.random.default_rng(S)
+        ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True, dtype=f4)
+        up = upstream(rng, S, nb, H, D, "all", dtype=f4)
+        HAll, _, _, CAll, iofc = run_forward(ops, H, direction)
+        outs = tuple(np.empty(shape, f4) for shape in [(S, nb, I), (D, 4 * H, I), (D, 4 * H, H), (D, 8 * H),
+                                                       (D, nb, H), (D, nb, H), (D, 3 * H)])
+        args = (ops["X"], ops["W"], ops["R"], ops["SL"], ops["H0"], ops["C0"], HAll, CAll, iofc,
+                up["dHAll"], up["dHFinal"], up["dCFinal"], ops["P"])
+        lstm_grad(*args, hidden_size=H, direction=direction, out=outs)  # compiles, fills caches
+        lstm_mod.release_scratch()
+        tracemalloc.start()
+        try:
+            lstm_grad(*args, hidden_size=H, direction=direction, out=outs)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return peak - D * S * nb * 4 * H * 4  # beyond the da buffer(s)
+
+    small, large = extra(40), extra(160)
+    assert large <= small + (64 << 10), (small, large)
+    assert small < 4 << 20  # a few bounded temporaries (dR-sized, chunk-sized)
+
+
 # -- the compiled kernels against the NumPy ones ----------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("direction", DIRECTIONS)

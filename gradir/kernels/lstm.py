@@ -71,7 +71,8 @@ _ACTS = ("sigmoid", "tanh", "tanh")
 
 # Target size of a chunk of da in the backward (its working set then fits L2; measured best).
 _CHUNK_BYTES = 1 << 19
-# Bound on the temporary copy of H_{t-1} used for dR when HAll is not a 2-D view (D = 2).
+# Bound on each chunk of H_{t-1} copied (into spent rows of da) for dR when HAll is not a 2-D
+# view (D = 2).
 _COPY_BYTES = 8 << 20
 
 
@@ -667,47 +668,71 @@ class _Direction:
 
 
 def _dR(k: _Grad, d: int, rev: bool) -> None:
-    """``dR[d] = Σ_t da_tᵀ·H_{t-1}`` as a few large GEMMs."""
+    """``dR[d] = Σ_t da_tᵀ·H_{t-1}`` as a few large GEMMs, with no scratch that grows with S.
+
+    Runs last: when D = 2 it overwrites parts of direction ``d``'s ``da`` it no longer needs."""
     S, nb, h, D = k.S, k.nb, k.h, k.D
     out = k.dR[d]
     da = k.dab[:, :, d]  # [S, B, 4H]; as 2-D rows (t, b) it has a uniform row stride
     HA = k.HAll[:, d]
-    first = True
-
-    def acc(a2: np.ndarray, b2: np.ndarray) -> None:
-        nonlocal first
-        if first:
-            np.matmul(a2.T, b2, out=out)
-            first = False
-        else:
-            np.add(out, np.matmul(a2.T, b2), out=out)
-
-    # Steps whose predecessor is a step: t = 1..S-1 (forward) or 0..S-2 (reverse).
-    lo, hi = (1, S) if not rev else (0, S - 1)
-    shift = -1 if not rev else 1
-    if hi > lo:
-        if D == 1:
-            acc(_view(da[lo:hi], ((hi - lo) * nb, 4 * h)), _view(HA[lo + shift: hi + shift], ((hi - lo) * nb, h)))
-        else:  # HAll[:, d] is not a 2-D view: copy H_{t-1} through a bounded buffer
-            T = max(1, min(hi - lo, k.copy_bytes // max(1, nb * h * k.dtype.itemsize)))
-            buf = np.empty((T, nb, h), k.dtype)
-            for t0 in range(lo, hi, T):
-                t1 = min(t0 + T, hi)
-                hb = buf[: t1 - t0]
-                np.copyto(hb, HA[t0 + shift: t1 + shift])
-                acc(_view(da[t0:t1], ((t1 - t0) * nb, 4 * h)), _view(hb, ((t1 - t0) * nb, h)))
-    if first:
-        out[...] = 0
-    # Each row's first processed step starts from H0 (zero if absent).
-    if k.H0 is not None:
+    first_da = None
+    if k.H0 is not None:  # each row's first processed step starts from H0: its da, taken now
         if not rev:
             start = np.zeros(nb, np.intp)
         elif k.steps.lengths is not None:
             start = k.steps.lengths - 1
         else:
             start = np.full(nb, S - 1, np.intp)
-        first_da = da[start, np.arange(nb)]
-        out += np.matmul(first_da.T, k.H0[d])
+        first_da = da[start, np.arange(nb)]  # a copy
+    first = True
+    tmp = None
+
+    def acc(t0: int, t1: int, hb: np.ndarray) -> None:
+        """out (+)= Σ_{t0 <= t < t1} da_tᵀ·H_{t-1}, with the H_{t-1} rows in ``hb`` ([t1-t0, B, H])."""
+        nonlocal first, tmp
+        a2, b2 = _view(da[t0:t1], ((t1 - t0) * nb, 4 * h)).T, _view(hb, ((t1 - t0) * nb, h))
+        if first:
+            np.matmul(a2, b2, out=out)
+            first = False
+        else:
+            if tmp is None:
+                tmp = np.empty_like(out)
+            np.matmul(a2, b2, out=tmp)
+            np.add(out, tmp, out=out)
+
+    # Steps whose predecessor is a step: t = 1..S-1 (forward) or 0..S-2 (reverse).
+    lo, hi = (1, S) if not rev else (0, S - 1)
+    shift = -1 if not rev else 1
+    if hi > lo and D == 1:
+        acc(lo, hi, HA[lo + shift: hi + shift])
+    elif hi > lo:
+        # HAll[:, d] is not a 2-D view when D = 2, so H_{t-1} is copied, in chunks, into the first
+        # H columns of da rows (uniform stride) that are no longer needed: for the second
+        # direction, all of the first one's; for the first, those of its own steps already
+        # summed (one step's H_{t-1} is a contiguous [B, H] and needs no copy, then the chunks
+        # double).  Nothing more is allocated.
+        spare = k.dab[:, :, 0] if d == 1 else da
+        done = S if d == 1 else 0
+        cap = max(1, k.copy_bytes // max(1, nb * h * k.dtype.itemsize))
+        t0 = lo
+        if d == 0:
+            acc(lo, lo + 1, HA[lo + shift: lo + 1 + shift])
+            t0 = lo + 1
+        while t0 < hi:
+            room = done if d == 1 else t0 - lo
+            t1 = min(hi, t0 + min(room, cap))
+            base = 0 if d == 1 else lo
+            hb = spare[base: base + t1 - t0, :, :h]
+            np.copyto(hb, HA[t0 + shift: t1 + shift])
+            acc(t0, t1, hb)
+            t0 = t1
+    if first:
+        out[...] = 0
+    if first_da is not None:
+        if tmp is None:
+            tmp = np.empty_like(out)
+        np.matmul(first_da.T, k.H0[d], out=tmp)
+        out += tmp
 
 
 # Problems with at most this many elements per step (B·4H) run the whole step loop in one
