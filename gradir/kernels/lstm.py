@@ -711,17 +711,15 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
         # direction, all of the first one's; for the first, those of its own steps already
         # summed (one step's H_{t-1} is a contiguous [B, H] and needs no copy, then the chunks
         # double).  Nothing more is allocated.
-        spare = k.dab[:, :, 0] if d == 1 else da
-        done = S if d == 1 else 0
+        spare, base = (k.dab[:, :, 0], 0) if d == 1 else (da, lo)
         cap = max(1, k.copy_bytes // max(1, nb * h * k.dtype.itemsize))
         t0 = lo
         if d == 0:
             acc(lo, lo + 1, HA[lo + shift: lo + 1 + shift])
             t0 = lo + 1
         while t0 < hi:
-            room = done if d == 1 else t0 - lo
+            room = S if d == 1 else t0 - lo  # spare steps
             t1 = min(hi, t0 + min(room, cap))
-            base = 0 if d == 1 else lo
             hb = spare[base: base + t1 - t0, :, :h]
             np.copyto(hb, HA[t0 + shift: t1 + shift])
             acc(t0, t1, hb)

@@ -36,6 +36,7 @@ def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
     ctx.expect_shape(base + 5, [4 * Hd], why)
     return B, I, Hd, dtype
 
+
 def _weight_scale(op: Op, operand: int, weights: tuple[int, ...]) -> Optional[float]:
     """Demo inputs for weights, biases and peepholes as PyTorch initializes them, U(±1/√H):
     N(0, 1) weights saturate every gate, and the gate derivatives then underflow to
