@@ -664,13 +664,13 @@ def _blas_threads():
 
 
 @contextlib.contextmanager
-def _blas_at_two():
-    """BLAS at two threads for a test, set without holding threadpoolctl's per-thread control
+def _blas_at(n):
+    """BLAS at ``n`` threads for a test, set without holding threadpoolctl's per-thread control
     (``with threadpool_limits`` would make this thread the only one whose limits take effect)."""
     from gradir.kernels import parallel
     from threadpoolctl import ThreadpoolController
     ctl = ThreadpoolController()
-    saved = parallel._as_controller(lambda: ctl.limit(limits=2, user_api="blas"))
+    saved = parallel._as_controller(lambda: ctl.limit(limits=n, user_api="blas"))
     try:
         yield
     finally:
@@ -688,7 +688,7 @@ def test_overlapping_blas_limits_restore_the_original_thread_counts():
 
     from gradir.kernels import parallel
 
-    with _blas_at_two():
+    with _blas_at(2):
         before = _blas_threads()
         first = parallel.blas_limit(1)  # run 1, on this thread
         inside, go = th.Event(), th.Event()
@@ -719,15 +719,10 @@ def test_overlapping_blas_limits_restore_the_original_thread_counts():
 
 def test_a_blas_limit_never_raises_the_thread_count():
     from gradir.kernels import parallel
-    from threadpoolctl import ThreadpoolController
-    ctl = ThreadpoolController()
-    saved = parallel._as_controller(lambda: ctl.limit(limits=1, user_api="blas"))
-    try:
+    with _blas_at(1):
         before = _blas_threads()
         with parallel.blas_limit(8):
             assert _blas_threads() == before
-    finally:
-        parallel._as_controller(saved.restore_original_limits)
 
 
 def test_overlapping_runs_on_two_threads_leave_blas_threads_as_they_were():
@@ -753,7 +748,7 @@ def test_overlapping_runs_on_two_threads_leave_blas_threads_as_they_were():
         except BaseException as e:  # reported by the assert below
             errors.append(e)
 
-    with _blas_at_two():
+    with _blas_at(2):
         before = _blas_threads()
         threads = [th.Thread(target=work, args=(k,)) for k in range(2)]
         for t in threads:
