@@ -4,6 +4,7 @@ Text IR (``parse``/``load``/``Graph.to_text``), a verifier with located errors,
 and (in later layers) a compiler, runtime, autodiff and a Python builder.
 """
 
+from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError, Span,
                      VerifyError)

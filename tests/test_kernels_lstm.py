@@ -251,6 +251,23 @@ GRAD_CASES = list(itertools.product(DIRECTIONS, [False, True], [False, True], [F
 
 @pytest.mark.parametrize("direction,with_sl,with_p,with_h0,which", GRAD_CASES)
 def test_lstm_grad_dot_products(direction, with_sl, with_p, with_h0, which, kernel_path):
+    check_grad_case(direction, with_sl, with_p, with_h0, which)
+
+
+@pytest.mark.parametrize("direction,with_sl,with_p,with_h0,which", GRAD_CASES)
+def test_lstm_grad_dot_products_in_two_halves(monkeypatch, direction, with_sl, with_p, with_h0, which):
+    """The compiled path that large batches take: two half-batch step loops (here 1 and 2 rows)
+    and every big GEMM in two halves, against finite differences like every other path."""
+    force_path(monkeypatch, "halves")
+    saved = jit._on
+    jit.set_enabled(True)
+    try:
+        check_grad_case(direction, with_sl, with_p, with_h0, which)
+    finally:
+        jit.set_enabled(saved)
+
+
+def check_grad_case(direction, with_sl, with_p, with_h0, which):
     seed = GRAD_CASES.index((direction, with_sl, with_p, with_h0, which))
     rng = np.random.default_rng(100 + seed)
     S, nb, I, H = 4, 3, 2, 3
@@ -313,11 +330,15 @@ def test_chunking_agrees(monkeypatch, direction, kernel_path):
 
 # -- memory ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(direction, kernel_path):
+@pytest.mark.parametrize("path", ["default", "halves"])
+def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(monkeypatch, direction, path,
+                                                                                   kernel_path):
     """The issue's bound: beyond its outputs, LSTMGrad's scratch stays within one [S, B, 4H]
     buffer per direction; everything else it allocates does not grow with S (measured with
     tracemalloc at S and 4S, from no kept scratch)."""
     import tracemalloc
+    if path == "halves":
+        force_path(monkeypatch, path)
     nb, I, H = 16, 8, 64
     D = 2 if direction == "bidirectional" else 1
     f4 = np.float32
@@ -347,16 +368,64 @@ def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(
 
 
 # -- the compiled kernels against the NumPy ones ----------------------------------------------
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
+    """A batch large enough to split by itself: the two half-batch loops run side by side
+    (BLAS free to use two threads) or one after the other (BLAS held to one, as the runtime
+    does beside other BLAS ops) with the same bits; the NumPy kernels agree."""
+    from gradir.kernels import parallel
+    monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
+    side_by_side = []
+    run_two = parallel.run_two
+
+    def spy(first, second, concurrent):
+        side_by_side.append(concurrent)
+        run_two(first, second, concurrent)
+
+    monkeypatch.setattr(parallel, "run_two", spy)
+    rng = np.random.default_rng(5)
+    S, nb, I, H = 3, 16, 2, 260  # nb·4H = 16640 > _WHOLE_LOOP_MAX, nb >= _SPLIT_MIN_ROWS
+    assert nb * 4 * H > lstm_mod._WHOLE_LOOP_MAX and nb >= lstm_mod._SPLIT_MIN_ROWS
+    D = 2 if direction == "bidirectional" else 1
+    ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True, dtype=np.float32)
+    up = upstream(rng, S, nb, H, D, "all", dtype=np.float32)
+    fwd = run_forward(ops, H, direction)
+    with parallel.blas_limit(2):  # at most two (none on a one-core machine: then both runs are sequential)
+        two = run_grad(ops, fwd, up, H, direction)
+    assert set(side_by_side) == {parallel.blas_threads() >= 2}
+    side_by_side.clear()
+    with parallel.blas_limit(1):
+        one = run_grad(ops, fwd, up, H, direction)
+    assert side_by_side and not any(side_by_side)
+    with jit.disabled():
+        ref = run_grad(ops, fwd, up, H, direction)
+    for name, a, b, r in zip(("dX", "dW", "dR", "dB", "dH0", "dC0", "dP"), two, one, ref):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        scale = max(1.0, float(np.abs(r).max()))
+        np.testing.assert_allclose(a / scale, r / scale, rtol=2e-5, atol=2e-6, err_msg=name)
+
+
+
+def force_path(monkeypatch, path):
+    """Make small problems take a large-problem path of the compiled LSTMGrad."""
+    if path in ("per_step", "halves"):
+        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)  # one compiled call per step
+    if path == "halves":
+        monkeypatch.setattr(lstm_mod, "_SPLIT_MIN_ROWS", 2)  # two half-batch step loops
+        monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", True)  # as where BLAS threads sleep soon
+    elif path == "per_step":
+        monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", False)  # OpenBLAS's default spin
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("direction", DIRECTIONS)
-@pytest.mark.parametrize("whole", [True, False])
-def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, whole):
+@pytest.mark.parametrize("path", ["whole", "per_step", "halves"])
+def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, path):
     rng = np.random.default_rng(31)
     S, nb, I, H = 7, 5, 4, 6
     D = 2 if direction == "bidirectional" else 1
     tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
-    if not whole:
-        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)
+    force_path(monkeypatch, path)
     for with_sl, with_p, with_h0, which in itertools.product([False, True], [False, True], [False, True],
                                                              ["all", "final"]):
         ops = make_layer(rng, S, nb, I, H, direction, with_sl=with_sl, with_p=with_p, with_h0=with_h0,

@@ -111,22 +111,23 @@ def _row(g, ct, cp, dh, dc, p, a, h):  # type: ignore[no-untyped-def]
 
 
 @njit(**ELEMENTWISE)
-def _elementwise(t, tp, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+def _elementwise(t, tp, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
                  da, dH, dC, dP, db):  # type: ignore[no-untyped-def]
-    """Step ``t`` of direction ``d`` (``tp``: the forward step before it, for C_{t-1}):
-    writes ``da[t, :, d]``, adds dHAll/finals into ``dH``/``dC``, updates ``dC`` to dC_{t-1}."""
-    nb = dH.shape[0]
+    """Step ``t`` of direction ``d`` (``tp``: the forward step before it, for C_{t-1}) for the
+    batch rows ``r0 .. r0 + len(dH) - 1`` (``dH``/``dC`` hold just those rows): writes their
+    ``da[t, b, d]``, adds dHAll/finals into ``dH``/``dC``, updates ``dC`` to dC_{t-1}."""
     h = dH.shape[1]
-    for b in range(nb):
+    for r in range(dH.shape[0]):
+        b = r0 + r
         a = da[t, b, d]
         if t >= lengths[b]:  # the row has no step t
             for j in range(4 * h):
                 a[j] = 0
             for j in range(h):
-                dC[b, j] = 0
+                dC[r, j] = 0
             continue
-        dh = dH[b]
-        dc = dC[b]
+        dh = dH[r]
+        dc = dC[r]
         if has_dHA:
             x = dHA[t, d, b]
             for j in range(h):
@@ -158,36 +159,39 @@ def _elementwise(t, tp, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, 
 
 
 @njit(**ELEMENTWISE)
-def _extract(t, d, first, dH, dC, dH0, dC0):  # type: ignore[no-untyped-def]
-    """dH0/dC0 of the rows whose first forward step is ``t`` (dH, dC are then dH_{t-1}, dC_{t-1})."""
-    for b in range(dH.shape[0]):
-        if first[b] == t:
-            dH0[d, b] = dH[b]
-            dC0[d, b] = dC[b]
+def _extract(t, d, r0, first, dH, dC, dH0, dC0):  # type: ignore[no-untyped-def]
+    """dH0/dC0 of the rows (from ``r0``, as in ``_elementwise``) whose first forward step is
+    ``t`` (dH, dC are then dH_{t-1}, dC_{t-1})."""
+    for r in range(dH.shape[0]):
+        if first[r0 + r] == t:
+            dH0[d, r0 + r] = dH[r]
+            dC0[d, r0 + r] = dC[r]
 
 
 @njit(**ELEMENTWISE)
-def bptt_step(t, tp, prev, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
-              da, dH, dC, dP, db, dH0, dC0):  # type: ignore[no-untyped-def]
-    """One step's element-wise work; first takes dH0/dC0 for the rows that started at the
-    previously visited step ``prev`` (-1: none).  The caller then sets ``dH = da[t, :, d]·R[d]``."""
+def bptt_step(t, tp, prev, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first,
+              last, da, dH, dC, dP, db, dH0, dC0):  # type: ignore[no-untyped-def]
+    """One step's element-wise work for the batch rows from ``r0`` (as in ``_elementwise``);
+    first takes dH0/dC0 for the rows that started at the previously visited step ``prev``
+    (-1: none).  The caller then sets ``dH = da[t, rows, d]·R[d]``."""
     if prev >= 0:
-        _extract(prev, d, first, dH, dC, dH0, dC0)
-    _elementwise(t, tp, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+        _extract(prev, d, r0, first, dH, dC, dH0, dC0)
+    _elementwise(t, tp, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
                  da, dH, dC, dP, db)
 
 
 @njit(**ELEMENTWISE)
-def bptt(rev, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last, R,
+def bptt(rev, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last, R,
          da, dH, dC, dP, db, dH0, dC0, at):  # type: ignore[no-untyped-def]
     """The whole step loop of direction ``d`` (steps ``alive-1 .. 0``, or ``0 .. alive-1`` when
-    ``rev``), GEMMs included; ``at`` is a ``[B, 4H]`` buffer (used when D = 2)."""
+    ``rev``) for the batch rows from ``r0`` (as in ``_elementwise``), GEMMs included; ``at`` is
+    a ``[rows, 4H]`` buffer (used when D = 2)."""
     S = G.shape[0]
     D = G.shape[1]
-    nb = dH.shape[0]
+    m = dH.shape[0]
     h = dH.shape[1]
     alive = 0
-    for b in range(nb):
+    for b in range(lengths.shape[0]):
         alive = max(alive, lengths[b])
     Rd = R[d]
     for k in range(alive):
@@ -195,17 +199,17 @@ def bptt(rev, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths
         tp = t + 1 if rev else t - 1
         if tp < 0 or tp >= S:
             tp = t  # only used for rows whose first step is t (they read c0)
-        _elementwise(t, tp, d, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+        _elementwise(t, tp, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
                      da, dH, dC, dP, db)
         if D == 1:
-            np.dot(da[t].reshape((nb, 4 * h)), Rd, dH)
+            np.dot(da[t, r0:r0 + m].reshape((m, 4 * h)), Rd, dH)
         else:
-            for b in range(nb):
-                x = da[t, b, d]
+            for r in range(m):
+                x = da[t, r0 + r, d]
                 for j in range(4 * h):
-                    at[b, j] = x[j]
+                    at[r, j] = x[j]
             np.dot(at, Rd, dH)
-        _extract(t, d, first, dH, dC, dH0, dC0)
+        _extract(t, d, r0, first, dH, dC, dH0, dC0)
 
 
 @njit(**ELEMENTWISE)

@@ -30,12 +30,12 @@ How the sequence kernels are made fast (PERFORMANCE.md; measured by ``benchmarks
   again 122-132 vs 94 ms on AMD Zen 3).  The forward's step (gate activations with peepholes,
   C_t, H_t) is one compiled pass too (75 -> 59 ms at S,B,I,H = 100,64,256,256), for Float64
   only when B·4H <= 16K (libm's scalar tanh loses to NumPy's SIMD one on larger steps).
-* Also tried and dropped (branch ``experiment/lstm-two-halves``): the compiled backward as two
-  independent half-batch step loops on two threads, each with single-threaded BLAS, and the
-  big GEMMs in halves.  The step loops went from 33 to 29 ms, but only while OpenBLAS's own
-  threads were idle: after any multi-threaded BLAS call they spin for ~0.1 s and take a core
-  from the loops (53 vs 31 ms), so ``LSTMGrad`` right after ``LSTMTraining`` took 143-155 ms
-  instead of 101-105.  The per-step GEMM is best left to OpenBLAS's threads.
+* Large batches on the compiled path run as two independent half-batch step loops on two
+  threads, each with single-threaded BLAS, and the big GEMMs in halves (see ``lstm_grad``):
+  the step loops went from 33 to 29 ms.  Only where OpenBLAS's own threads sleep soon after
+  a call (``gradir._blasenv``): with its default 0.1 s of spinning they take a core from the
+  loops (53 vs 31 ms) and ``LSTMGrad`` right after ``LSTMTraining`` took 139-155 ms instead
+  of 92-105; there the per-step GEMM is left to OpenBLAS's threads, as before.
 * Sequence lengths (``SL``) use precomputed float masks on the steps that are only
   partly valid, skip steps valid for no row, and inject ``dHFinal``/``dCFinal`` at (and
   take ``dH0``/``dC0`` from) each row's last/first step.
@@ -47,6 +47,7 @@ that instead of masking them again).  Padded entries of ``X`` and ``dHAll`` must
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Sequence
@@ -54,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from . import jit, kernel
+from . import jit, kernel, parallel
 
 __all__ = [
     "grad_lstm_cell_input",
@@ -692,13 +693,12 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
         nonlocal first, tmp
         a2, b2 = _view(da[t0:t1], ((t1 - t0) * nb, 4 * h)).T, _view(hb, ((t1 - t0) * nb, h))
         if first:
-            np.matmul(a2, b2, out=out)
+            k.mm(a2, b2, out)
             first = False
         else:
             if tmp is None:
                 tmp = np.empty_like(out)
-            np.matmul(a2, b2, out=tmp)
-            np.add(out, tmp, out=out)
+            k.mm(a2, b2, out, tmp)
 
     # Steps whose predecessor is a step: t = 1..S-1 (forward) or 0..S-2 (reverse).
     lo, hi = (1, S) if not rev else (0, S - 1)
@@ -729,8 +729,7 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
     if first_da is not None:
         if tmp is None:
             tmp = np.empty_like(out)
-        np.matmul(first_da.T, k.H0[d], out=tmp)
-        out += tmp
+        k.mm(first_da.T, k.H0[d], out, tmp)
 
 
 # Problems with at most this many elements per step (B·4H) run the whole step loop in one
@@ -738,6 +737,36 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
 # from Python and do each step's GEMM with NumPy (its threaded BLAS).
 _WHOLE_LOOP_MAX = 1 << 14
 _this_thread = threading.local()  # per_step: force the per-step path (``_warm_layers``)
+# The per-step path splits the batch into two independent halves from this many rows on.
+_SPLIT_MIN_ROWS = 16
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
+    """``out = a·b``, or ``out += a·b`` through ``tmp`` (shaped like ``out``) when it is given."""
+    if tmp is None:
+        np.matmul(a, b, out=out)
+    else:
+        np.matmul(a, b, out=tmp)
+        np.add(out, tmp, out=out)
+
+
+def _matmul_halves(two: bool):  # type: ignore[no-untyped-def]
+    """A ``_matmul`` that computes the top and bottom halves of ``out``'s rows as two GEMMs,
+    on two threads when ``two`` (BLAS held to one thread by the caller), else one after the other."""
+    def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
+        m = a.shape[0] // 2
+        if m == 0:
+            _matmul(a, b, out, tmp)
+            return
+        t0, t1 = (None, None) if tmp is None else (tmp[:m], tmp[m:])
+        parallel.run_two(lambda stop: _matmul(a[:m], b, out[:m], t0), lambda stop: _matmul(a[m:], b, out[m:], t1),
+                         concurrent=two)
+    return mm
+
+
+def _rev(k: _Grad, d: int) -> bool:
+    """Whether direction ``d`` of the layer runs backward in time (reverse, or bidirectional's second)."""
+    return k.direction == "reverse" or d == 1
 
 
 def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
@@ -760,33 +789,55 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
         da[alive:] = 0
     dP = k.dP2 = np.zeros((D, 3 * h), dt)
     db = np.zeros((D, 4 * h), dt)
-    dH = np.empty((nb, h), dt)
-    dC = np.empty((nb, h), dt)
     whole = nb * 4 * h <= _WHOLE_LOOP_MAX and jl.HAVE_BLAS and not getattr(_this_thread, "per_step", False)
-    at = np.empty((nb, 4 * h) if whole and D == 2 else (1, 1), dt)
-    for d in range(D):
-        rev = k.direction == "reverse" or d == 1
-        first = lengths - 1 if rev else np.zeros(nb, np.intp)
-        last = np.zeros(nb, np.intp) if rev else lengths - 1
-        dH.fill(0)
-        dC.fill(0)
-        args = (iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last)
-        if whole:
-            jl.bptt(rev, d, *args, R, da, dH, dC, dP, db, k.dH0, k.dC0, at)
-            continue
-        Rd = R[d]
-        prev = -1
-        for n in range(alive):
-            t = n if rev else alive - 1 - n
-            tp = t + 1 if rev else t - 1
-            if tp < 0 or tp >= S:
-                tp = t
-            jl.bptt_step(t, tp, prev, d, *args, da, dH, dC, dP, db, k.dH0, k.dC0)
-            np.matmul(da[t, :, d], Rd, out=dH)
-            prev = t
-        rows = first == prev
-        k.dH0[d, rows] = dH[rows]
-        k.dC0[d, rows] = dC[rows]
+    firsts = [lengths - 1 if _rev(k, d) else np.zeros(nb, np.intp) for d in range(D)]
+    lasts = [np.zeros(nb, np.intp) if _rev(k, d) else lengths - 1 for d in range(D)]
+    if whole:
+        dH = np.empty((nb, h), dt)
+        dC = np.empty((nb, h), dt)
+        at = np.empty((nb, 4 * h) if D == 2 else (1, 1), dt)
+        for d in range(D):
+            dH.fill(0)
+            dC.fill(0)
+            jl.bptt(_rev(k, d), d, 0, iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths,
+                    firsts[d], lasts[d], R, da, dH, dC, dP, db, k.dH0, k.dC0, at)
+        return _view(db, (D * 4 * h,))
+
+    def chain(r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event) -> None:
+        """Backward through time of batch rows r0..r1-1 (independent of the other rows)."""
+        dH = np.empty((r1 - r0, h), dt)
+        dC = np.empty((r1 - r0, h), dt)
+        for d in range(D):
+            rev, first = _rev(k, d), firsts[d]
+            args = (iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, lasts[d])
+            dH.fill(0)
+            dC.fill(0)
+            Rd = R[d]
+            prev = -1
+            for n in range(alive):
+                if stop.is_set():
+                    return
+                t = n if rev else alive - 1 - n
+                tp = t + 1 if rev else t - 1
+                if tp < 0 or tp >= S:
+                    tp = t
+                jl.bptt_step(t, tp, prev, d, r0, *args, da, dH, dC, dP, db, k.dH0, k.dC0)
+                np.matmul(da[t, r0:r1, d], Rd, out=dH)
+                prev = t
+            rows = first[r0:r1] == prev
+            k.dH0[d, r0:r1][rows] = dH[rows]
+            k.dC0[d, r0:r1][rows] = dC[rows]
+
+    if not k.split:
+        chain(0, nb, dP, db, threading.Event())
+        return _view(db, (D * 4 * h,))
+    # Two chains of half the batch rows each (see lstm_grad).
+    m = nb // 2
+    dP1, db1 = np.zeros_like(dP), np.zeros_like(db)
+    parallel.run_two(lambda stop: chain(0, m, dP, db, stop), lambda stop: chain(m, nb, dP1, db1, stop),
+                     concurrent=k.two)
+    dP += dP1
+    db += db1
     return _view(db, (D * 4 * h,))
 
 
@@ -819,22 +870,38 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
               dab=_scratch((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
 
     jl = jit.load("lstm")
-    if jl is not None:
-        db = _compiled_steps(jl, k)
-        dP[...] = _view(k.dP2, (D, 3 * h))
-    else:
+    # Large problems on the compiled path (the per-step loop, B >= _SPLIT_MIN_ROWS) run as
+    # two halves: the batch rows split into two independent step loops, and every big GEMM
+    # split into the two halves of its result's rows, with BLAS held to one thread.  The
+    # halves run on two threads when BLAS could have used two (the cores it would have used);
+    # then neither core waits while the other does a step's element-wise work (step loops
+    # 29 vs 33 ms; LSTMGrad right after LSTMTraining 88.5-88.7 vs 92-96 ms at
+    # 100,64,256,256).  Every GEMM is single-threaded either way, so the bits do not depend on
+    # the threads (OpenBLAS's multi-threaded GEMMs round differently from its single-threaded
+    # ones).  Only when BLAS's own threads sleep soon after a call
+    # (``parallel.blas_idle_threads_sleep``): OpenBLAS's default 0.1 s of spinning takes a core
+    # from the loops (53 vs 31 ms; LSTMGrad after LSTMTraining 139-144 ms).
+    k.split = (jl is not None and nb >= _SPLIT_MIN_ROWS and nb * 4 * h > _WHOLE_LOOP_MAX
+               and parallel.blas_idle_threads_sleep())
+    k.two = k.split and parallel.blas_threads() >= 2
+    k.mm = _matmul_halves(k.two) if k.split else _matmul
+    with parallel.blas_limit(1) if k.split else contextlib.nullcontext():
+        if jl is not None:
+            db = _compiled_steps(jl, k)
+            dP[...] = _view(k.dP2, (D, 3 * h))
+        else:
+            for d in range(D):
+                direc = _Direction(k, d)
+                direc.run()
+                dP[d] = _view(direc.dP, (3 * h,))
+        da2 = _view(k.dab, (S * nb, D * 4 * h))
+        k.mm(da2, _view(W, (D * 4 * h, I)), _view(dX, (S * nb, I)))  # sums both directions
+        k.mm(da2.T, _view(X, (S * nb, I)), _view(dW, (D * 4 * h, I)))
+        if jl is None:
+            # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
+            db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
         for d in range(D):
-            direc = _Direction(k, d)
-            direc.run()
-            dP[d] = _view(direc.dP, (3 * h,))
-    da2 = _view(k.dab, (S * nb, D * 4 * h))
-    np.matmul(da2, _view(W, (D * 4 * h, I)), out=_view(dX, (S * nb, I)))  # sums both directions
-    np.matmul(da2.T, _view(X, (S * nb, I)), out=_view(dW, (D * 4 * h, I)))
-    if jl is None:
-        # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
-        db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
-    for d in range(D):
-        _dR(k, d, direction == "reverse" or d == 1)
-        dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
-        dB[d, 4 * h:] = db[d * 4 * h: (d + 1) * 4 * h]
+            _dR(k, d, _rev(k, d))
+            dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
+            dB[d, 4 * h:] = db[d * 4 * h: (d + 1) * 4 * h]
     return dX, dW, dR, dB, dH0, dC0, dP

@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["set_threads", "get_threads", "parallel_rows", "blas_limit", "MIN_CHUNK_BYTES"]
+__all__ = ["set_threads", "get_threads", "threads_here", "parallel_rows", "blas_limit", "blas_threads", "run_two",
+           "blas_idle_threads_sleep", "MIN_CHUNK_BYTES"]
 
 # Below this many bytes touched per chunk, splitting costs more than it saves.
 MIN_CHUNK_BYTES = 4 << 20
@@ -63,6 +64,12 @@ def _get_pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2)), thread_name_prefix="gradir-chunk")
         return _pool
+
+
+def threads_here() -> int:
+    """How many threads a kernel called on this thread may use (``set_threads``, capped by ``limit``)."""
+    cap = getattr(_local, "cap", None)
+    return _threads if cap is None else min(_threads, cap)
 
 
 _blas_lock = threading.Lock()
@@ -131,14 +138,86 @@ class blas_limit:
                 _as_controller(lambda: _blas_controller.limit(limits=n, user_api="blas"))
 
 
+# OpenBLAS pool threads that spin at most 2**22 TSC cycles (~1.5 ms) after a call count as idle.
+_SPIN_MAX = 22
+_idle_sleep: bool | None = None
+
+
+def blas_idle_threads_sleep() -> bool:
+    """Whether BLAS's own pool threads leave the cores alone soon (~1 ms) after a call: an
+    OpenBLAS (pthreads) whose spin was shortened before it loaded (``gradir._blasenv``; also
+    true for any BLAS held to one thread).  A kernel that runs its own BLAS calls on two
+    threads needs this; otherwise threads that spin for 0.1 s after the last multi-threaded
+    call (OpenBLAS's default, or an OpenMP runtime's) take a core from it."""
+    global _idle_sleep
+    if _idle_sleep is None:
+        from threadpoolctl import ThreadpoolController
+
+        from .. import _blasenv
+        ok = True
+        for info in ThreadpoolController().select(user_api="blas").info():
+            if info["num_threads"] <= 1:
+                continue
+            ok = ok and (info["internal_api"] == "openblas" and info.get("threading_layer") == "pthreads"
+                         and _blasenv.EFFECTIVE <= _SPIN_MAX)
+        _idle_sleep = ok
+    return _idle_sleep
+
+
+def run_two(first: Callable[[threading.Event], None], second: Callable[[threading.Event], None],
+            concurrent: bool) -> None:
+    """Run ``second`` on the pool beside ``first`` on this thread (``concurrent``), or one after
+    the other.  Each gets a shared ``threading.Event`` that is set when the other failed (or
+    Ctrl-C reached this thread), so a long body can stop early; the first error is raised."""
+    stop = threading.Event()
+    if not concurrent:
+        first(stop)
+        second(stop)
+        return
+    err = np.geterr()
+
+    def body() -> None:
+        with np.errstate(**err):
+            try:
+                second(stop)
+            except BaseException:
+                stop.set()
+                raise
+
+    future = _get_pool().submit(body)
+    try:
+        first(stop)
+    except BaseException:
+        stop.set()
+        try:  # wait: nothing may write into the caller's buffers after this returns
+            future.result()
+        except BaseException:
+            pass
+        raise
+    future.result()  # the helper's error, if it had one
+
+
+def blas_threads() -> int:
+    """How many threads BLAS may use for a call now (the smallest over its libraries), counting
+    the ``blas_limit`` held by any thread."""
+    global _blas_controller
+    with _blas_lock:
+        if _blas_held:
+            return min(min(_blas_held), _blas_cap)
+        if _blas_controller is None:
+            from threadpoolctl import ThreadpoolController
+            _blas_controller = ThreadpoolController()
+        counts = [i["num_threads"] for i in _blas_controller.select(user_api="blas").info()]
+    return max(1, min(counts, default=1))
+
+
 def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], None]) -> None:
     """Call ``body(start, stop)`` over ``[0, n_rows)`` in contiguous row ranges.
 
     ``bytes_per_row`` is the memory a row touches (all operands and results); it
     decides whether splitting pays.  The calling thread runs the first chunk.
     """
-    cap = getattr(_local, "cap", None)
-    threads = _threads if cap is None else min(_threads, cap)
+    threads = threads_here()
     if threads <= 1 or n_rows < 2 or n_rows * bytes_per_row < 2 * MIN_CHUNK_BYTES:
         body(0, n_rows)
         return
