@@ -34,6 +34,8 @@ __all__ = ["compile", "Executable", "default_threads"]
 # GIL switch interval while ops run concurrently (seconds): 0.5 ms gave the best median
 # two-thread speed-up here (1.49x vs 1.37x at Python's default 5 ms; 0.1 ms was worse).
 SWITCH_INTERVAL = 0.0005
+# BLAS threads per op in a graph where two BLAS ops may run at once (two share the cores).
+_BLAS_SHARE = max(1, (os.cpu_count() or 1) // 2)
 
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
@@ -375,9 +377,11 @@ class _Run:
     def _execute(self) -> dict[str, np.ndarray]:
         exe = self.exe
         threads = exe.threads
-        # several BLAS ops may run at once: hold BLAS (process-wide, counted) to its share of the cores
-        blas = parallel.blas_limit(max(1, (os.cpu_count() or 1) // threads)) if (
-            threads > 1 and self.plan.blas_concurrency) else contextlib.nullcontext()
+        # Several BLAS ops may run at once: hold BLAS (process-wide, counted) to a share of the
+        # cores.  The share depends on the graph, never on ``threads`` (also with one thread):
+        # OpenBLAS's GEMMs round differently for each thread count, and a graph's results are
+        # the same bits whatever ``threads`` is.
+        blas = parallel.blas_limit(_BLAS_SHARE) if self.plan.blas_concurrency else contextlib.nullcontext()
         prev = parallel.get_threads()
         with blas:
             parallel.set_threads(threads)

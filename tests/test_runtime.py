@@ -97,6 +97,23 @@ def test_large_elementwise_results_identical_across_threads():
     np.testing.assert_allclose(ref["t5"], (np.exp(x * y) + y) + x * y + np.exp(x * y), rtol=1e-6)
 
 
+def test_large_blas_results_identical_across_threads():
+    """Two GEMMs large enough for a multi-threaded BLAS, which may run at once: the runtime
+    holds BLAS to the same share of the cores whatever ``threads`` is (OpenBLAS's GEMMs round
+    differently for each BLAS thread count: with one thread vs two they differed here)."""
+    text = ("input t0 : Float32 [512, 512]\ninput t1 : Float32 [512, 512]\n"
+            "t2 = MatMul(t0, t1)\nt3 = MatMul(t1, t0)\nt4 = Add(t2, t3)\noutput t2, t3, t4\n")
+    g = gradir.parse(text)
+    assert gradir.compile(g, threads=2).plan.blas_concurrency
+    inputs = demo_inputs(g, 3)
+    ref = gradir.compile(g, threads=1).run(inputs)
+    for threads in (2, 4):
+        out = gradir.compile(g, threads=threads).run(inputs)
+        for k in ref:
+            assert _bits(out[k]) == _bits(ref[k]), (threads, k)
+    np.testing.assert_allclose(ref["t2"], inputs["t0"] @ inputs["t1"], rtol=1e-4, atol=1e-4)
+
+
 def test_math_kernels_match_numpy():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4, 5))
