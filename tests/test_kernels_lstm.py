@@ -244,6 +244,30 @@ def test_lstm_training_matches_reference(direction, with_sl, with_p, with_h0, wi
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-13, err_msg=name)
 
 
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("with_sl,with_p,with_h0,with_b", list(itertools.product([False, True], repeat=4)))
+def test_lstm_training_in_two_halves_matches_reference(monkeypatch, direction, with_sl, with_p, with_h0, with_b):
+    """The compiled Float32 forward that large batches take: two half-batch step loops (here 2
+    and 3 rows; SL rows that start late in the reverse direction fall in either half)."""
+    force_path(monkeypatch, "halves")
+    saved = jit._on
+    jit.set_enabled(True)
+    try:
+        rng = np.random.default_rng(sum(1 << k for k, f in enumerate((with_sl, with_p, with_h0, with_b)) if f))
+        S, nb, I, H = 5, 5, 3, 4
+        ops = make_layer(rng, S, nb, I, H, direction, with_b=with_b, with_sl=with_sl, with_p=with_p,
+                         with_h0=with_h0, dtype=np.float32)
+        if with_sl:
+            ops["SL"] = np.array([5, 2, 4, 1, 3], np.int64)  # starts at different steps in both halves
+        got = run_forward(ops, H, direction)
+    finally:
+        jit.set_enabled(saved)
+    ref = lstm_training_ref(*layer_args(ops), hidden_size=H, direction=direction)
+    for name, g, r in zip(("HAll", "HFinal", "CFinal", "CAll", "iofc"), got, ref):
+        assert g.dtype == np.float32, name
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6, err_msg=name)
+
+
 # -- LSTMGrad: exact gradients in every variant ----------------------------------------------
 GRAD_CASES = list(itertools.product(DIRECTIONS, [False, True], [False, True], [False, True],
                                     ["all", "dHAll", "final"]))
@@ -370,8 +394,8 @@ def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(
 # -- the compiled kernels against the NumPy ones ----------------------------------------------
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
-    """A batch large enough to split by itself: the two half-batch loops run side by side
-    (BLAS free to use two threads) or one after the other (BLAS held to one, as the runtime
+    """A batch large enough to split by itself, forward and backward: the two half-batch loops
+    run side by side (BLAS free to use two threads) or one after the other (BLAS held to one, as the runtime
     does beside other BLAS ops) with the same bits; the NumPy kernels agree."""
     from gradir.kernels import parallel
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
@@ -389,14 +413,17 @@ def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
     D = 2 if direction == "bidirectional" else 1
     ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True, dtype=np.float32)
     up = upstream(rng, S, nb, H, D, "all", dtype=np.float32)
-    fwd = run_forward(ops, H, direction)
     with parallel.blas_limit(2):  # at most two (none on a one-core machine: then both runs are sequential)
+        fwd = run_forward(ops, H, direction)
         two = run_grad(ops, fwd, up, H, direction)
     assert set(side_by_side) == {parallel.blas_threads() >= 2}
     side_by_side.clear()
     with parallel.blas_limit(1):
+        fwd1 = run_forward(ops, H, direction)
         one = run_grad(ops, fwd, up, H, direction)
     assert side_by_side and not any(side_by_side)
+    for name, a, b in zip(("HAll", "HFinal", "CFinal", "CAll", "iofc"), fwd, fwd1):
+        np.testing.assert_array_equal(a, b, err_msg=name)
     with jit.disabled():
         ref = run_grad(ops, fwd, up, H, direction)
     for name, a, b, r in zip(("dX", "dW", "dR", "dB", "dH0", "dC0", "dP"), two, one, ref):

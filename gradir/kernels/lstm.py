@@ -29,7 +29,9 @@ How the sequence kernels are made fast (PERFORMANCE.md; measured by ``benchmarks
   one thread): the two cores slowed each other and the total got worse (100-130 vs 85-110 ms;
   again 122-132 vs 94 ms on AMD Zen 3).  The forward's step (gate activations with peepholes,
   C_t, H_t) is one compiled pass too (75 -> 59 ms at S,B,I,H = 100,64,256,256), for Float64
-  only when B·4H <= 16K (libm's scalar tanh loses to NumPy's SIMD one on larger steps).
+  only when B·4H <= 16K (libm's scalar tanh loses to NumPy's SIMD one on larger steps); it
+  also adds the bias (a pass over all steps' ``X·Wᵀ`` less), and large batches run as two
+  half-batch loops as the backward does (below): 55-56 -> 49 ms.
 * Large batches on the compiled path run as two independent half-batch step loops on two
   threads, each with single-threaded BLAS, and the big GEMMs in halves (see ``lstm_grad``):
   the step loops went from 33 to 29 ms.  Only where OpenBLAS's own threads sleep soon after
@@ -326,9 +328,11 @@ def _halve_sigmoid_rows(M: np.ndarray, h: int) -> np.ndarray:
     return M
 
 
-def _mask_step(steps: _Steps, t: int, ht: np.ndarray, ct: np.ndarray, g: np.ndarray) -> None:
+def _mask_step(steps: _Steps, t: int, ht: np.ndarray, ct: np.ndarray, g: np.ndarray, r0: int, r1: int) -> None:
+    """Zero the rows ``r0 .. r1-1`` (``ht``, ``ct``, ``g`` hold just those) that have no step ``t``."""
     m = steps.partial.get(t)
     if m is not None:  # rows with t >= SL[b] do not exist at this step
+        m = m[r0:r1]
         ht *= m
         ct *= m
         g *= m
@@ -351,79 +355,99 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
         np.matmul(_view(X, (S * nb, X.shape[2])), WsT, out=_view(G, (S * nb, 4 * h)))
     else:
         np.matmul(X, WsT, out=G)
-    if bd is not None:
-        G += _halve_sigmoid_rows(bd[: 4 * h] + bd[4 * h:], h)
+    bias = _halve_sigmoid_rows(bd[: 4 * h] + bd[4 * h:], h) if bd is not None else None
     if pd is not None:
         pi, po, pf = (0.5 * pd[k * h: (k + 1) * h] for k in range(3))
     # Float64 compiled code calls libm's scalar tanh: faster than NumPy's passes for small
     # steps, slower than its SIMD tanh for large ones (290 vs 253 ms at B=64, H=256)
     jl = jit.load("lstm") if dt == np.float32 or nb * 4 * h <= _WHOLE_LOOP_MAX else None
-    if jl is not None:
+    if jl is not None:  # the compiled step adds the bias itself
         p_half = (0.5 * pd).astype(dt) if pd is not None else np.zeros(1, dt)
+        b_step = bias.astype(dt) if bias is not None else np.zeros(1, dt)
+    elif bias is not None:
+        G += bias
 
-    zeros = np.zeros((nb, h), dt)
-    hp = h0 if h0 is not None else zeros
-    cp = c0 if c0 is not None else zeros
-    tmp4 = np.empty((nb, 4 * h), dt)
-    tmp = np.empty((nb, h), dt)
-    hbuf = cbuf = None
     starts = steps.starts(rev) if (h0 is not None or c0 is not None) else {}
     order = range(S - 1, -1, -1) if rev else range(S)
-    for t in order:
-        if t >= steps.alive:  # valid for no row
-            HA[t] = 0
-            CA[t] = 0
-            G[t] = 0
-            continue
-        rows = starts.get(t)
-        if rows is not None and t < steps.alive - 1:
-            # Reverse direction: these rows start here, from H0/C0 rather than step t+1.
-            if hbuf is None:
-                hbuf, cbuf = np.empty((nb, h), dt), np.empty((nb, h), dt)
-            np.copyto(hbuf, hp)
-            np.copyto(cbuf, cp)
-            hbuf[rows] = h0[rows] if h0 is not None else 0
-            cbuf[rows] = c0[rows] if c0 is not None else 0
-            hp, cp = hbuf, cbuf
-        g = G[t]
-        ct, ht = CA[t], HA[t]
-        np.matmul(hp, RsT, out=tmp4)
-        if jl is not None:  # the whole element-wise step fused (numba)
-            jl.forward_step(g, tmp4, jit.readable(cp), ct, ht, p_half, pd is not None)
-            _mask_step(steps, t, ht, ct, g)
-            hp, cp = ht, ct
-            continue
-        g += tmp4
-        gi, go, gf, gc = g[:, :h], g[:, h: 2 * h], g[:, 2 * h: 3 * h], g[:, 3 * h:]
-        if pd is None:
-            np.tanh(g, out=g)
-            s = g[:, : 3 * h]
-            s *= 0.5
-            s += 0.5
-        else:
-            np.multiply(cp, pi, out=tmp)
-            gi += tmp
-            np.multiply(cp, pf, out=tmp)
-            gf += tmp
-            np.tanh(gi, out=gi)
-            gfc = g[:, 2 * h:]
-            np.tanh(gfc, out=gfc)
-            for s in (gi, gf):
+
+    def loop(r0: int, r1: int, stop: threading.Event | None = None) -> None:
+        """The step loop of batch rows ``r0 .. r1-1`` (independent of the other rows)."""
+        m = r1 - r0
+        zeros = np.zeros((m, h), dt)
+        hp = h0[r0:r1] if h0 is not None else zeros
+        cp = c0[r0:r1] if c0 is not None else zeros
+        tmp4 = np.empty((m, 4 * h), dt)
+        tmp = np.empty((m, h), dt)
+        hbuf = cbuf = None
+        for t in order:
+            if stop is not None and stop.is_set():
+                return
+            if t >= steps.alive:  # valid for no row
+                HA[t, r0:r1] = 0
+                CA[t, r0:r1] = 0
+                G[t, r0:r1] = 0
+                continue
+            rows = starts.get(t)
+            if rows is not None and t < steps.alive - 1:
+                rows = rows[(rows >= r0) & (rows < r1)] - r0  # this loop's rows among them
+            if rows is not None and rows.size and t < steps.alive - 1:
+                # Reverse direction: these rows start here, from H0/C0 rather than step t+1.
+                if hbuf is None:
+                    hbuf, cbuf = np.empty((m, h), dt), np.empty((m, h), dt)
+                np.copyto(hbuf, hp)
+                np.copyto(cbuf, cp)
+                hbuf[rows] = h0[r0:r1][rows] if h0 is not None else 0
+                cbuf[rows] = c0[r0:r1][rows] if c0 is not None else 0
+                hp, cp = hbuf, cbuf
+            g = G[t, r0:r1]
+            ct, ht = CA[t, r0:r1], HA[t, r0:r1]
+            np.matmul(hp, RsT, out=tmp4)
+            if jl is not None:  # the whole element-wise step fused (numba)
+                jl.forward_step(g, tmp4, b_step, bias is not None, jit.readable(cp), ct, ht, p_half, pd is not None)
+                _mask_step(steps, t, ht, ct, g, r0, r1)
+                hp, cp = ht, ct
+                continue
+            g += tmp4
+            gi, go, gf, gc = g[:, :h], g[:, h: 2 * h], g[:, 2 * h: 3 * h], g[:, 3 * h:]
+            if pd is None:
+                np.tanh(g, out=g)
+                s = g[:, : 3 * h]
                 s *= 0.5
                 s += 0.5
-        np.multiply(gf, cp, out=ct)
-        np.multiply(gi, gc, out=tmp)
-        ct += tmp
-        if pd is not None:
-            np.multiply(ct, po, out=tmp)
-            go += tmp
-            np.tanh(go, out=go)
-            go *= 0.5
-            go += 0.5
-        np.tanh(ct, out=tmp)
-        np.multiply(go, tmp, out=ht)
-        _mask_step(steps, t, ht, ct, g)
-        hp, cp = ht, ct
+            else:
+                np.multiply(cp, pi, out=tmp)
+                gi += tmp
+                np.multiply(cp, pf, out=tmp)
+                gf += tmp
+                np.tanh(gi, out=gi)
+                gfc = g[:, 2 * h:]
+                np.tanh(gfc, out=gfc)
+                for s in (gi, gf):
+                    s *= 0.5
+                    s += 0.5
+            np.multiply(gf, cp, out=ct)
+            np.multiply(gi, gc, out=tmp)
+            ct += tmp
+            if pd is not None:
+                np.multiply(ct, po, out=tmp)
+                go += tmp
+                np.tanh(go, out=go)
+                go *= 0.5
+                go += 0.5
+            np.tanh(ct, out=tmp)
+            np.multiply(go, tmp, out=ht)
+            _mask_step(steps, t, ht, ct, g, r0, r1)
+            hp, cp = ht, ct
+
+    # Large batches on the compiled path: two half-batch loops, each with single-threaded BLAS,
+    # side by side when BLAS could have used two threads (as in LSTMGrad, see lstm_grad).
+    if (jl is not None and nb >= _SPLIT_MIN_ROWS and nb * 4 * h > _WHOLE_LOOP_MAX
+            and parallel.blas_idle_threads_sleep()):
+        half, two = nb // 2, parallel.blas_threads() >= 2
+        with parallel.blas_limit(1):
+            parallel.run_two(lambda stop: loop(0, half, stop), lambda stop: loop(half, nb, stop), concurrent=two)
+    else:
+        loop(0, nb)
     if rev:
         hfin[...] = HA[0]
         cfin[...] = CA[0]
