@@ -252,24 +252,27 @@ def test_exp2_32_accuracy_and_special_values() -> None:
 
 def test_compile_builds_the_lstm_kernels_so_runs_compile_nothing() -> None:
     """gradir.compile warms LSTMTraining/LSTMGrad (forward step, whole-loop and per-step
-    backward); running the sample afterwards adds no numba signature."""
+    backward) and the cell kernels; running the samples afterwards adds no numba signature."""
     code = """
 import numpy as np, gradir
 from gradir.kernels import jit
 from gradir.kernels import lstm as L
 lstm = jit.load("lstm")
-names = ("bptt", "bptt_step", "forward_step")
-exe = gradir.compile(open("samples/lstm_bptt.gir").read())
+names = ("bptt", "bptt_step", "forward_step", "cell_forward", "cell_backward")
+exes = [gradir.compile(open(f"samples/{s}.gir").read()) for s in ("lstm_bptt", "lstm_cell_backward")]
 before = [len(getattr(lstm, n).signatures) for n in names]
 rng = np.random.default_rng(0)
-inputs = {i.name: rng.standard_normal(i.type.shape).astype(np.float32) for i in exe.graph.inputs}
-exe.run(inputs)
-L._WHOLE_LOOP_MAX = 0  # the per-step path too
-exe.run(inputs)
+whole = L._WHOLE_LOOP_MAX
+for exe in exes:
+    inputs = {i.name: rng.standard_normal(i.type.shape).astype(np.float32) for i in exe.graph.inputs}
+    exe.run(inputs)
+    L._WHOLE_LOOP_MAX = 0  # the per-step path too
+    exe.run(inputs)
+    L._WHOLE_LOOP_MAX = whole
 after = [len(getattr(lstm, n).signatures) for n in names]
 print(before, after)
 """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     before, after = out.stdout.strip().split("] [")
-    assert before == "[1, 1, 1" and after == "1, 1, 1]", out.stdout
+    assert before == "[1, 1, 1, 1, 1" and after == "1, 1, 1, 1, 1]", out.stdout

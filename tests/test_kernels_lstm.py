@@ -136,7 +136,7 @@ def cell_operands(rng, nb=3, I=4, H=5, dtype=np.float64):
              ((4 * H,), 0.5))]
 
 
-def test_lstm_cell_matches_reference():
+def test_lstm_cell_matches_reference(kernel_path):
     rng = np.random.default_rng(1)
     ops = cell_operands(rng)
     h, c = lstm_cell(*ops, hidden_size=5)
@@ -147,7 +147,7 @@ def test_lstm_cell_matches_reference():
 
 @pytest.mark.parametrize("with_dc", [True, False])
 @pytest.mark.parametrize("index", range(6))
-def test_grad_lstm_cell_input_dot_product(index, with_dc):
+def test_grad_lstm_cell_input_dot_product(index, with_dc, kernel_path):
     rng = np.random.default_rng(10 + index)
     H = 5
     ops = cell_operands(rng, H=H)
@@ -216,6 +216,34 @@ def test_hand_written_fused_cell_op_with_one_index_runs():
                                    inputs["t4"], inputs["t5"], input_indices=[0], hidden_size=2, out=out_buf)
     assert r is out_buf
     np.testing.assert_array_equal(r, out["t7"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_cell_kernels_agree_with_numpy(monkeypatch, dtype):
+    """The compiled cell pass (Float32 at any size; Float64 only up to B·4H = 16K) against the
+    NumPy ufuncs, forward and every gradient, into fresh and into given (strided) outputs."""
+    monkeypatch.setattr(jit, "_on", True)
+    assert lstm_mod._cell_jit(np.dtype(dtype), 24, 40) is not None
+    rng = np.random.default_rng(8)
+    nb, I, H = 24, 20, 40
+    ops = cell_operands(rng, nb=nb, I=I, H=H, dtype=dtype)
+    dh = rng.standard_normal((nb, H)).astype(dtype)
+    tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    with jit.disabled():
+        ref_fwd = lstm_cell(*ops, hidden_size=H)
+    got_fwd = lstm_cell(*ops, hidden_size=H)
+    for g, r in zip(got_fwd, ref_fwd):
+        np.testing.assert_allclose(g, r, **tol)
+    for dc in (rng.standard_normal((nb, H)).astype(dtype), None):
+        with jit.disabled():
+            ref = grad_lstm_cell_input_fused(dh, dc, *ops, input_indices=range(6), hidden_size=H)
+        got = grad_lstm_cell_input_fused(dh, dc, *ops, input_indices=range(6), hidden_size=H)
+        outs = tuple(np.zeros(np.asarray(r).shape[:-1] + (2 * np.asarray(r).shape[-1],), dtype)[..., ::2] for r in ref)
+        into = grad_lstm_cell_input_fused(dh, dc, *ops, input_indices=range(6), hidden_size=H, out=outs)
+        for k in range(6):
+            np.testing.assert_allclose(got[k], ref[k], err_msg=str(k), **tol)
+            assert into[k] is outs[k]
+            np.testing.assert_array_equal(into[k], got[k], err_msg=str(k))
 
 
 def test_fused_cell_rejects_bad_indices():

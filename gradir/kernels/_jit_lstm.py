@@ -34,7 +34,7 @@ from numba.extending import overload
 
 from ._jit_core import ELEMENTWISE, INLINE, LOG2E, exp2_32
 
-__all__ = ["HAVE_BLAS", "bptt", "bptt_step", "forward_step", "tanh"]
+__all__ = ["HAVE_BLAS", "bptt", "bptt_step", "cell_backward", "cell_forward", "forward_step", "tanh"]
 
 # numba's np.dot calls scipy's BLAS; without scipy only bptt_step (no GEMM inside) is usable.
 HAVE_BLAS = importlib.util.find_spec("scipy") is not None
@@ -263,3 +263,63 @@ def forward_step(g, gr, bias, has_b, cp, ct, ht, p, has_p):  # type: ignore[no-u
             htb[j] = go * tanh(c)
         for j in range(4 * h):
             gb[j] = tmp[j]
+
+
+# -- LSTMCell and GradLSTMCellInput (PyTorch gate order i, f, g, o) ----------------------------
+@njit(**INLINE)
+def _cell_unit(a, hw, bias, j, h):  # type: ignore[no-untyped-def]
+    """Gates i, f, g, o of hidden unit ``j`` from ``X·W_ihᵀ`` (``a``), ``H·W_hhᵀ`` (``hw``) and the
+    bias (one row each); sigmoids as ``½·tanh(x/2) + ½``, as the NumPy kernels compute them."""
+    pi = (a[j] + hw[j]) + bias[j]
+    pf = (a[h + j] + hw[h + j]) + bias[h + j]
+    pg = (a[2 * h + j] + hw[2 * h + j]) + bias[2 * h + j]
+    po = (a[3 * h + j] + hw[3 * h + j]) + bias[3 * h + j]
+    gi = tanh(pi * _HALF) * _HALF + _HALF
+    gf = tanh(pf * _HALF) * _HALF + _HALF
+    gg = tanh(pg)
+    go = tanh(po * _HALF) * _HALF + _HALF
+    return gi, gf, gg, go
+
+
+@njit(**ELEMENTWISE)
+def cell_forward(a, hw, bias, C, hn, cn):  # type: ignore[no-untyped-def]
+    """LSTMCell after its two GEMMs, in one pass: ``a`` ``[B, 4H]`` holds ``X·W_ihᵀ``, ``hw``
+    ``H·W_hhᵀ``, ``bias`` ``[4H]``; writes ``H'`` into ``hn`` and ``C'`` into ``cn``."""
+    h = C.shape[1]
+    for b in range(C.shape[0]):
+        ab, hb, cb, hnb, cnb = a[b], hw[b], C[b], hn[b], cn[b]
+        for j in range(h):
+            gi, gf, gg, go = _cell_unit(ab, hb, bias, j, h)
+            c = gf * cb[j] + gi * gg
+            cnb[j] = c
+            hnb[j] = go * tanh(c)
+
+
+@njit(**ELEMENTWISE)
+def cell_backward(a, hw, bias, C, dH, dCn, has_dCn, da, want_da, dCp, want_dCp):  # type: ignore[no-untyped-def]
+    """Every element-wise part of GradLSTMCellInput in one pass (``a``, ``hw``, ``bias`` as in
+    ``cell_forward``; ``dH``/``dCn`` the gradients reaching H'/C'): the gate gradients into
+    ``da`` ``[B, 4H]`` when ``want_da`` and ``dC = dCn + dH ⊙ o ⊙ (1 - tanh²(C'))`` times the
+    forget gate (the gradient of C) into ``dCp`` when ``want_dCp``."""
+    h = C.shape[1]
+    row = np.empty(4 * h, a.dtype)  # private: see forward_step
+    for b in range(C.shape[0]):
+        ab, hb, cb, dhb = a[b], hw[b], C[b], dH[b]
+        for j in range(h):
+            gi, gf, gg, go = _cell_unit(ab, hb, bias, j, h)
+            c_prev = cb[j]
+            tau = tanh(gf * c_prev + gi * gg)
+            dh = dhb[j]
+            dc = dh * go * (_ONE - tau * tau)
+            if has_dCn:
+                dc = dc + dCn[b, j]
+            row[j] = gi * (_ONE - gi) * gg * dc
+            row[h + j] = gf * (_ONE - gf) * c_prev * dc
+            row[2 * h + j] = (_ONE - gg * gg) * gi * dc
+            row[3 * h + j] = go * (_ONE - go) * tau * dh
+            if want_dCp:
+                dCp[b, j] = dc * gf
+        if want_da:
+            dab = da[b]
+            for j in range(4 * h):
+                dab[j] = row[j]

@@ -220,35 +220,62 @@ def _cell_state(gates: np.ndarray, C: np.ndarray, hd: int) -> np.ndarray:
     return c_next
 
 
-@kernel("LSTMCell", blas=True)
+def _cell_jit(dt: np.dtype, nb: int, hd: int) -> Any:
+    """The compiled LSTM kernels for a cell of this size, or None (NumPy's ufuncs).  Float64
+    compiled code calls libm's scalar tanh, which loses to NumPy's SIMD one on large cells
+    (as in the forward of LSTMTraining)."""
+    if dt != np.float32 and nb * 4 * hd > _WHOLE_LOOP_MAX:
+        return None
+    return jit.load("lstm")
+
+
+def _cell_pre(X: np.ndarray, H: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray,
+              dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two GEMMs of a cell step and its bias, as operands of the compiled cell kernels."""
+    a = np.matmul(X, W_ih.T)
+    hw = np.matmul(H, W_hh.T)
+    return a, hw, jit.readable(np.ascontiguousarray(Bias, dt))
+
+
+def _warm_cells(dtype: Any) -> None:
+    """``warm`` hook of the cell kernels: compile their compiled passes for ``dtype``."""
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64) or jit.load("lstm") is None:
+        return
+    nb, I, h = 1, 1, 1
+    X, H, C = (np.full((nb, n), 0.5, dt) for n in (I, h, h))
+    W_ih, W_hh, Bias = np.full((4 * h, I), 0.5, dt), np.full((4 * h, h), 0.5, dt), np.zeros(4 * h, dt)
+    lstm_cell(X, H, C, W_ih, W_hh, Bias, hidden_size=h)
+    for dC in (None, C):
+        grad_lstm_cell_input_fused(H, dC, X, H, C, W_ih, W_hh, Bias, input_indices=range(6), hidden_size=h)
+        grad_lstm_cell_input(H, dC, X, H, C, W_ih, W_hh, Bias, input_index=2, hidden_size=h)
+
+
+@kernel("LSTMCell", blas=True, warm=_warm_cells)
 def lstm_cell(X: np.ndarray, H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
               Bias: np.ndarray, *, out: Any = None, hidden_size: int) -> tuple[np.ndarray, np.ndarray]:
     """One LSTM step: returns ``(H', C')``, each ``[B, Hd]``."""
     dt = _dtype("LSTMCell", X, H, C, W_ih, W_hh, Bias)
     hd = hidden_size
-    g = _cell_gates(X, H, W_ih, W_hh, Bias, hd)
     shape = (X.shape[0], hd)
     h_next, c_next = _result(out, 0, shape, dt), _result(out, 1, shape, dt)
+    jl = _cell_jit(dt, X.shape[0], hd)
+    if jl is not None and h_next.flags.c_contiguous and c_next.flags.c_contiguous:
+        a, hw, bias = _cell_pre(X, H, W_ih, W_hh, Bias, dt)
+        jl.cell_forward(a, hw, bias, jit.readable(np.ascontiguousarray(C)), h_next, c_next)
+        return h_next, c_next
+    g = _cell_gates(X, H, W_ih, W_hh, Bias, hd)
     c_next[...] = _cell_state(g, C, hd)
     np.tanh(c_next, out=h_next)
     h_next *= g[:, 3 * hd:]
     return h_next, c_next
 
 
-def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
-                H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray,
-                indices: Sequence[int], hd: int, out: Any) -> tuple[np.ndarray, ...]:
-    """The one code path behind both cell-gradient kernels.
-
-    Every requested gradient is computed by the same operations whatever else is
-    requested, so fused and unfused results agree bit for bit.
-    """
-    if dH_next is None:
-        raise ValueError(f"{op}: operand dH_next is required")
-    _dtype(op, dH_next, dC_next, X, H, C, W_ih, W_hh, Bias)
-    for k in indices:
-        if k not in range(6):
-            raise ValueError(f"{op}: input index {k} is outside 0..5")
+def _cell_elementwise_numpy(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray, H: np.ndarray,
+                            C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray, hd: int,
+                            want_da: bool, want_dc: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The element-wise part of a cell's gradients by NumPy's ufuncs: the gate gradients
+    ``da`` ``[B, 4H]`` (when ``want_da``) and the gradient of C (when ``want_dc``)."""
     g = _cell_gates(X, H, W_ih, W_hh, Bias, hd)
     i, f, gg, o = (g[:, k * hd: (k + 1) * hd] for k in range(4))
     tau = np.tanh(_cell_state(g, C, hd))
@@ -260,7 +287,7 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
     if dC_next is not None:
         dC += dC_next
     da = None
-    if any(k != 2 for k in indices):
+    if want_da:
         da = np.empty_like(g)
         for blk, gate, factor, grad in ((0, i, gg, dC), (1, f, C, dC), (3, o, tau, dH_next)):
             d = da[:, blk * hd: (blk + 1) * hd]
@@ -273,6 +300,40 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
         np.subtract(1, d, out=d)  # tanh' = 1 - g²
         d *= i
         d *= dC
+    return da, (dC * f if want_dc else None)
+
+
+def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
+                H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray,
+                indices: Sequence[int], hd: int, out: Any) -> tuple[np.ndarray, ...]:
+    """The one code path behind both cell-gradient kernels.
+
+    Every requested gradient is computed by the same operations whatever else is
+    requested, so fused and unfused results agree bit for bit.  The element-wise part (gates,
+    ``tanh(C')``, the gate gradients ``da`` and the gradient of C) is one compiled pass when
+    ``_cell_jit`` allows (~6x less time than the ufunc passes at B=64, H=256), then the
+    requested GEMMs.
+    """
+    if dH_next is None:
+        raise ValueError(f"{op}: operand dH_next is required")
+    dt = _dtype(op, dH_next, dC_next, X, H, C, W_ih, W_hh, Bias)
+    for k in indices:
+        if k not in range(6):
+            raise ValueError(f"{op}: input index {k} is outside 0..5")
+    want_da, want_dc = any(k != 2 for k in indices), 2 in indices
+    nb = X.shape[0]
+    jl = _cell_jit(dt, nb, hd)
+    if jl is None:
+        da, dc = _cell_elementwise_numpy(dH_next, dC_next, X, H, C, W_ih, W_hh, Bias, hd, want_da, want_dc)
+    else:
+        a, hw, bias = _cell_pre(X, H, W_ih, W_hh, Bias, dt)
+        da = np.empty_like(a) if want_da else None
+        dc = np.empty((nb, hd), dt) if want_dc else None
+        rd = jit.readable
+        none = np.zeros((1, 1), dt)  # stands for an absent operand (C-contiguous: one compiled variant)
+        jl.cell_backward(a, hw, bias, rd(np.ascontiguousarray(C)), rd(np.ascontiguousarray(dH_next)),
+                         none if dC_next is None else rd(np.ascontiguousarray(dC_next)), dC_next is not None,
+                         none if da is None else da, want_da, none if dc is None else dc, want_dc)
     results = []
     for n, k in enumerate(indices):
         r = None if out is None else out[n]
@@ -281,7 +342,10 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
         elif k == 1:
             r = np.matmul(da, W_hh, out=r)
         elif k == 2:
-            r = np.multiply(dC, f, out=r)
+            if r is None:
+                r = dc
+            else:
+                r[...] = dc
         elif k == 3:
             r = np.matmul(da.T, X, out=r)
         elif k == 4:
@@ -292,7 +356,7 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
     return tuple(results)
 
 
-@kernel("GradLSTMCellInput", blas=True)
+@kernel("GradLSTMCellInput", blas=True, warm=_warm_cells)
 def grad_lstm_cell_input(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
                          H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
                          Bias: np.ndarray, *, out: np.ndarray | None = None, input_index: int,
@@ -302,7 +366,7 @@ def grad_lstm_cell_input(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
                        (input_index,), hidden_size, None if out is None else (out,))[0]
 
 
-@kernel("GradLSTMCellInputFused", blas=True)
+@kernel("GradLSTMCellInputFused", blas=True, warm=_warm_cells)
 def grad_lstm_cell_input_fused(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
                                H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
                                Bias: np.ndarray, *, out: Any = None, input_indices: Sequence[int] = (),
