@@ -40,13 +40,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gradir.kernels import KERNELS, jit
-from gradir.kernels import activation as act
-from gradir.kernels.parallel import parallel_rows, set_threads
+# gradir before NumPy, as the gradir command does (gradir._blasenv: OpenBLAS's idle spin)
+from gradir.kernels import KERNELS, jit  # noqa: E402,I001
+from gradir.kernels import activation as act  # noqa: E402
+from gradir.kernels.parallel import parallel_rows, set_threads  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 try:  # torch is optional
     import torch

@@ -16,11 +16,12 @@ import os
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import gradir  # noqa: E402
+# gradir before NumPy, as the gradir command does (gradir._blasenv: OpenBLAS's idle spin)
+import gradir  # noqa: E402,I001
+
+import numpy as np  # noqa: E402
 from gradir.syntax import parse  # noqa: E402
 
 
