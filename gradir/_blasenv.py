@@ -15,6 +15,7 @@ has.  Child processes inherit it.  ``EFFECTIVE`` is the ``n`` OpenBLAS most like
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 VAR = "OPENBLAS_THREAD_TIMEOUT"
@@ -27,12 +28,11 @@ if not NUMPY_FIRST:
 
 
 def effective(value: str | None) -> int:
-    """The spin exponent OpenBLAS takes from the variable's value (its own rules: not a
-    positive integer means the default; otherwise clamped to 4..30)."""
-    try:
-        n = int((value or "").strip())
-    except ValueError:
-        return OPENBLAS_DEFAULT
+    """The spin exponent OpenBLAS takes from the variable's value, by its own rules: C's
+    ``atoi`` (leading blanks, a sign and the digits that follow; ``"20x"`` is 20), then not
+    positive means the default, otherwise clamped to 4..30."""
+    m = re.match(r"\s*([+-]?\d+)", value or "")
+    n = int(m.group(1)) if m else 0
     return OPENBLAS_DEFAULT if n <= 0 else min(30, max(4, n))
 
 

@@ -49,7 +49,8 @@ def test_numpy_first_leaves_openblas_alone():
 
 
 @pytest.mark.parametrize("value,expected", [(None, 28), ("", 28), ("x", 28), ("0", 28), ("-3", 28), ("2", 4),
-                                            ("20", 20), (" 21 ", 21), ("31", 30), ("30", 30)])
+                                            ("20", 20), (" 21 ", 21), ("20x", 20), ("+19", 19), ("31", 30),
+                                            ("30", 30)])
 def test_effective_follows_openblas_rules(value, expected):
     assert _blasenv.effective(value) == expected
 
@@ -80,3 +81,12 @@ def test_blas_threads_stop_spinning_soon_after_a_call():
     default_cpu, _ = run(SPIN.format(first=""))
     assert cpu < 0.03, cpu
     assert default_cpu > 0.05, default_cpu  # the mechanism the setting turns off
+
+
+def test_idle_sleep_is_a_process_constant_not_the_limit_held_at_the_first_ask():
+    """Asked first while BLAS is held to one thread (as the runtime holds it beside other BLAS
+    ops), the answer is still about how OpenBLAS's threads behave when they do run."""
+    code = "import numpy; from threadpoolctl import threadpool_limits; import gradir\n"
+    code += "with threadpool_limits(1): " + REPORT
+    assert run(code)[2] is False
+    assert run(code, **{VAR: "20"})[2] is True

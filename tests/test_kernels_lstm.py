@@ -441,15 +441,22 @@ def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
     D = 2 if direction == "bidirectional" else 1
     ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True, dtype=np.float32)
     up = upstream(rng, S, nb, H, D, "all", dtype=np.float32)
-    with parallel.blas_limit(2):  # at most two (none on a one-core machine: then both runs are sequential)
-        fwd = run_forward(ops, H, direction)
-        two = run_grad(ops, fwd, up, H, direction)
+    fwd = run_forward(ops, H, direction)  # BLAS free (none side by side on a one-core machine)
+    two = run_grad(ops, fwd, up, H, direction)
     assert set(side_by_side) == {parallel.blas_threads() >= 2}
     side_by_side.clear()
-    with parallel.blas_limit(1):
+    with parallel.blas_limit(1):  # as the runtime holds it beside other BLAS ops on two cores
         fwd1 = run_forward(ops, H, direction)
         one = run_grad(ops, fwd, up, H, direction)
     assert side_by_side and not any(side_by_side)
+    side_by_side.clear()
+    with parallel.blas_limit(2):  # held above one thread for others (4+ cores): no split at all
+        fwd2 = run_forward(ops, H, direction)
+        whole = run_grad(ops, fwd, up, H, direction)
+    assert not side_by_side or parallel.blas_threads() < 2
+    for name, a, b in zip(("HAll", "dX", "dW", "dR"), (fwd2[0], *whole[:3]), (fwd[0], *two[:3])):
+        scale = max(1.0, float(np.abs(b).max()))
+        np.testing.assert_allclose(a / scale, b / scale, rtol=2e-5, atol=1e-5, err_msg=name)
     for name, a, b in zip(("HAll", "HFinal", "CFinal", "CAll", "iofc"), fwd, fwd1):
         np.testing.assert_array_equal(a, b, err_msg=name)
     with jit.disabled():

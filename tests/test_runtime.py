@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 import gradir
 from gradir import CompileError, ExecutionError, InputError
 from gradir.cli import main
-from gradir.kernels import KERNELS
+from gradir.kernels import KERNELS, parallel
 from gradir.runcli import demo_inputs
 from strategies import OP_EXAMPLES, graphs
 
@@ -732,6 +734,62 @@ def test_overlapping_blas_limits_restore_the_original_thread_counts():
             assert set(before) == {2}
             assert seen and set(seen[0]) == {1}  # still held while run 2 went on alone
         assert _blas_threads() == before
+
+
+def test_run_two_waits_for_its_helper_through_ctrl_c():
+    """Ctrl-C while run_two waits for the other half: the helper is told to stop and waited
+    for, so nothing writes into the caller's buffers after run_two has raised."""
+    import signal
+    log = []
+
+    def first(stop):
+        log.append("first done")
+
+    def second(stop):
+        for _ in range(100):  # up to 1 s, stopping early when told
+            if stop.is_set():
+                break
+            time.sleep(0.01)
+        log.append("second done")
+
+    armed = [True]
+
+    def interrupt(*_):
+        if armed[0]:  # only while run_two runs: a late signal must not escape the test
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, interrupt)
+    timer = threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                parallel.run_two(first, second, concurrent=True)
+        finally:
+            armed[0] = False
+        log.append("raised")
+    finally:
+        timer.cancel()
+        timer.join()
+        signal.signal(signal.SIGINT, old)
+    assert log == ["first done", "second done", "raised"]
+
+
+def test_own_blas_threads_never_lowers_a_count_others_hold_above_one():
+    """A kernel's own two threads take BLAS to one thread only where nobody holds it above one
+    (lowering it under a MatMul running beside would change that MatMul's bits)."""
+    before = parallel.blas_threads()
+    with parallel.own_blas_threads() as free:
+        assert free.ok and free.threads == before and parallel.blas_threads() == 1
+    assert parallel.blas_threads() == before
+    with parallel.blas_limit(1), parallel.own_blas_threads() as one:
+        assert one.ok and one.threads == 1
+    if before >= 2:
+        with parallel.blas_limit(2), parallel.own_blas_threads() as held:
+            assert not held.ok and parallel.blas_threads() == 2
+    with parallel.own_blas_threads(False) as unwanted:
+        assert not unwanted.ok and parallel.blas_threads() == before
+    assert parallel.blas_threads() == before
 
 
 def test_a_blas_limit_never_raises_the_thread_count():

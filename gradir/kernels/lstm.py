@@ -49,7 +49,6 @@ that instead of masking them again).  Padded entries of ``X`` and ``dHAll`` must
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from collections.abc import Sequence
@@ -505,13 +504,13 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
 
     # Large batches on the compiled path: two half-batch loops, each with single-threaded BLAS,
     # side by side when BLAS could have used two threads (as in LSTMGrad, see lstm_grad).
-    if (jl is not None and nb >= _SPLIT_MIN_ROWS and nb * 4 * h > _WHOLE_LOOP_MAX
-            and parallel.blas_idle_threads_sleep()):
-        half, two = nb // 2, parallel.blas_threads() >= 2
-        with parallel.blas_limit(1):
-            parallel.run_two(lambda stop: loop(0, half, stop), lambda stop: loop(half, nb, stop), concurrent=two)
-    else:
-        loop(0, nb)
+    with parallel.own_blas_threads(_split_wanted(jl, nb, h)) as blas:
+        if blas.ok:
+            half = nb // 2
+            parallel.run_two(lambda stop: loop(0, half, stop), lambda stop: loop(half, nb, stop),
+                             concurrent=blas.threads >= 2)
+        else:
+            loop(0, nb)
     if rev:
         hfin[...] = HA[0]
         cfin[...] = CA[0]
@@ -829,6 +828,13 @@ _this_thread = threading.local()  # per_step: force the per-step path (``_warm_l
 _SPLIT_MIN_ROWS = 16
 
 
+def _split_wanted(jl: Any, nb: int, h: int) -> bool:
+    """Whether a layer's step loops should run as two half-batch loops (see ``lstm_grad``):
+    compiled kernels, a large batch, and BLAS threads that sleep soon after a call."""
+    return (jl is not None and nb >= _SPLIT_MIN_ROWS and nb * 4 * h > _WHOLE_LOOP_MAX
+            and parallel.blas_idle_threads_sleep())
+
+
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
     """``out = a·b``, or ``out += a·b`` through ``tmp`` (shaped like ``out``) when it is given."""
     if tmp is None:
@@ -968,12 +974,13 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     # the threads (OpenBLAS's multi-threaded GEMMs round differently from its single-threaded
     # ones).  Only when BLAS's own threads sleep soon after a call
     # (``parallel.blas_idle_threads_sleep``): OpenBLAS's default 0.1 s of spinning takes a core
-    # from the loops (53 vs 31 ms; LSTMGrad after LSTMTraining 139-144 ms).
-    k.split = (jl is not None and nb >= _SPLIT_MIN_ROWS and nb * 4 * h > _WHOLE_LOOP_MAX
-               and parallel.blas_idle_threads_sleep())
-    k.two = k.split and parallel.blas_threads() >= 2
-    k.mm = _matmul_halves(k.two) if k.split else _matmul
-    with parallel.blas_limit(1) if k.split else contextlib.nullcontext():
+    # from the loops (53 vs 31 ms; LSTMGrad after LSTMTraining 139-144 ms).  And not where the
+    # runtime holds BLAS to more than one thread for ops running beside this one (machines
+    # with 4+ cores): one thread here would be one thread for them too, and change their bits.
+    with parallel.own_blas_threads(_split_wanted(jl, nb, h)) as blas:
+        k.split = blas.ok
+        k.two = k.split and blas.threads >= 2
+        k.mm = _matmul_halves(k.two) if k.split else _matmul
         if jl is not None:
             db = _compiled_steps(jl, k)
             dP[...] = _view(k.dP2, (D, 3 * h))

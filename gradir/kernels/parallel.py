@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 
-__all__ = ["set_threads", "get_threads", "threads_here", "parallel_rows", "blas_limit", "blas_threads", "run_two",
-           "blas_idle_threads_sleep", "MIN_CHUNK_BYTES"]
+__all__ = ["set_threads", "get_threads", "threads_here", "parallel_rows", "blas_limit", "blas_threads",
+           "own_blas_threads", "run_two", "blas_idle_threads_sleep", "MIN_CHUNK_BYTES"]
 
 # Below this many bytes touched per chunk, splitting costs more than it saves.
 MIN_CHUNK_BYTES = 4 << 20
@@ -99,6 +99,22 @@ def _as_controller(call: Callable[[], object]) -> object:
             clear(force=True)
 
 
+def _controller():  # type: ignore[no-untyped-def]
+    """threadpoolctl's controller of the loaded libraries (made once; call with _blas_lock held)."""
+    global _blas_controller
+    if _blas_controller is None:
+        from threadpoolctl import ThreadpoolController
+        _blas_controller = ThreadpoolController()
+    return _blas_controller
+
+
+def _blas_threads_locked() -> int:
+    if _blas_held:
+        return min(min(_blas_held), _blas_cap)
+    counts = [i["num_threads"] for i in _controller().select(user_api="blas").info()]
+    return max(1, min(counts, default=1))
+
+
 class blas_limit:
     """``with blas_limit(n):`` hold BLAS (process-wide, through threadpoolctl) to at most ``n``
     threads.  Counted across threads: overlapping users need not leave in the order they came
@@ -109,21 +125,21 @@ class blas_limit:
         self.n = max(1, int(n))
 
     def __enter__(self) -> "blas_limit":
-        global _blas_saved, _blas_controller, _blas_cap
         with _blas_lock:
-            if _blas_controller is None:
-                from threadpoolctl import ThreadpoolController
-                _blas_controller = ThreadpoolController()
-            ctl = _blas_controller
-            if not _blas_held:
-                counts = [i["num_threads"] for i in ctl.select(user_api="blas").info()]
-                _blas_cap = max(1, min(counts, default=1))
-                n = min(self.n, _blas_cap)
-                _blas_saved = _as_controller(lambda: ctl.limit(limits=n, user_api="blas"))
-            elif self.n < min(_blas_held) and self.n < _blas_cap:
-                _as_controller(lambda: ctl.limit(limits=self.n, user_api="blas"))
-            _blas_held.append(self.n)
+            self._enter_locked()
         return self
+
+    def _enter_locked(self) -> None:
+        global _blas_saved, _blas_cap
+        ctl = _controller()
+        if not _blas_held:
+            counts = [i["num_threads"] for i in ctl.select(user_api="blas").info()]
+            _blas_cap = max(1, min(counts, default=1))
+            n = min(self.n, _blas_cap)
+            _blas_saved = _as_controller(lambda: ctl.limit(limits=n, user_api="blas"))
+        elif self.n < min(_blas_held) and self.n < _blas_cap:
+            _as_controller(lambda: ctl.limit(limits=self.n, user_api="blas"))
+        _blas_held.append(self.n)
 
     def __exit__(self, *exc: object) -> None:
         global _blas_saved
@@ -135,7 +151,44 @@ class blas_limit:
                     _as_controller(saved.restore_original_limits)
             elif self.n < min(_blas_held) and self.n < _blas_cap:
                 n = min(min(_blas_held), _blas_cap)
-                _as_controller(lambda: _blas_controller.limit(limits=n, user_api="blas"))
+                _as_controller(lambda: _controller().limit(limits=n, user_api="blas"))
+
+
+def blas_threads() -> int:
+    """How many threads BLAS may use for a call now (the smallest over its libraries), counting
+    the ``blas_limit`` held by any thread."""
+    with _blas_lock:
+        return _blas_threads_locked()
+
+
+class own_blas_threads:
+    """``with own_blas_threads(wanted) as held:`` for a kernel that would run its BLAS calls on
+    its own two threads, each with single-threaded BLAS.  When ``wanted``, and unless someone
+    holds BLAS to more than one thread (the runtime, for ops that run beside this one: lowering
+    the count under them would change their bits), BLAS is held to one thread (``held.ok``);
+    ``held.threads`` is how many it could use before, the cores the kernel may take in its
+    place.  Checked and entered at once, so no other holder comes in between."""
+
+    def __init__(self, wanted: bool = True) -> None:
+        self.wanted = wanted
+        self.ok = False
+        self.threads = 1
+        self._limit: blas_limit | None = None
+
+    def __enter__(self) -> "own_blas_threads":
+        if self.wanted:
+            with _blas_lock:
+                self.threads = _blas_threads_locked()
+                if not (_blas_held and min(_blas_held) > 1):
+                    self._limit = blas_limit(1)
+                    self._limit._enter_locked()
+                    self.ok = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._limit is not None:
+            self._limit.__exit__(*exc)
+            self._limit = None
 
 
 # OpenBLAS pool threads that spin at most 2**22 TSC cycles (~1.5 ms) after a call count as idle.
@@ -144,31 +197,41 @@ _idle_sleep: bool | None = None
 
 
 def blas_idle_threads_sleep() -> bool:
-    """Whether BLAS's own pool threads leave the cores alone soon (~1 ms) after a call: an
-    OpenBLAS (pthreads) whose spin was shortened before it loaded (``gradir._blasenv``; also
-    true for any BLAS held to one thread).  A kernel that runs its own BLAS calls on two
-    threads needs this; otherwise threads that spin for 0.1 s after the last multi-threaded
-    call (OpenBLAS's default, or an OpenMP runtime's) take a core from it."""
+    """Whether BLAS's own pool threads leave the cores alone soon (~1 ms) after a call: every
+    loaded BLAS is an OpenBLAS (pthreads) whose spin was shortened before it loaded
+    (``gradir._blasenv``).  A process constant (whatever limits are held now).  A kernel that
+    runs its own BLAS calls on two threads needs this; otherwise threads that spin for 0.1 s
+    after the last multi-threaded call (OpenBLAS's default, or an OpenMP runtime's) take a
+    core from it."""
     global _idle_sleep
     if _idle_sleep is None:
-        from threadpoolctl import ThreadpoolController
-
         from .. import _blasenv
-        ok = True
-        for info in ThreadpoolController().select(user_api="blas").info():
-            if info["num_threads"] <= 1:
-                continue
-            ok = ok and (info["internal_api"] == "openblas" and info.get("threading_layer") == "pthreads"
-                         and _blasenv.EFFECTIVE <= _SPIN_MAX)
-        _idle_sleep = ok
+        with _blas_lock:
+            infos = _controller().select(user_api="blas").info()
+        _idle_sleep = bool(infos) and _blasenv.EFFECTIVE <= _SPIN_MAX and all(
+            i["internal_api"] == "openblas" and i.get("threading_layer") == "pthreads" for i in infos)
     return _idle_sleep
+
+
+def _wait(future: Future) -> None:
+    """Wait until ``future`` has finished, whatever it raised, through any number of Ctrl-C."""
+    while True:
+        try:
+            future.result()
+            return
+        except KeyboardInterrupt:
+            if future.done():
+                return
+        except BaseException:
+            return
 
 
 def run_two(first: Callable[[threading.Event], None], second: Callable[[threading.Event], None],
             concurrent: bool) -> None:
     """Run ``second`` on the pool beside ``first`` on this thread (``concurrent``), or one after
     the other.  Each gets a shared ``threading.Event`` that is set when the other failed (or
-    Ctrl-C reached this thread), so a long body can stop early; the first error is raised."""
+    Ctrl-C reached this thread), so a long body can stop early; the first error is raised, and
+    never before both have finished (nothing writes into the caller's buffers afterwards)."""
     stop = threading.Event()
     if not concurrent:
         first(stop)
@@ -189,26 +252,14 @@ def run_two(first: Callable[[threading.Event], None], second: Callable[[threadin
         first(stop)
     except BaseException:
         stop.set()
-        try:  # wait: nothing may write into the caller's buffers after this returns
-            future.result()
-        except BaseException:
-            pass
+        _wait(future)
         raise
-    future.result()  # the helper's error, if it had one
-
-
-def blas_threads() -> int:
-    """How many threads BLAS may use for a call now (the smallest over its libraries), counting
-    the ``blas_limit`` held by any thread."""
-    global _blas_controller
-    with _blas_lock:
-        if _blas_held:
-            return min(min(_blas_held), _blas_cap)
-        if _blas_controller is None:
-            from threadpoolctl import ThreadpoolController
-            _blas_controller = ThreadpoolController()
-        counts = [i["num_threads"] for i in _blas_controller.select(user_api="blas").info()]
-    return max(1, min(counts, default=1))
+    try:
+        future.result()  # the helper's error, if it had one
+    except KeyboardInterrupt:  # Ctrl-C while waiting for the helper
+        stop.set()
+        _wait(future)
+        raise
 
 
 def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], None]) -> None:
