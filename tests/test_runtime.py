@@ -116,6 +116,41 @@ def test_large_blas_results_identical_across_threads():
     np.testing.assert_allclose(ref["t2"], inputs["t0"] @ inputs["t1"], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("share", [1, 2])
+def test_large_lstm_beside_a_matmul_identical_across_threads(monkeypatch, share):
+    """A layer large enough for the kernels' own two half-batch threads, with a MatMul that may
+    run beside it: the same bits for 1, 2 and 4 threads (the kernels take BLAS to one thread
+    only where nobody holds it above one).  ``share``: BLAS threads per op that the runtime
+    holds, 1 on two cores, 2 as on four."""
+    from gradir import runtime
+    from gradir.kernels import lstm as lstm_mod
+    monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
+    monkeypatch.setattr(runtime, "_BLAS_SHARE", share)
+    S, B, I, H = 3, 16, 4, 260
+    assert B >= lstm_mod._SPLIT_MIN_ROWS and B * 4 * H > lstm_mod._WHOLE_LOOP_MAX
+    text = f"""input t0 : Float32 [{S}, {B}, {I}]
+input t1 : Float32 [1, {4 * H}, {I}]
+input t2 : Float32 [1, {4 * H}, {H}]
+input t3 : Float32 [{S}, 1, {B}, {H}]
+input t20 : Float32 [512, 512]
+input t21 : Float32 [512, 512]
+t7, t8, t9, t10, t11 = LSTMTraining(t0, t1, t2, hidden_size={H})
+t12, t13, t14, t15, t16, t17, t18 = LSTMGrad(t0, t1, t2, _, _, _, t7, t10, t11, t3, hidden_size={H})
+t22 = MatMul(t20, t21)
+output t7, t12, t13, t14, t22
+"""
+    g = gradir.parse(text)
+    assert gradir.compile(g, threads=2).plan.blas_concurrency
+    inputs = demo_inputs(g, 4)
+    ref = gradir.compile(g, threads=1).run(inputs)
+    for threads in (2, 4):
+        exe = gradir.compile(g, threads=threads)
+        for _ in range(4):
+            out = exe.run(inputs)
+            for k in ref:
+                assert _bits(out[k]) == _bits(ref[k]), (threads, k)
+
+
 def test_math_kernels_match_numpy():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4, 5))
