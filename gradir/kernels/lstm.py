@@ -310,7 +310,7 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
     Every requested gradient is computed by the same operations whatever else is
     requested, so fused and unfused results agree bit for bit.  The element-wise part (gates,
     ``tanh(C')``, the gate gradients ``da`` and the gradient of C) is one compiled pass when
-    ``_cell_jit`` allows (~6x less time than the ufunc passes at B=64, H=256), then the
+    ``_cell_jit`` allows (~140 us against ~500 us of ufunc passes at B=64, H=256), then the
     requested GEMMs.
     """
     if dH_next is None:
