@@ -67,20 +67,25 @@ for _ in range(3):
 a @ a  # uses every BLAS thread; then the process sleeps
 t0 = time.process_time()
 time.sleep(0.3)
-print(json.dumps([time.process_time() - t0, blas]))
+from gradir.kernels import parallel
+print(json.dumps([time.process_time() - t0, blas, parallel.blas_idle_threads_sleep()]))
 """
 
 
 def test_blas_threads_stop_spinning_soon_after_a_call():
     """CPU time the process burns in 0.3 s of sleep right after a multi-threaded GEMM: OpenBLAS's
     default spin burns ~0.1 s of a core (measured, also checked here); with gradir imported
-    first it is nearly nothing."""
-    cpu, blas = run(SPIN.format(first="import gradir"))
-    if not (blas and all(i["internal_api"] == "openblas" and i["num_threads"] >= 2 for i in blas)):
-        pytest.skip(f"needs a multi-threaded OpenBLAS, NumPy has {blas}")
-    default_cpu, _ = run(SPIN.format(first=""))
-    assert cpu < 0.03, cpu
-    assert default_cpu > 0.05, default_cpu  # the mechanism the setting turns off
+    first it is nearly nothing.  Wherever gradir says BLAS's threads sleep soon, they do."""
+    cpu, blas, sleeps = run(SPIN.format(first="import gradir"))
+    if sleeps:  # the claim the LSTM kernels' own two threads rely on
+        assert cpu < 0.03, cpu
+    threaded_openblas = bool(blas) and all(i["internal_api"] == "openblas" and i["num_threads"] >= 2 for i in blas)
+    # NumPy's wheels bundle a pthreads OpenBLAS: there gradir must make the claim, and without
+    # it the threads must be seen to spin (the mechanism the setting turns off)
+    assert sleeps or not threaded_openblas, blas
+    if threaded_openblas:
+        default_cpu, _, default_sleeps = run(SPIN.format(first=""))
+        assert default_cpu > 0.05 and not default_sleeps, default_cpu
 
 
 def test_idle_sleep_is_a_process_constant_not_the_limit_held_at_the_first_ask():
