@@ -475,6 +475,7 @@ def force_path(monkeypatch, path):
     if path == "halves":
         monkeypatch.setattr(lstm_mod, "_SPLIT_MIN_ROWS", 2)  # two half-batch step loops
         monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", True)  # as where BLAS threads sleep soon
+        monkeypatch.setattr(lstm_mod, "_BLOCK_ELEMENTS", 1)  # one step per compiled call
     elif path == "per_step":
         monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", False)  # OpenBLAS's default spin
 

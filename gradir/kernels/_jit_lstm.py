@@ -3,10 +3,11 @@
 The backward's step loop of ``LSTMGrad``: per step and batch row, one fused pass over the
 hidden units computes every gate gradient ``da`` from the stored forward values and the
 carried ``dH``/``dC`` (``tanh(C_t)`` included), updates ``dC`` and accumulates ``dP`` and
-``dB``; then ``dH_{t-1} = da_t·R``.  ``bptt`` runs the whole loop in one call with that GEMM
-done by numba's ``np.dot`` (small problems: no per-step Python overhead); ``bptt_step`` does
-one step's element-wise work and leaves the GEMM to the caller (large problems: NumPy's
-threaded BLAS).  The GEMMs over all steps (dX, dW, dR) stay in NumPy.
+``dB``; then ``dH_{t-1} = da_t·R``.  ``bptt`` runs the loop, a range of steps per call, with
+that GEMM done by ``_jit_gemm.gemm`` against ``R`` packed once (single-threaded: small
+problems, and the two half-batch loops of large ones, one per core); ``bptt_step`` does one
+step's element-wise work and leaves the GEMM to the caller (large batches on one loop:
+NumPy's threaded BLAS).  The GEMMs over all steps (dX, dW, dR) stay in NumPy.
 
 Operand conventions (everything C-contiguous, one dtype, float32 or float64):
 ``G`` ``[S, D, B, 4H]`` post-activation gates (i, o, f, c̃), ``CA`` ``[S, D, B, H]``,
@@ -25,7 +26,6 @@ so results do not depend on thread counts.  float32 ``tanh`` is vectorizable (bu
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
@@ -33,11 +33,9 @@ from numba import njit, types
 from numba.extending import overload
 
 from ._jit_core import ELEMENTWISE, INLINE, LOG2E, exp2_32
+from ._jit_gemm import gemm
 
-__all__ = ["HAVE_BLAS", "bptt", "bptt_step", "cell_backward", "cell_forward", "forward_step", "tanh"]
-
-# numba's np.dot calls scipy's BLAS; without scipy only bptt_step (no GEMM inside) is usable.
-HAVE_BLAS = importlib.util.find_spec("scipy") is not None
+__all__ = ["bptt", "bptt_step", "cell_backward", "cell_forward", "forward_step", "tanh"]
 
 # tanh(x) = x + x·x²·p(x²) on |x| < 0.625 (least-squares fit, < 0.8 ulp in float32);
 # above, 1 - 2/(1 + e^{2|x|}) with the sign restored (no cancellation there).
@@ -181,34 +179,26 @@ def bptt_step(t, tp, prev, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, ha
 
 
 @njit(**ELEMENTWISE)
-def bptt(rev, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last, R,
-         da, dH, dC, dP, db, dH0, dC0, at):  # type: ignore[no-untyped-def]
-    """The whole step loop of direction ``d`` (steps ``alive-1 .. 0``, or ``0 .. alive-1`` when
-    ``rev``) for the batch rows from ``r0`` (as in ``_elementwise``), GEMMs included; ``at`` is
-    a ``[rows, 4H]`` buffer (used when D = 2)."""
+def bptt(rev, d, r0, k0, k1, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
+         Rp, da, dH, dC, dP, db, dH0, dC0):  # type: ignore[no-untyped-def]
+    """Visits ``k0 .. k1-1`` of the step loop of direction ``d`` (visit ``k`` is step
+    ``alive-1-k``, or ``k`` when ``rev``) for the batch rows from ``r0`` (as in
+    ``_elementwise``), GEMMs included: ``dH_{t-1} = da_t·R[d]`` by ``_jit_gemm.gemm`` with
+    ``Rp = pack(R[d])`` (``[panels, 4H, PW]``).  Calls for consecutive ranges continue the
+    same loop (``dH``/``dC`` carry the gradients)."""
     S = G.shape[0]
-    D = G.shape[1]
     m = dH.shape[0]
-    h = dH.shape[1]
     alive = 0
     for b in range(lengths.shape[0]):
         alive = max(alive, lengths[b])
-    Rd = R[d]
-    for k in range(alive):
+    for k in range(k0, min(k1, alive)):
         t = k if rev else alive - 1 - k
         tp = t + 1 if rev else t - 1
         if tp < 0 or tp >= S:
             tp = t  # only used for rows whose first step is t (they read c0)
         _elementwise(t, tp, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
                      da, dH, dC, dP, db)
-        if D == 1:
-            np.dot(da[t, r0:r0 + m].reshape((m, 4 * h)), Rd, dH)
-        else:
-            for r in range(m):
-                x = da[t, r0 + r, d]
-                for j in range(4 * h):
-                    at[r, j] = x[j]
-            np.dot(at, Rd, dH)
+        gemm(da[t, r0:r0 + m, d], Rp, dH)
         _extract(t, d, r0, first, dH, dC, dH0, dC0)
 
 

@@ -15,9 +15,10 @@ tests, which check both implementations against the same references).
 ``None`` when the switch is off or numba is missing; the NumPy path is then taken.
 
 numba's on-disk cache is keyed on the file a kernel is defined in, but the kernels
-inline code from ``_jit_core.py``: ``load`` therefore keeps a stamp of that file's
-SHA-256 beside each module's cache and empties the module's cache index when the stamp
-differs, so an edited core never runs stale machine code.
+inline code from the building blocks ``_jit_core.py`` and ``_jit_gemm.py``: ``load``
+therefore keeps a stamp of those files' SHA-256 beside each module's cache and empties the
+module's cache index when the stamp differs, so an edited building block never runs stale
+machine code.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _import(name: str) -> ModuleType | None:
         if name not in _modules:
             try:
                 mod = importlib.import_module(f"gradir.kernels._jit_{name}")
-                if name != "core":
+                if name not in ("core", "gemm"):
                     _check_core_stamp(mod)
                 _modules[name] = mod
             except Exception as exc:  # numba/llvmlite missing or broken, no writable cache, ...
@@ -86,13 +87,19 @@ def _import(name: str) -> ModuleType | None:
         return _modules[name]
 
 
+_BLOCKS = ("_jit_core.py", "_jit_gemm.py")  # building blocks the kernel modules inline
+
+
 def core_digest() -> str:
-    """SHA-256 of ``_jit_core.py``, whose code the compiled kernels inline."""
-    return hashlib.sha256(Path(__file__).with_name("_jit_core.py").read_bytes()).hexdigest()
+    """SHA-256 of the building blocks (``_jit_core.py``, ``_jit_gemm.py``) the compiled kernels inline."""
+    sha = hashlib.sha256()
+    for name in _BLOCKS:
+        sha.update(Path(__file__).with_name(name).read_bytes())
+    return sha.hexdigest()
 
 
 def _check_core_stamp(mod: ModuleType) -> None:
-    """Empty the on-disk cache index of ``mod``'s kernels when ``_jit_core.py`` changed
+    """Empty the on-disk cache index of ``mod``'s kernels when a building block changed
     since they were cached (numba itself only checks ``mod``'s own file)."""
     short = mod.__name__.rsplit(".", 1)[-1]
     by_dir: dict[str, list] = {}

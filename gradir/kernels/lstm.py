@@ -464,7 +464,10 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
                 hp, cp = hbuf, cbuf
             g = G[t, r0:r1]
             ct, ht = CA[t, r0:r1], HA[t, r0:r1]
-            np.matmul(hp, RsT, out=tmp4)
+            if RsTp is not None and hp.strides[1] == hp.itemsize:
+                jg.gemm(hp, RsTp, tmp4)
+            else:
+                np.matmul(hp, RsT, out=tmp4)
             if jl is not None:  # the whole element-wise step fused (numba)
                 jl.forward_step(g, tmp4, b_step, bias is not None, jit.readable(cp), ct, ht, p_half, pd is not None)
                 _mask_step(steps, t, ht, ct, g, r0, r1)
@@ -505,6 +508,10 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
     # Large batches on the compiled path: two half-batch loops, each with single-threaded BLAS,
     # side by side when BLAS could have used two threads (as in LSTMGrad, see lstm_grad).
     with parallel.own_blas_threads(_split_wanted(jl, nb, h)) as blas:
+        # Each loop's GEMM H_{t-1}·Rᵀ by the packed-R kernel (one thread; 91 vs 72 GFLOP/s for
+        # OpenBLAS at 32x256 by 256x1024) where the loop has a core to itself or is small.
+        jg = jit.load("gemm")
+        RsTp = jg.pack(RsT) if jg is not None and (blas.ok or nb * 4 * h <= _WHOLE_LOOP_MAX) else None
         if blas.ok:
             half = nb // 2
             parallel.run_two(lambda stop: loop(0, half, stop), lambda stop: loop(half, nb, stop),
@@ -826,6 +833,9 @@ _WHOLE_LOOP_MAX = 1 << 14
 _this_thread = threading.local()  # per_step: force the per-step path (``_warm_layers``)
 # The per-step path splits the batch into two independent halves from this many rows on.
 _SPLIT_MIN_ROWS = 16
+# Elements of ``da`` (steps x rows x 4H) per compiled call of the step loop (about 16 ms of work
+# per call at 100,64,256,256): between calls a Ctrl-C stops the loops.
+_BLOCK_ELEMENTS = 1 << 21
 
 
 def _split_wanted(jl: Any, nb: int, h: int) -> bool:
@@ -865,6 +875,7 @@ def _rev(k: _Grad, d: int) -> bool:
 
 def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
     """The step loops of every direction by the compiled kernels; returns dB's 4H sums ``[D·4H]``."""
+    jg = jit.load("gemm")
     S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
     dummy = np.zeros((1, 1, 1, 1), dt)
     dummy3 = dummy[0]
@@ -883,19 +894,15 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
         da[alive:] = 0
     dP = k.dP2 = np.zeros((D, 3 * h), dt)
     db = np.zeros((D, 4 * h), dt)
-    whole = nb * 4 * h <= _WHOLE_LOOP_MAX and jl.HAVE_BLAS and not getattr(_this_thread, "per_step", False)
+    # The whole loop compiled, its GEMMs by the packed-R kernel (single-threaded): small
+    # problems, and the two half-batch loops of large ones.  A large batch on one loop
+    # instead calls NumPy's threaded BLAS per step.
+    whole = (nb * 4 * h <= _WHOLE_LOOP_MAX or k.split) and not getattr(_this_thread, "per_step", False)
     firsts = [lengths - 1 if _rev(k, d) else np.zeros(nb, np.intp) for d in range(D)]
     lasts = [np.zeros(nb, np.intp) if _rev(k, d) else lengths - 1 for d in range(D)]
-    if whole:
-        dH = np.empty((nb, h), dt)
-        dC = np.empty((nb, h), dt)
-        at = np.empty((nb, 4 * h) if D == 2 else (1, 1), dt)
-        for d in range(D):
-            dH.fill(0)
-            dC.fill(0)
-            jl.bptt(_rev(k, d), d, 0, iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths,
-                    firsts[d], lasts[d], R, da, dH, dC, dP, db, k.dH0, k.dC0, at)
-        return _view(db, (D * 4 * h,))
+    Rp = [jg.pack(R[d]) for d in range(D)] if whole else []
+    # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
+    block = max(1, _BLOCK_ELEMENTS // max(1, nb * 4 * h))
 
     def chain(r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event) -> None:
         """Backward through time of batch rows r0..r1-1 (independent of the other rows)."""
@@ -906,6 +913,12 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
             args = (iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, lasts[d])
             dH.fill(0)
             dC.fill(0)
+            if whole:
+                for k0 in range(0, alive, block):
+                    if stop.is_set():
+                        return
+                    jl.bptt(rev, d, r0, k0, k0 + block, *args, Rp[d], da, dH, dC, dP, db, k.dH0, k.dC0)
+                continue
             Rd = R[d]
             prev = -1
             for n in range(alive):

@@ -1,0 +1,102 @@
+"""The packed-panel GEMM of the compiled LSTM step loops (gradir.kernels._jit_gemm)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradir.kernels import jit
+
+jg = jit.load("gemm")
+
+
+def _bound(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A rounding-error bound for ``A·B`` summed in A's dtype: K·eps·Σ|a||b|, per element."""
+    K = A.shape[1]
+    eps = np.finfo(A.dtype).eps
+    return (K + 2) * eps * (np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)) + np.finfo(A.dtype).tiny
+
+
+def _strided(rng: np.random.Generator, rows: int, cols: int, dtype: type, pad: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """A ``[rows, cols]`` view with a row stride larger than ``cols`` (and its parent)."""
+    parent = rng.standard_normal((rows, cols + pad)).astype(dtype)
+    return parent, parent[:, 1: cols + 1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_matches_float64_products_on_random_shapes(dtype: type) -> None:
+    """Every M (all row-tile sizes), K (0 included), N (full and partial panels), strided
+    rows in A and C; C's neighbouring columns are left alone."""
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        M, K, N = int(rng.integers(0, 40)), int(rng.integers(0, 70)), int(rng.integers(1, 50))
+        _, A = _strided(rng, M, K, dtype)
+        B = rng.standard_normal((K, N)).astype(dtype)
+        Cp = np.full((M, N + 5), 7, dtype)
+        C = Cp[:, 2: N + 2]
+        jg.gemm(A, jg.pack(B), C)
+        exact = A.astype(np.float64) @ B.astype(np.float64)
+        assert np.all(np.abs(C - exact) <= _bound(A, B)), (M, K, N)
+        assert np.all(Cp[:, :2] == 7) and np.all(Cp[:, N + 2:] == 7), (M, K, N)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_row_blocks(dtype: type) -> None:
+    """Long K: rows are visited in several L2-sized blocks (6 rows per block when K is huge)."""
+    rng = np.random.default_rng(1)
+    for M, K, N in ((50, 2048, 40), (13, 9000, 17)):
+        A = rng.standard_normal((M, K)).astype(dtype)
+        B = rng.standard_normal((K, N)).astype(dtype)
+        C = np.empty((M, N), dtype)
+        jg.gemm(A, jg.pack(B), C)
+        assert np.all(np.abs(C - A.astype(np.float64) @ B) <= _bound(A, B))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_each_row_is_one_fixed_sum(dtype: type) -> None:
+    """A row's result does not depend on the rows computed with it (tile position, row
+    block, M): the bits are the same alone and inside any batch, so splitting a batch
+    between threads never changes a result."""
+    rng = np.random.default_rng(2)
+    M, K, N = 29, 300, 37
+    A = rng.standard_normal((M, K)).astype(dtype)
+    Bp = jg.pack(rng.standard_normal((K, N)).astype(dtype))
+    full = np.empty((M, N), dtype)
+    jg.gemm(A, Bp, full)
+    for lo, hi in ((0, 1), (5, 6), (3, 17), (11, 29), (28, 29)):
+        part = np.empty((hi - lo, N), dtype)
+        jg.gemm(A[lo:hi], Bp, part)
+        assert np.array_equal(part, full[lo:hi])
+
+
+def test_gemm_keeps_ieee_special_values() -> None:
+    """inf and NaN propagate as in a plain sum of products."""
+    A = np.ones((3, 4), np.float32)
+    B = np.ones((4, 18), np.float32)
+    A[0, 1] = np.inf
+    A[1, 2] = np.nan
+    C = np.empty((3, 18), np.float32)
+    jg.gemm(A, jg.pack(B), C)
+    assert np.all(C[0] == np.inf) and np.all(np.isnan(C[1])) and np.all(C[2] == 4)
+
+
+def test_pack_layout() -> None:
+    B = np.arange(3 * 20, dtype=np.float32).reshape(3, 20)
+    P = jg.pack(B)
+    assert P.shape == (2, 3, 16)
+    assert np.array_equal(P[0], B[:, :16])
+    assert np.array_equal(P[1, :, :4], B[:, 16:]) and np.all(P[1, :, 4:] == 0)
+    assert jg.pack(B.astype(np.float64)).shape == (3, 3, 8)
+    assert np.array_equal(jg.pack(B.T.copy().T), P)  # any strides in
+
+
+def test_kernel_caches_follow_the_gemm_file_too() -> None:
+    """The LSTM kernels inline the GEMM micro-kernel: an edit of _jit_gemm.py must change
+    the stamp that empties their numba caches (see test_core_stamp_empties_a_stale_kernel_cache)."""
+    here = Path(jit.__file__).parent
+    sha = hashlib.sha256((here / "_jit_core.py").read_bytes() + (here / "_jit_gemm.py").read_bytes())
+    assert jit.core_digest() == sha.hexdigest()
+    assert jit.core_digest() != hashlib.sha256((here / "_jit_core.py").read_bytes()).hexdigest()
