@@ -258,7 +258,8 @@ import numpy as np, gradir
 from gradir.kernels import jit
 from gradir.kernels import lstm as L
 lstm = jit.load("lstm")
-names = ("bptt", "bptt_step", "forward_step", "cell_forward", "cell_backward")
+names = ("bptt", "bptt_step", "forward_step", "cell_forward", "cell_backward", "cell_forward_small",
+         "cell_grads_small")
 exes = [gradir.compile(open(f"samples/{s}.gir").read()) for s in ("lstm_bptt", "lstm_cell_backward")]
 before = [len(getattr(lstm, n).signatures) for n in names]
 rng = np.random.default_rng(0)
@@ -275,4 +276,4 @@ print(before, after)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     before, after = out.stdout.strip().split("] [")
-    assert before == "[1, 1, 1, 1, 1" and after == "1, 1, 1, 1, 1]", out.stdout
+    assert before == "[1, 1, 1, 1, 1, 1, 1" and after == "1, 1, 1, 1, 1, 1, 1]", out.stdout

@@ -136,7 +136,21 @@ def cell_operands(rng, nb=3, I=4, H=5, dtype=np.float64):
              ((4 * H,), 0.5))]
 
 
-def test_lstm_cell_matches_reference(kernel_path):
+@pytest.fixture(params=["compiled_small", "compiled_large", "numpy"])
+def cell_path(request, monkeypatch):
+    """The cell kernels' three paths: one compiled call (small cells), BLAS GEMMs around a
+    compiled pass (large cells, forced here by a zero size limit), NumPy's ufuncs."""
+    if request.param == "numpy":
+        with jit.disabled():
+            yield request.param
+        return
+    monkeypatch.setattr(jit, "_on", True)
+    if request.param == "compiled_large":
+        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)
+    yield request.param
+
+
+def test_lstm_cell_matches_reference(cell_path):
     rng = np.random.default_rng(1)
     ops = cell_operands(rng)
     h, c = lstm_cell(*ops, hidden_size=5)
@@ -147,7 +161,7 @@ def test_lstm_cell_matches_reference(kernel_path):
 
 @pytest.mark.parametrize("with_dc", [True, False])
 @pytest.mark.parametrize("index", range(6))
-def test_grad_lstm_cell_input_dot_product(index, with_dc, kernel_path):
+def test_grad_lstm_cell_input_dot_product(index, with_dc, cell_path):
     rng = np.random.default_rng(10 + index)
     H = 5
     ops = cell_operands(rng, H=H)
@@ -171,7 +185,7 @@ def test_grad_lstm_cell_input_dot_product(index, with_dc, kernel_path):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_cell_gradients_bit_for_bit(dtype, kernel_path):
+def test_fused_cell_gradients_bit_for_bit(dtype, cell_path):
     rng = np.random.default_rng(3)
     H = 6
     ops = cell_operands(rng, nb=4, I=3, H=H, dtype=dtype)
@@ -218,12 +232,17 @@ def test_hand_written_fused_cell_op_with_one_index_runs():
     np.testing.assert_array_equal(r, out["t7"])
 
 
+@pytest.mark.parametrize("large", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_compiled_cell_kernels_agree_with_numpy(monkeypatch, dtype):
-    """The compiled cell pass (Float32 at any size; Float64 only up to B·4H = 16K) against the
-    NumPy ufuncs, forward and every gradient, into fresh and into given (strided) outputs."""
+def test_compiled_cell_kernels_agree_with_numpy(monkeypatch, dtype, large):
+    """The compiled cell kernels (one call for small cells; BLAS GEMMs around a compiled pass
+    for large ones: Float32 at any size, Float64 only up to B·4H = 16K) against the NumPy
+    ufuncs, forward and every gradient, into fresh and into given (strided) outputs."""
     monkeypatch.setattr(jit, "_on", True)
-    assert lstm_mod._cell_jit(np.dtype(dtype), 24, 40) is not None
+    if large:
+        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)
+    # large Float64 cells take NumPy's ufuncs (libm's scalar tanh loses to NumPy's SIMD one)
+    assert (lstm_mod._cell_jit(np.dtype(dtype), 24, 40) is None) == (large and dtype == np.float64)
     rng = np.random.default_rng(8)
     nb, I, H = 24, 20, 40
     ops = cell_operands(rng, nb=nb, I=I, H=H, dtype=dtype)

@@ -36,7 +36,10 @@ from numba.extending import intrinsic
 
 # numba's own "internal pedantic check" on the SSA form fires, harmlessly, when it inlines
 # our scalar functions (with their selects) many times into one loop: keep it off users' stderr
-warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning, module=r"numba\.core\.ssa")
+# (numba attributes it to numba.core.ssa, or to the path of the kernel file whose call site
+# it compiles: warn_explicit then takes the file name without ".py" as the module)
+warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning,
+                        module=r".*(numba[./\\]core[./\\]ssa|gradir[./\\]kernels[./\\]_jit_\w+)$")
 
 __all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "LOG2E"]
 

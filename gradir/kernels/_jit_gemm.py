@@ -12,7 +12,8 @@ columns (16 float32 or 8 float64: two AVX2 vectors), zero-padded.  :func:`gemm` 
 computes ``C = A·B`` tile by tile: 6 rows by one panel (12 vector accumulators, 2 panel
 loads and 6 broadcasts per ``k``), fused multiply-adds in ``k`` order from zero, so every
 result is one fixed sum whatever the rows around it (no dependence on threads or tiling).
-Rows are visited in blocks whose ``A`` rows fit in L2, panel by panel.
+Rows are visited in blocks whose ``A`` rows fit in L2, panel by panel.  :func:`gemm_rows`
+runs the same kernel on a ``B`` used once, read in place (no packing; the small cell kernels).
 
 The micro-kernel is LLVM IR written through a numba ``intrinsic`` (numba's own loops do
 not keep a register tile: a numba-only version ran at 4 GFLOP/s).  It is inlined into
@@ -27,7 +28,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["ROWS", "panel_width", "pack", "gemm"]
+__all__ = ["ROWS", "panel_width", "pack", "gemm", "gemm_rows"]
 
 ROWS = 6  # rows per register tile
 _L2_A_BYTES = 192 * 1024  # A rows of one row block (the panel being used sits beside them)
@@ -56,17 +57,21 @@ def pack(B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def _make_tile(rows: int):  # type: ignore[no-untyped-def]
-    """The micro-kernel for ``rows`` rows: ``C[i0:i0+rows, p·PW : p·PW+ncols] = A[i0:i0+rows]·panel p``."""
+    """The micro-kernel for ``rows`` rows: ``C[i0:i0+rows, p·PW : p·PW+ncols] = A[i0:i0+rows]·panel p``,
+    where element ``(k, c)`` of panel ``p`` is ``B[p·pstride + k·ldb + c]`` (packed: ``pstride =
+    K·PW``, ``ldb = PW``; a row-major ``[K, N]`` matrix read in place: ``pstride = PW``, ``ldb``
+    its row stride)."""
 
     @intrinsic
-    def tile(typingctx, A, Bp, C, i0, p, K, lda, ldc, ncols):  # type: ignore[no-untyped-def]
+    def tile(typingctx, A, Bp, C, i0, p, K, lda, ldc, ncols, pstride, ldb):  # type: ignore[no-untyped-def]
         if not (isinstance(A, types.Array) and A.dtype in (types.float32, types.float64)
-                and Bp == types.Array(A.dtype, 3, "C") and isinstance(C, types.Array) and C.dtype == A.dtype):
+                and isinstance(Bp, types.Array) and Bp.dtype == A.dtype
+                and isinstance(C, types.Array) and C.dtype == A.dtype):
             return None
-        sig = types.void(A, Bp, C, types.intp, types.intp, types.intp, types.intp, types.intp, types.intp)
+        sig = types.void(A, Bp, C, *([types.intp] * 8))
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            a_arr, b_arr, c_arr, i0v, pv, kv, ldav, ldcv, ncv = args
+            a_arr, b_arr, c_arr, i0v, pv, kv, ldav, ldcv, ncv, psv, ldbv = args
             f32 = signature.args[0].dtype == types.float32
             elt = ir.FloatType() if f32 else ir.DoubleType()
             vw = 8 if f32 else 4
@@ -86,11 +91,11 @@ def _make_tile(rows: int):  # type: ignore[no-untyped-def]
             zero = ir.Constant(vec, [0.0] * vw)
             accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(rows)]
             arows = [builder.gep(a_data, [builder.mul(builder.add(i0v, c64(r)), ldav)]) for r in range(rows)]
-            panel = builder.gep(b_data, [builder.mul(pv, builder.mul(kv, c64(pw)))])
+            panel = builder.gep(b_data, [builder.mul(pv, psv)])
             splat = ir.Constant(ir.VectorType(i32, vw), [0] * vw)
             with cgutils.for_range(builder, kv) as loop:
                 k = loop.index
-                bk = builder.gep(panel, [builder.mul(k, c64(pw))])
+                bk = builder.gep(panel, [builder.mul(k, ldbv)])
                 bv = [builder.load(builder.bitcast(builder.gep(bk, [c64(vw * c)]), vec.as_pointer()), align=al)
                       for c in range(2)]
                 for r in range(rows):
@@ -129,14 +134,12 @@ _T1, _T2, _T3, _T4, _T5, _T6 = (_make_tile(r) for r in range(1, ROWS + 1))
 
 
 @njit(**_OPTS)
-def gemm(A, Bp, C):  # type: ignore[no-untyped-def]
-    """``C = A·B`` with ``Bp = pack(B)``: ``A`` ``[M, K]``, ``C`` ``[M, N]``, both with unit
-    column stride (rows may be strided), one dtype; ``N`` at most ``Bp``'s padded width."""
+def _panels(A, B, C, pstride, ldb, npan):  # type: ignore[no-untyped-def]
+    """``C[:, :npan·PW] = A·B`` panel by panel (B's layout as in the micro-kernel)."""
     M = A.shape[0]
     K = A.shape[1]
     N = C.shape[1]
-    pw = Bp.shape[2]
-    npan = (N + pw - 1) // pw
+    pw = 16 if A.itemsize == 4 else 8
     lda = A.strides[0] // A.itemsize
     ldc = C.strides[0] // C.itemsize
     mb = max(ROWS, (_L2_A_BYTES // max(1, K * A.itemsize)) // ROWS * ROWS)
@@ -146,16 +149,43 @@ def gemm(A, Bp, C):  # type: ignore[no-untyped-def]
             nc = min(pw, N - p * pw)
             i0 = ib
             while i0 + ROWS <= ie:
-                _T6(A, Bp, C, i0, p, K, lda, ldc, nc)
+                _T6(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
                 i0 += ROWS
             r = ie - i0
             if r == 5:
-                _T5(A, Bp, C, i0, p, K, lda, ldc, nc)
+                _T5(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
             elif r == 4:
-                _T4(A, Bp, C, i0, p, K, lda, ldc, nc)
+                _T4(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
             elif r == 3:
-                _T3(A, Bp, C, i0, p, K, lda, ldc, nc)
+                _T3(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
             elif r == 2:
-                _T2(A, Bp, C, i0, p, K, lda, ldc, nc)
+                _T2(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
             elif r == 1:
-                _T1(A, Bp, C, i0, p, K, lda, ldc, nc)
+                _T1(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+
+
+@njit(**_OPTS)
+def gemm(A, Bp, C):  # type: ignore[no-untyped-def]
+    """``C = A·B`` with ``Bp = pack(B)``: ``A`` ``[M, K]``, ``C`` ``[M, N]``, both with unit
+    column stride (rows may be strided), one dtype; ``N`` at most ``Bp``'s padded width."""
+    pw = Bp.shape[2]
+    _panels(A, Bp, C, A.shape[1] * pw, pw, (C.shape[1] + pw - 1) // pw)
+
+
+@njit(**_OPTS)
+def gemm_rows(A, B, C):  # type: ignore[no-untyped-def]
+    """``C = A·B`` with ``B`` ``[K, N]`` read in place (unit column stride): no packing, for a
+    ``B`` used once (its full panels' rows are read with B's row stride; the last, partial
+    panel is copied zero-padded, since a panel may not read past a row's end)."""
+    K = A.shape[1]
+    N = C.shape[1]
+    pw = 16 if A.itemsize == 4 else 8
+    full = N // pw
+    if full:
+        _panels(A, B, C, pw, B.strides[0] // B.itemsize, full)
+    if full * pw < N:
+        tail = np.zeros((1, K, pw), A.dtype)
+        for k in range(K):
+            for c in range(N - full * pw):
+                tail[0, k, c] = B[k, full * pw + c]
+        _panels(A, tail, C[:, full * pw:], K * pw, pw, 1)

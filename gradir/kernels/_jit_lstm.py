@@ -33,9 +33,10 @@ from numba import njit, types
 from numba.extending import overload
 
 from ._jit_core import ELEMENTWISE, INLINE, LOG2E, exp2_32
-from ._jit_gemm import gemm
+from ._jit_gemm import gemm, gemm_rows
 
-__all__ = ["bptt", "bptt_step", "cell_backward", "cell_forward", "forward_step", "tanh"]
+__all__ = ["bptt", "bptt_step", "cell_backward", "cell_forward", "cell_forward_small", "cell_grads_small",
+           "forward_step", "tanh"]
 
 # tanh(x) = x + x·x²·p(x²) on |x| < 0.625 (least-squares fit, < 0.8 ulp in float32);
 # above, 1 - 2/(1 + e^{2|x|}) with the sign restored (no cancellation there).
@@ -313,3 +314,75 @@ def cell_backward(a, hw, bias, C, dH, dCn, has_dCn, da, want_da, dCp, want_dCp):
             dab = da[b]
             for j in range(4 * h):
                 dab[j] = row[j]
+
+
+# -- small cells: the whole kernel in one call (GEMMs by _jit_gemm) --------------------------
+@njit(**ELEMENTWISE)
+def _pack_rows(W):  # type: ignore[no-untyped-def]
+    """``pack(Wᵀ)`` (``_jit_gemm`` panels of W's rows): ``out[p, k, c] = W[p·PW + c, k]``, zero-padded."""
+    n, K = W.shape
+    pw = 16 if W.itemsize == 4 else 8
+    npan = (n + pw - 1) // pw
+    out = np.zeros((npan, K, pw), W.dtype)
+    for j in range(n):
+        for k in range(K):
+            out[j // pw, k, j % pw] = W[j, k]
+    return out
+
+
+@njit(**ELEMENTWISE)
+def _cell_gemms(X, H, W_ih, W_hh):  # type: ignore[no-untyped-def]
+    """``X·W_ihᵀ`` and ``H·W_hhᵀ`` (``[B, 4H]`` each), computed transposed (``W·Xᵀ``: W is the
+    kernel's row operand as it is, and only the few rows of X and H are packed), then turned."""
+    nb = X.shape[0]
+    g4 = W_ih.shape[0]
+    aT = np.empty((g4, nb), X.dtype)
+    hT = np.empty((g4, nb), X.dtype)
+    gemm(W_ih, _pack_rows(X), aT)
+    gemm(W_hh, _pack_rows(H), hT)
+    a = np.empty((nb, g4), X.dtype)
+    hw = np.empty((nb, g4), X.dtype)
+    for b in range(nb):
+        for g in range(g4):
+            a[b, g] = aT[g, b]
+            hw[b, g] = hT[g, b]
+    return a, hw
+
+
+@njit(**ELEMENTWISE)
+def cell_forward_small(X, H, C, W_ih, W_hh, bias, hn, cn):  # type: ignore[no-untyped-def]
+    """LSTMCell in one call (its two GEMMs included), for small cells."""
+    a, hw = _cell_gemms(X, H, W_ih, W_hh)
+    cell_forward(a, hw, bias, C, hn, cn)
+
+
+@njit(**ELEMENTWISE)
+def cell_grads_small(X, H, C, W_ih, W_hh, bias, dH, dCn, has_dCn, want,
+                     r0, r1, r2, r3, r4, r5):  # type: ignore[no-untyped-def]
+    """Every requested GradLSTMCellInput result in one call, for small cells: ``want[k]``
+    says whether input ``k``'s gradient goes into ``r<k>`` (dX, dH, dC, dW_ih, dW_hh, dBias).
+    The shared work (the cell's GEMMs, the gate gradients ``da``) is the same whatever is
+    requested, so each result has the same bits alone or fused."""
+    a, hw = _cell_gemms(X, H, W_ih, W_hh)
+    want_da = want[0] or want[1] or want[3] or want[4] or want[5]
+    da = np.empty_like(a)
+    cell_backward(a, hw, bias, C, dH, dCn, has_dCn, da, want_da, r2, want[2])
+    if want[0]:
+        gemm_rows(da, W_ih, r0)
+    if want[1]:
+        gemm_rows(da, W_hh, r1)
+    if want[3] or want[4]:  # daᵀ·X and daᵀ·H, with daᵀ (a copy) as the row operand
+        daT = np.empty((da.shape[1], da.shape[0]), da.dtype)
+        for b in range(da.shape[0]):
+            for g in range(da.shape[1]):
+                daT[g, b] = da[b, g]
+        if want[3]:
+            gemm_rows(daT, X, r3)
+        if want[4]:
+            gemm_rows(daT, H, r4)
+    if want[5]:
+        for g in range(r5.shape[0]):
+            r5[g] = 0
+        for b in range(da.shape[0]):
+            for g in range(r5.shape[0]):
+                r5[g] += da[b, g]

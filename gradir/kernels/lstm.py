@@ -228,12 +228,26 @@ def _cell_jit(dt: np.dtype, nb: int, hd: int) -> Any:
     return jit.load("lstm")
 
 
+def _small_cell(nb: int, hd: int) -> bool:
+    """Whether a cell kernel runs as one compiled call, its GEMMs by the packed-panel kernel
+    (one thread; at B=4, H=32 a GradLSTMCellInput takes 12-13 us against 15-19 us with BLAS
+    GEMMs), rather than BLAS GEMMs around a compiled element-wise pass (large cells)."""
+    return nb * 4 * hd <= _WHOLE_LOOP_MAX and not getattr(_this_thread, "per_step", False)
+
+
 def _cell_pre(X: np.ndarray, H: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray,
               dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The two GEMMs of a cell step and its bias, as operands of the compiled cell kernels."""
     a = np.matmul(X, W_ih.T)
     hw = np.matmul(H, W_hh.T)
     return a, hw, jit.readable(np.ascontiguousarray(Bias, dt))
+
+
+def _operand(a: np.ndarray) -> np.ndarray:
+    """An operand of a compiled cell kernel: C-contiguous, typed writeable (``jit.readable``)."""
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return jit.readable(a)
 
 
 def _warm_cells(dtype: Any) -> None:
@@ -244,10 +258,15 @@ def _warm_cells(dtype: Any) -> None:
     nb, I, h = 1, 1, 1
     X, H, C = (np.full((nb, n), 0.5, dt) for n in (I, h, h))
     W_ih, W_hh, Bias = np.full((4 * h, I), 0.5, dt), np.full((4 * h, h), 0.5, dt), np.zeros(4 * h, dt)
-    lstm_cell(X, H, C, W_ih, W_hh, Bias, hidden_size=h)
-    for dC in (None, C):
-        grad_lstm_cell_input_fused(H, dC, X, H, C, W_ih, W_hh, Bias, input_indices=range(6), hidden_size=h)
-        grad_lstm_cell_input(H, dC, X, H, C, W_ih, W_hh, Bias, input_index=2, hidden_size=h)
+    try:
+        for large in (False, True):  # both paths: one compiled call, and BLAS GEMMs + a compiled pass
+            _this_thread.per_step = large  # this thread only
+            lstm_cell(X, H, C, W_ih, W_hh, Bias, hidden_size=h)
+            for dC in (None, C):
+                grad_lstm_cell_input_fused(H, dC, X, H, C, W_ih, W_hh, Bias, input_indices=range(6), hidden_size=h)
+                grad_lstm_cell_input(H, dC, X, H, C, W_ih, W_hh, Bias, input_index=2, hidden_size=h)
+    finally:
+        _this_thread.per_step = False
 
 
 @kernel("LSTMCell", blas=True, warm=_warm_cells)
@@ -260,6 +279,10 @@ def lstm_cell(X: np.ndarray, H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_h
     h_next, c_next = _result(out, 0, shape, dt), _result(out, 1, shape, dt)
     jl = _cell_jit(dt, X.shape[0], hd)
     if jl is not None and h_next.flags.c_contiguous and c_next.flags.c_contiguous:
+        if _small_cell(X.shape[0], hd):  # one compiled call, GEMMs included
+            jl.cell_forward_small(_operand(X), _operand(H), _operand(C), _operand(W_ih), _operand(W_hh),
+                                  _operand(Bias), h_next, c_next)
+            return h_next, c_next
         a, hw, bias = _cell_pre(X, H, W_ih, W_hh, Bias, dt)
         jl.cell_forward(a, hw, bias, jit.readable(np.ascontiguousarray(C)), h_next, c_next)
         return h_next, c_next
@@ -308,10 +331,11 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
     """The one code path behind both cell-gradient kernels.
 
     Every requested gradient is computed by the same operations whatever else is
-    requested, so fused and unfused results agree bit for bit.  The element-wise part (gates,
+    requested, so fused and unfused results agree bit for bit.  Small cells (``_small_cell``)
+    are one compiled call, GEMMs included.  Otherwise the element-wise part (gates,
     ``tanh(C')``, the gate gradients ``da`` and the gradient of C) is one compiled pass when
     ``_cell_jit`` allows (~140 us against ~500 us of ufunc passes at B=64, H=256), then the
-    requested GEMMs.
+    requested GEMMs by BLAS.
     """
     if dH_next is None:
         raise ValueError(f"{op}: operand dH_next is required")
@@ -322,6 +346,8 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
     want_da, want_dc = any(k != 2 for k in indices), 2 in indices
     nb = X.shape[0]
     jl = _cell_jit(dt, nb, hd)
+    if jl is not None and _small_cell(nb, hd):
+        return _cell_grads_small(jl, dt, dH_next, dC_next, X, H, C, W_ih, W_hh, Bias, indices, hd, out)
     if jl is None:
         da, dc = _cell_elementwise_numpy(dH_next, dC_next, X, H, C, W_ih, W_hh, Bias, hd, want_da, want_dc)
     else:
@@ -352,6 +378,44 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
         else:
             r = np.sum(da, axis=0, out=r)
         results.append(r)
+    return tuple(results)
+
+
+_STANDINS: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}  # (2-D, 1-D) results not requested
+
+
+def _cell_grads_small(jl: Any, dt: np.dtype, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
+                      H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray,
+                      indices: Sequence[int], hd: int, out: Any) -> tuple[np.ndarray, ...]:
+    """``_cell_grads`` for a small cell as one compiled call (``cell_grads_small``: GEMMs by the
+    packed-panel kernel, no BLAS call and no Python per result).  A given ``out`` that is not a
+    C-contiguous writeable array gets a copy of the result (the same bits as a fresh one)."""
+    nb, I = X.shape
+    standins = _STANDINS.get(dt)
+    if standins is None:
+        standins = _STANDINS.setdefault(dt, (np.zeros((1, 1), dt), np.zeros(1, dt)))
+    none2, none1 = standins
+    rs = [none2, none2, none2, none2, none2, none1]
+    want = [False] * 6
+    results = []
+    copies = []
+    for n, k in enumerate(indices):
+        r = None if out is None else out[n]
+        if r is None or not (r.flags.c_contiguous and r.flags.writeable and r.dtype == dt):
+            fresh = np.empty(((nb, I), (nb, hd), (nb, hd), (4 * hd, I), (4 * hd, hd), (4 * hd,))[k], dt)
+            if r is not None:
+                copies.append((r, fresh))
+            r = fresh
+        rs[k] = r
+        want[k] = True
+        results.append(r)
+    jl.cell_grads_small(_operand(X), _operand(H), _operand(C), _operand(W_ih), _operand(W_hh), _operand(Bias),
+                        _operand(dH_next), none2 if dC_next is None else _operand(dC_next), dC_next is not None,
+                        tuple(want), *rs)
+    if copies:
+        for r, fresh in copies:
+            r[...] = fresh
+        results = [out[n] for n in range(len(indices))]
     return tuple(results)
 
 
@@ -830,7 +894,7 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
 # compiled call (GEMMs by numba's np.dot); larger ones call the compiled element-wise step
 # from Python and do each step's GEMM with NumPy (its threaded BLAS).
 _WHOLE_LOOP_MAX = 1 << 14
-_this_thread = threading.local()  # per_step: force the per-step path (``_warm_layers``)
+_this_thread = threading.local()  # per_step: force the large-problem paths (the warm hooks)
 # The per-step path splits the batch into two independent halves from this many rows on.
 _SPLIT_MIN_ROWS = 16
 # Elements of ``da`` (steps x rows x 4H) per compiled call of the step loop (about 16 ms of work
