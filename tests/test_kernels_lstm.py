@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lstm_reference import lstm_cell_ref, lstm_loss, lstm_training_ref
 
+import gradir.kernels._jit_gemm as jit_gemm
 import gradir.kernels.lstm as lstm_mod
 from gradir.kernels import jit
 from gradir.kernels.lstm import (
@@ -401,14 +402,14 @@ def test_chunking_agrees(monkeypatch, direction, kernel_path):
 
 # -- memory ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("direction", DIRECTIONS)
-@pytest.mark.parametrize("path", ["default", "halves"])
+@pytest.mark.parametrize("path", ["default", "halves", "halves_blas"])
 def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(monkeypatch, direction, path,
                                                                                    kernel_path):
     """The issue's bound: beyond its outputs, LSTMGrad's scratch stays within one [S, B, 4H]
     buffer per direction; everything else it allocates does not grow with S (measured with
     tracemalloc at S and 4S, from no kept scratch)."""
     import tracemalloc
-    if path == "halves":
+    if path != "default":
         force_path(monkeypatch, path)
     nb, I, H = 16, 8, 64
     D = 2 if direction == "bidirectional" else 1
@@ -488,20 +489,24 @@ def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
 
 
 def force_path(monkeypatch, path):
-    """Make small problems take a large-problem path of the compiled LSTMGrad."""
-    if path in ("per_step", "halves"):
-        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)  # one compiled call per step
-    if path == "halves":
+    """Make small problems take a large-problem path of the compiled LSTMGrad: ``per_step``
+    (one loop, BLAS per step), ``halves`` (two half-batch loops, compiled whole with the
+    packed-panel GEMM, as on CPUs where it beats BLAS), ``halves_blas`` (two half-batch loops,
+    BLAS per step, as on the others)."""
+    if path in ("per_step", "halves", "halves_blas"):
+        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)  # large-problem paths
+    if path in ("halves", "halves_blas"):
         monkeypatch.setattr(lstm_mod, "_SPLIT_MIN_ROWS", 2)  # two half-batch step loops
         monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", True)  # as where BLAS threads sleep soon
         monkeypatch.setattr(lstm_mod, "_BLOCK_ELEMENTS", 1)  # one step per compiled call
+        monkeypatch.setattr(jit_gemm, "FAST_LARGE", path == "halves")
     elif path == "per_step":
         monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", False)  # OpenBLAS's default spin
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("direction", DIRECTIONS)
-@pytest.mark.parametrize("path", ["whole", "per_step", "halves"])
+@pytest.mark.parametrize("path", ["whole", "per_step", "halves", "halves_blas"])
 def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, path):
     rng = np.random.default_rng(31)
     S, nb, I, H = 7, 5, 4, 6

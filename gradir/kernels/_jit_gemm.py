@@ -28,7 +28,25 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["ROWS", "panel_width", "pack", "gemm", "gemm_rows"]
+__all__ = ["ROWS", "FAST_LARGE", "panel_width", "pack", "gemm", "gemm_rows"]
+
+
+def _fast_large() -> bool:
+    """Whether this CPU is one where the kernel was measured faster than OpenBLAS on large
+    products: x86-64 with AVX2 and FMA and without AVX-512 (measured on Zen 3).  With AVX-512,
+    OpenBLAS's kernels use vectors twice as wide as these; elsewhere nothing was measured."""
+    try:
+        import llvmlite.binding as llvm
+
+        feats = llvm.get_host_cpu_features()
+        return bool(feats.get("avx2")) and bool(feats.get("fma")) and not feats.get("avx512f")
+    except Exception:  # no feature list on this platform
+        return False
+
+
+# The LSTM kernels use this GEMM for their large per-step products only when this holds
+# (small ones always: there a BLAS call's overhead is most of the time).
+FAST_LARGE = _fast_large()
 
 ROWS = 6  # rows per register tile
 _L2_A_BYTES = 192 * 1024  # A rows of one row block (the panel being used sits beside them)

@@ -573,9 +573,11 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
     # side by side when BLAS could have used two threads (as in LSTMGrad, see lstm_grad).
     with parallel.own_blas_threads(_split_wanted(jl, nb, h)) as blas:
         # Each loop's GEMM H_{t-1}·Rᵀ by the packed-R kernel (one thread; 91 vs 72 GFLOP/s for
-        # OpenBLAS at 32x256 by 256x1024) where the loop has a core to itself or is small.
+        # OpenBLAS at 32x256 by 256x1024) where the loop is small, or has a core to itself on a
+        # CPU where that kernel beats BLAS (``_jit_gemm.FAST_LARGE``).
         jg = jit.load("gemm")
-        RsTp = jg.pack(RsT) if jg is not None and (blas.ok or nb * 4 * h <= _WHOLE_LOOP_MAX) else None
+        small = nb * 4 * h <= _WHOLE_LOOP_MAX
+        RsTp = jg.pack(RsT) if jg is not None and (small or (blas.ok and jg.FAST_LARGE)) else None
         if blas.ok:
             half = nb // 2
             parallel.run_two(lambda stop: loop(0, half, stop), lambda stop: loop(half, nb, stop),
@@ -970,9 +972,10 @@ def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
     dP = k.dP2 = np.zeros((D, 3 * h), dt)
     db = np.zeros((D, 4 * h), dt)
     # The whole loop compiled, its GEMMs by the packed-R kernel (single-threaded): small
-    # problems, and the two half-batch loops of large ones.  A large batch on one loop
-    # instead calls NumPy's threaded BLAS per step.
-    whole = (nb * 4 * h <= _WHOLE_LOOP_MAX or k.split) and not getattr(_this_thread, "per_step", False)
+    # problems, and the two half-batch loops of large ones where that kernel beats BLAS
+    # (``_jit_gemm.FAST_LARGE``).  Otherwise a compiled call per step, then NumPy's BLAS.
+    whole = ((nb * 4 * h <= _WHOLE_LOOP_MAX or (k.split and jg.FAST_LARGE))
+             and not getattr(_this_thread, "per_step", False))
     firsts = [lengths - 1 if _rev(k, d) else np.zeros(nb, np.intp) for d in range(D)]
     lasts = [np.zeros(nb, np.intp) if _rev(k, d) else lengths - 1 for d in range(D)]
     Rp = [jg.pack(R[d]) for d in range(D)] if whole else []
@@ -1078,7 +1081,7 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
                 direc.run()
                 dP[d] = _view(direc.dP, (3 * h,))
         da2 = _view(k.dab, (S * nb, D * 4 * h))
-        if k.split and jl is not None:  # W packed once, each half of dX's rows on its own core
+        if k.split and jl is not None and jit.load("gemm").FAST_LARGE:  # W packed once, a half per core
             _packed_halves(da2, _view(W, (D * 4 * h, I)), _view(dX, (S * nb, I)), k.two)
         else:
             k.mm(da2, _view(W, (D * 4 * h, I)), _view(dX, (S * nb, I)))  # sums both directions
