@@ -152,6 +152,23 @@ _T1, _T2, _T3, _T4, _T5, _T6 = (_make_tile(r) for r in range(1, ROWS + 1))
 
 
 @njit(**_OPTS)
+def _tile(rows, A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb):  # type: ignore[no-untyped-def]
+    """The micro-kernel for ``rows`` (0-6) rows."""
+    if rows == 6:
+        _T6(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+    elif rows == 5:
+        _T5(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+    elif rows == 4:
+        _T4(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+    elif rows == 3:
+        _T3(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+    elif rows == 2:
+        _T2(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+    elif rows == 1:
+        _T1(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+
+
+@njit(**_OPTS)
 def _panels(A, B, C, pstride, ldb, npan):  # type: ignore[no-untyped-def]
     """``C[:, :npan·PW] = A·B`` panel by panel (B's layout as in the micro-kernel)."""
     M = A.shape[0]
@@ -163,23 +180,22 @@ def _panels(A, B, C, pstride, ldb, npan):  # type: ignore[no-untyped-def]
     mb = max(ROWS, (_L2_A_BYTES // max(1, K * A.itemsize)) // ROWS * ROWS)
     for ib in range(0, M, mb):
         ie = min(M, ib + mb)
+        # 6-row tiles, then one or two smaller ones: a tile of fewer than 4 rows has fewer
+        # than 8 accumulators, too few to hide the FMA latency, so 1-3 left-over rows are
+        # taken together with the last 6 as two tiles of 4-5 rows (32 = 4·6 + 4 + 4)
+        n = ie - ib
+        six, last1, last2 = n // ROWS, n % ROWS, 0
+        if 0 < last1 < 4 and six > 0:
+            six -= 1
+            last1, last2 = (ROWS + last1 + 1) // 2, (ROWS + last1) // 2
         for p in range(npan):
             nc = min(pw, N - p * pw)
             i0 = ib
-            while i0 + ROWS <= ie:
+            for _ in range(six):
                 _T6(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
                 i0 += ROWS
-            r = ie - i0
-            if r == 5:
-                _T5(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
-            elif r == 4:
-                _T4(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
-            elif r == 3:
-                _T3(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
-            elif r == 2:
-                _T2(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
-            elif r == 1:
-                _T1(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+            _tile(last1, A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
+            _tile(last2, A, B, C, i0 + last1, p, K, lda, ldc, nc, pstride, ldb)
 
 
 @njit(**_OPTS)
