@@ -89,6 +89,30 @@ def test_each_row_is_one_fixed_sum(dtype: type) -> None:
         assert np.array_equal(part, full[lo:hi])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_negative_row_strides_and_empty_shapes(dtype: type) -> None:
+    """Rows in reverse order (negative row strides) in A, B and C; and M, K or N of zero."""
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((9, 21)).astype(dtype)[::-1]
+    B = rng.standard_normal((21, 35)).astype(dtype)[::-1]
+    Cp = np.zeros((9, 35), dtype)
+    jg.gemm_rows(A, B, Cp[::-1])
+    exact = A.astype(np.float64) @ B
+    assert np.all(np.abs(Cp[::-1] - exact) <= _bound(A, B))
+    C2 = np.zeros((9, 35), dtype)
+    jg.gemm(A, jg.pack(B), C2[::-1])
+    assert np.array_equal(C2, Cp)
+    for M, K, N in ((0, 5, 7), (3, 0, 7), (3, 5, 0)):
+        A = np.ones((M, K), dtype)
+        B = np.ones((K, N), dtype)
+        C = np.full((M, N), 7, dtype)
+        jg.gemm(A, jg.pack(B), C)
+        assert np.array_equal(C, np.full((M, N), K, dtype))
+        C[...] = 7
+        jg.gemm_rows(A, B, C)
+        assert np.array_equal(C, np.full((M, N), K, dtype))
+
+
 def test_gemm_keeps_ieee_special_values() -> None:
     """inf and NaN propagate as in a plain sum of products."""
     A = np.ones((3, 4), np.float32)

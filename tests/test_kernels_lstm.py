@@ -140,7 +140,8 @@ def cell_operands(rng, nb=3, I=4, H=5, dtype=np.float64):
 @pytest.fixture(params=["compiled_small", "compiled_large", "numpy"])
 def cell_path(request, monkeypatch):
     """The cell kernels' three paths: one compiled call (small cells), BLAS GEMMs around a
-    compiled pass (large cells, forced here by a zero size limit), NumPy's ufuncs."""
+    compiled pass (large cells, forced here by a zero size limit), NumPy's ufuncs.  (Large
+    Float64 cells take NumPy's ufuncs by design, so for Float64 "compiled_large" is that path.)"""
     if request.param == "numpy":
         with jit.disabled():
             yield request.param
@@ -254,6 +255,9 @@ def test_compiled_cell_kernels_agree_with_numpy(monkeypatch, dtype, large):
     got_fwd = lstm_cell(*ops, hidden_size=H)
     for g, r in zip(got_fwd, ref_fwd):
         np.testing.assert_allclose(g, r, **tol)
+    strided = tuple(np.zeros((nb, 2 * H), dtype)[:, ::2] for _ in range(2))
+    for g, s in zip(lstm_cell(*ops, hidden_size=H, out=strided), got_fwd):  # the same bits
+        np.testing.assert_array_equal(g, s)
     for dc in (rng.standard_normal((nb, H)).astype(dtype), None):
         with jit.disabled():
             ref = grad_lstm_cell_input_fused(dh, dc, *ops, input_indices=range(6), hidden_size=H)
@@ -294,10 +298,13 @@ def test_lstm_training_matches_reference(direction, with_sl, with_p, with_h0, wi
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("with_sl,with_p,with_h0,with_b", list(itertools.product([False, True], repeat=4)))
-def test_lstm_training_in_two_halves_matches_reference(monkeypatch, direction, with_sl, with_p, with_h0, with_b):
+@pytest.mark.parametrize("path", ["halves", "halves_blas"])
+def test_lstm_training_in_two_halves_matches_reference(monkeypatch, direction, with_sl, with_p, with_h0, with_b,
+                                                       path):
     """The compiled Float32 forward that large batches take: two half-batch step loops (here 2
-    and 3 rows; SL rows that start late in the reverse direction fall in either half)."""
-    force_path(monkeypatch, "halves")
+    and 3 rows; SL rows that start late in the reverse direction fall in either half), with
+    their per-step GEMM by the packed-panel kernel or by BLAS."""
+    force_path(monkeypatch, path)
     saved = jit._on
     jit.set_enabled(True)
     try:
@@ -513,6 +520,8 @@ def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, path):
     D = 2 if direction == "bidirectional" else 1
     tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
     force_path(monkeypatch, path)
+    if path == "whole":
+        monkeypatch.setattr(lstm_mod, "_BLOCK_ELEMENTS", 2 * nb * 4 * H)  # two steps per compiled call
     for with_sl, with_p, with_h0, which in itertools.product([False, True], [False, True], [False, True],
                                                              ["all", "final"]):
         ops = make_layer(rng, S, nb, I, H, direction, with_sl=with_sl, with_p=with_p, with_h0=with_h0,
@@ -638,3 +647,154 @@ def test_unsupported_attributes_raise():
         lstm_training(*layer_args(ops), hidden_size=2, input_forget=1)
     with pytest.raises(ValueError, match="activations"):
         lstm_training(*layer_args(ops), hidden_size=2, activations=["tanh", "tanh", "tanh"])
+
+
+@pytest.mark.parametrize("path", ["whole", "per_step", "halves", "halves_blas"])
+@pytest.mark.parametrize("H", [16, 17, 33])
+def test_compiled_agrees_with_numpy_with_full_panels(monkeypatch, path, H):
+    """Hidden sizes with full 16-column panels of the packed-panel GEMM (and a partial one)."""
+    force_path(monkeypatch, path)
+    rng = np.random.default_rng(H)
+    S, nb, I = 4, 6, 5
+    for direction in DIRECTIONS:
+        D = 2 if direction == "bidirectional" else 1
+        ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True, dtype=np.float32)
+        up = upstream(rng, S, nb, H, D, "all", dtype=np.float32)
+        with jit.disabled():
+            fwd_ref = run_forward(ops, H, direction)
+            ref = run_grad(ops, fwd_ref, up, H, direction)
+        monkeypatch.setattr(jit, "_on", True)
+        fwd = run_forward(ops, H, direction)
+        got = run_grad(ops, fwd_ref, up, H, direction)
+        for g, r in zip(fwd + got, fwd_ref + ref):
+            np.testing.assert_allclose(g, r, rtol=5e-5, atol=5e-6)
+
+
+@pytest.mark.parametrize("path", ["whole", "halves", "halves_blas"])
+def test_lstm_grad_into_strided_outputs(monkeypatch, path):
+    """Given outputs with any strides get the same bits as fresh ones, and nothing beside them
+    is written (regression: the packed-panel dX assumed unit column strides)."""
+    force_path(monkeypatch, path)
+    monkeypatch.setattr(jit, "_on", True)
+    rng = np.random.default_rng(12)
+    S, nb, I, H = 4, 6, 5, 7
+    ops = make_layer(rng, S, nb, I, H, "forward", dtype=np.float32)
+    up = upstream(rng, S, nb, H, 1, "all", dtype=np.float32)
+    fwd = run_forward(ops, H, "forward")
+    fresh = run_grad(ops, fwd, up, H, "forward")
+    HAll, _, _, CAll, iofc = fwd
+    for view in (lambda p: p[..., ::2], lambda p: p[..., ::-1][..., ::2]):
+        parents = [np.full(r.shape[:-1] + (2 * r.shape[-1],), 99, np.float32) for r in fresh]
+        outs = tuple(view(p) for p in parents)
+        got = lstm_grad(ops["X"], ops["W"], ops["R"], None, None, None, HAll, CAll, iofc, up["dHAll"],
+                        up["dHFinal"], up["dCFinal"], None, hidden_size=H, out=outs)
+        for g, o, f, p in zip(got, outs, fresh, parents):
+            assert g is o
+            np.testing.assert_array_equal(g, f)
+            assert np.count_nonzero(p == 99) == p.size // 2
+
+
+def test_kernels_reject_operands_of_the_wrong_shape():
+    """The compiled kernels trust their operands' shapes, so the kernels check them: a clear
+    ValueError naming the operand, never garbage or a read out of bounds."""
+    rng = np.random.default_rng(13)
+    S, nb, I, H = 3, 4, 5, 6
+    ops = make_layer(rng, S, nb, I, H, "forward", with_p=True, with_h0=True, dtype=np.float32)
+    for name, bad in (("H0", np.zeros((1, nb, H + 40), np.float32)), ("H0", np.zeros((1, nb - 2, H), np.float32)),
+                      ("W", np.zeros((1, 4 * H, I + 1), np.float32)), ("P", np.zeros((1, 2 * H), np.float32))):
+        wrong = dict(ops, **{name: bad})
+        with pytest.raises(ValueError, match=f"operand {name} has shape"):
+            run_forward(wrong, H, "forward")
+    fwd = run_forward(ops, H, "forward")
+    up = upstream(rng, S, nb, H, 1, "all", dtype=np.float32)
+    HAll, _, _, CAll, iofc = fwd
+    with pytest.raises(ValueError, match="operand iofc has shape"):
+        lstm_grad(ops["X"], ops["W"], ops["R"], None, None, None, HAll, CAll, iofc[:, :, :, :-1], up["dHAll"],
+                  hidden_size=H)
+    cell = cell_operands(rng, nb=4, I=3, H=5, dtype=np.float32)
+    dh = rng.standard_normal((4, 5)).astype(np.float32)
+    wide = list(cell)
+    wide[3] = np.zeros((20, 3 + 40), np.float32)  # W_ih
+    with pytest.raises(ValueError, match="operand W_ih has shape"):
+        lstm_cell(*wide, hidden_size=5)
+    with pytest.raises(ValueError, match="operand W_ih has shape"):
+        grad_lstm_cell_input(dh, None, *wide, input_index=0, hidden_size=5)
+    with pytest.raises(ValueError, match="operand dH_next has shape"):
+        grad_lstm_cell_input(dh[:, :4], None, *cell, input_index=0, hidden_size=5)
+    for k in range(6):  # a result into an out of the wrong shape: an error, not a write beyond it
+        buf = np.zeros(64, np.float32)
+        with pytest.raises(ValueError, match="out\\[0\\] has shape"):
+            grad_lstm_cell_input(dh, None, *cell, input_index=k, hidden_size=5, out=buf[:1].reshape(1, 1)
+                                 if k != 5 else buf[:3])
+        assert not buf.any()
+
+
+def test_lstm_grad_survives_the_switch_turned_off_during_a_call(monkeypatch):
+    """``jit.disabled()`` is process-wide and may be entered by another thread at any time: a
+    call that started on the compiled kernels finishes on them (regression: it looked the GEMM
+    module up again midway, got None and failed)."""
+    force_path(monkeypatch, "halves")
+    monkeypatch.setattr(jit, "_on", True)
+    rng = np.random.default_rng(14)
+    S, nb, I, H = 4, 6, 3, 5
+    ops = make_layer(rng, S, nb, I, H, "bidirectional", dtype=np.float32)
+    up = upstream(rng, S, nb, H, 2, "all", dtype=np.float32)
+    fwd = run_forward(ops, H, "bidirectional")
+    expected = run_grad(ops, fwd, up, H, "bidirectional")
+    steps = lstm_mod._compiled_steps
+
+    def switched_off_meanwhile(jl, k):
+        jit.set_enabled(False)  # as another thread's jit.disabled() would
+        try:
+            return steps(jl, k)
+        finally:
+            jit.set_enabled(True)
+
+    def off_after_steps(jl, k):
+        r = steps(jl, k)
+        jit.set_enabled(False)
+        return r
+
+    for wrapper in (switched_off_meanwhile, off_after_steps):
+        monkeypatch.setattr(lstm_mod, "_compiled_steps", wrapper)
+        try:
+            got = run_grad(ops, fwd, up, H, "bidirectional")
+        finally:
+            jit.set_enabled(True)
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e)
+
+
+def test_ctrl_c_stops_both_step_loops(monkeypatch):
+    """A KeyboardInterrupt in one half-batch loop stops the other one between its compiled calls,
+    and LSTMGrad raises it only after that loop has stopped (it writes into shared buffers)."""
+    import threading
+    import time
+
+    force_path(monkeypatch, "halves")  # one step per compiled call
+    monkeypatch.setattr(jit, "_on", True)
+    jl = jit.load("lstm")
+    bptt = jl.bptt
+    calls = {0: 0, 1: 0}
+    main = threading.get_ident()
+
+    def counted(*args):
+        mine = 0 if threading.get_ident() == main else 1
+        calls[mine] += 1
+        if mine == 0 and calls[0] == 2:
+            raise KeyboardInterrupt
+        if mine == 1:
+            time.sleep(0.005)
+        return bptt(*args)
+
+    monkeypatch.setattr(jl, "bptt", counted)
+    rng = np.random.default_rng(15)
+    S, nb, I, H = 40, 6, 3, 5
+    ops = make_layer(rng, S, nb, I, H, "forward", dtype=np.float32)
+    up = upstream(rng, S, nb, H, 1, "all", dtype=np.float32)
+    fwd = run_forward(ops, H, "forward")
+    with pytest.raises(KeyboardInterrupt):
+        run_grad(ops, fwd, up, H, "forward")
+    seen = calls[1]
+    time.sleep(0.05)
+    assert calls[1] == seen < S  # stopped early, and before LSTMGrad raised

@@ -37,7 +37,10 @@ def _fast_large() -> bool:
     OpenBLAS's kernels use vectors twice as wide as these; elsewhere nothing was measured."""
     try:
         import llvmlite.binding as llvm
+        from numba.core import config
 
+        if config.CPU_NAME not in (None, "host"):  # numba told to compile for another CPU
+            return False
         feats = llvm.get_host_cpu_features()
         return bool(feats.get("avx2")) and bool(feats.get("fma")) and not feats.get("avx512f")
     except Exception:  # no feature list on this platform
@@ -97,8 +100,11 @@ def _make_tile(rows: int):  # type: ignore[no-untyped-def]
             vec = ir.VectorType(elt, vw)
             al = 4 if f32 else 8  # element alignment: rows and panels need not be 32-byte aligned
             i32, i64 = ir.IntType(32), ir.IntType(64)
+            # fmuladd: one rounding (an FMA instruction) where the CPU has FMA, which is where
+            # FAST_LARGE lets large products come here; elsewhere a multiply and an add rather
+            # than llvm.fma's libm call per element
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                                 f"llvm.fma.v{vw}f{32 if f32 else 64}")
+                                                 f"llvm.fmuladd.v{vw}f{32 if f32 else 64}")
             a_data = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=a_arr).data
             b_data = cgutils.create_struct_proxy(signature.args[1])(context, builder, value=b_arr).data
             c_data = cgutils.create_struct_proxy(signature.args[2])(context, builder, value=c_arr).data

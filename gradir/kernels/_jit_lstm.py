@@ -33,10 +33,11 @@ from numba import njit, types
 from numba.extending import overload
 
 from ._jit_core import ELEMENTWISE, INLINE, LOG2E, exp2_32
+from . import _jit_gemm as gemm_module  # the LSTM kernels' GEMM (``pack``, ``FAST_LARGE`` too)
 from ._jit_gemm import gemm, gemm_rows
 
 __all__ = ["bptt", "bptt_step", "cell_backward", "cell_forward", "cell_forward_small", "cell_grads_small",
-           "forward_step", "tanh"]
+           "forward_step", "gemm_module", "tanh"]
 
 # tanh(x) = x + x·x²·p(x²) on |x| < 0.625 (least-squares fit, < 0.8 ulp in float32);
 # above, 1 - 2/(1 + e^{2|x|}) with the sign restored (no cancellation there).

@@ -121,6 +121,14 @@ def _result(out: Any, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
+def _expect(op: str, *named: tuple[str, np.ndarray | None, tuple]) -> None:
+    """Raise a ValueError naming the first operand (``name, array, shape``) whose shape differs
+    (absent operands pass).  The compiled kernels trust their operands' shapes."""
+    for name, a, shape in named:
+        if a is not None and a.shape != shape:
+            raise ValueError(f"{op}: operand {name} has shape {list(a.shape)}, expected {list(shape)}")
+
+
 def _view(a: np.ndarray, shape: tuple) -> np.ndarray:
     """``a`` reshaped without copying (raises if that is impossible)."""
     v = a.view()
@@ -228,6 +236,20 @@ def _cell_jit(dt: np.dtype, nb: int, hd: int) -> Any:
     return jit.load("lstm")
 
 
+def _cell_shapes(nb: int, I: int, hd: int) -> tuple[tuple[int, ...], ...]:
+    """Shapes of the cell's inputs 0-5 (X, H, C, W_ih, W_hh, Bias), so of their gradients."""
+    return (nb, I), (nb, hd), (nb, hd), (4 * hd, I), (4 * hd, hd), (4 * hd,)
+
+
+def _check_cell(op: str, X: np.ndarray, H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
+                Bias: np.ndarray, hd: int, dH: np.ndarray | None = None, dC: np.ndarray | None = None) -> None:
+    if X.ndim != 2:
+        raise ValueError(f"{op}: operand X has shape {list(X.shape)}, expected [B, I]")
+    shapes = _cell_shapes(X.shape[0], X.shape[1], hd)
+    _expect(op, ("H", H, shapes[1]), ("C", C, shapes[2]), ("W_ih", W_ih, shapes[3]), ("W_hh", W_hh, shapes[4]),
+            ("Bias", Bias, shapes[5]), ("dH_next", dH, shapes[1]), ("dC_next", dC, shapes[2]))
+
+
 def _small_cell(nb: int, hd: int) -> bool:
     """Whether a cell kernel runs as one compiled call, its GEMMs by the packed-panel kernel
     (one thread; at B=4, H=32 a GradLSTMCellInput takes 12-13 us against 15-19 us with BLAS
@@ -275,16 +297,24 @@ def lstm_cell(X: np.ndarray, H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_h
     """One LSTM step: returns ``(H', C')``, each ``[B, Hd]``."""
     dt = _dtype("LSTMCell", X, H, C, W_ih, W_hh, Bias)
     hd = hidden_size
+    _check_cell("LSTMCell", X, H, C, W_ih, W_hh, Bias, hd)
     shape = (X.shape[0], hd)
     h_next, c_next = _result(out, 0, shape, dt), _result(out, 1, shape, dt)
     jl = _cell_jit(dt, X.shape[0], hd)
-    if jl is not None and h_next.flags.c_contiguous and c_next.flags.c_contiguous:
+    if jl is not None:
+        # the compiled kernels write C-contiguous rows: other outputs get a copy of the same bits
+        hn = h_next if h_next.flags.c_contiguous else np.empty(shape, dt)
+        cn = c_next if c_next.flags.c_contiguous else np.empty(shape, dt)
         if _small_cell(X.shape[0], hd):  # one compiled call, GEMMs included
             jl.cell_forward_small(_operand(X), _operand(H), _operand(C), _operand(W_ih), _operand(W_hh),
-                                  _operand(Bias), h_next, c_next)
-            return h_next, c_next
-        a, hw, bias = _cell_pre(X, H, W_ih, W_hh, Bias, dt)
-        jl.cell_forward(a, hw, bias, jit.readable(np.ascontiguousarray(C)), h_next, c_next)
+                                  _operand(Bias), hn, cn)
+        else:
+            a, hw, bias = _cell_pre(X, H, W_ih, W_hh, Bias, dt)
+            jl.cell_forward(a, hw, bias, jit.readable(np.ascontiguousarray(C)), hn, cn)
+        if hn is not h_next:
+            h_next[...] = hn
+        if cn is not c_next:
+            c_next[...] = cn
         return h_next, c_next
     g = _cell_gates(X, H, W_ih, W_hh, Bias, hd)
     c_next[...] = _cell_state(g, C, hd)
@@ -343,8 +373,14 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
     for k in indices:
         if k not in range(6):
             raise ValueError(f"{op}: input index {k} is outside 0..5")
+    _check_cell(op, X, H, C, W_ih, W_hh, Bias, hd, dH_next, dC_next)
     want_da, want_dc = any(k != 2 for k in indices), 2 in indices
     nb = X.shape[0]
+    if out is not None:
+        shapes = _cell_shapes(nb, X.shape[1], hd)
+        for n, k in enumerate(indices):
+            if out[n] is not None and (out[n].shape != shapes[k] or out[n].dtype != dt):
+                raise ValueError(f"out[{n}] has shape {out[n].shape} {out[n].dtype}, expected {shapes[k]} {dt}")
     jl = _cell_jit(dt, nb, hd)
     if jl is not None and _small_cell(nb, hd):
         return _cell_grads_small(jl, dt, dH_next, dC_next, X, H, C, W_ih, W_hh, Bias, indices, hd, out)
@@ -402,7 +438,7 @@ def _cell_grads_small(jl: Any, dt: np.dtype, dH_next: np.ndarray, dC_next: np.nd
     for n, k in enumerate(indices):
         r = None if out is None else out[n]
         if r is None or not (r.flags.c_contiguous and r.flags.writeable and r.dtype == dt):
-            fresh = np.empty(((nb, I), (nb, hd), (nb, hd), (4 * hd, I), (4 * hd, hd), (4 * hd,))[k], dt)
+            fresh = np.empty(_cell_shapes(nb, I, hd)[k], dt)
             if r is not None:
                 copies.append((r, fresh))
             r = fresh
@@ -474,6 +510,9 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
     S, nb, _ = X.shape
     h = Rd.shape[1]
     dt = X.dtype
+    # compiled operands: C-contiguous (one machine-code variant, the same GEMM for every layout)
+    h0 = None if h0 is None else jit.readable(np.ascontiguousarray(h0))
+    c0 = None if c0 is None else jit.readable(np.ascontiguousarray(c0))
     # Pre-activations with the sigmoid blocks halved: a tanh of all four blocks then
     # gives tanh(a_c) and, after ½·t + ½, the three sigmoids.
     WsT = _halve_sigmoid_rows(Wd, h).T
@@ -575,7 +614,7 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
         # Each loop's GEMM H_{t-1}·Rᵀ by the packed-R kernel (one thread; 91 vs 72 GFLOP/s for
         # OpenBLAS at 32x256 by 256x1024) where the loop is small, or has a core to itself on a
         # CPU where that kernel beats BLAS (``_jit_gemm.FAST_LARGE``).
-        jg = jit.load("gemm")
+        jg = jl.gemm_module if jl is not None else None  # (jl's own: jit may be switched off meanwhile)
         small = nb * 4 * h <= _WHOLE_LOOP_MAX
         RsTp = jg.pack(RsT) if jg is not None and (small or (blas.ok and jg.FAST_LARGE)) else None
         if blas.ok:
@@ -626,8 +665,10 @@ def lstm_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | N
     D = _check_layer_attrs("LSTMTraining", direction, activations, clip, input_forget)
     dt = _dtype("LSTMTraining", X, W, R, B, H0, C0, P)
     X = np.ascontiguousarray(X)
-    S, nb, _ = X.shape
+    S, nb, I = X.shape
     h = hidden_size
+    _expect("LSTMTraining", ("W", W, (D, 4 * h, I)), ("R", R, (D, 4 * h, h)), ("B", B, (D, 8 * h)),
+            ("H0", H0, (D, nb, h)), ("C0", C0, (D, nb, h)), ("P", P, (D, 3 * h)))
     steps = _Steps(_lengths("LSTMTraining", SL, S, nb), S, dt)
     HAll = _result(out, 0, (S, D, nb, h), dt)
     HFinal = _result(out, 1, (D, nb, h), dt)
@@ -934,11 +975,11 @@ def _matmul_halves(two: bool):  # type: ignore[no-untyped-def]
     return mm
 
 
-def _packed_halves(a: np.ndarray, b: np.ndarray, out: np.ndarray, two: bool) -> None:
+def _packed_halves(jg: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray, two: bool) -> None:
     """``out = a·b`` by the packed-panel kernel (``_jit_gemm``): ``b`` packed once, the top and
     bottom halves of ``out``'s rows on two threads when ``two``.  At dX's shape (6400x1024 by
-    1024x256) 188 GFLOP/s on two cores, OpenBLAS 174-176 as two single-threaded halves."""
-    jg = jit.load("gemm")
+    1024x256) 188 GFLOP/s on two cores, OpenBLAS 174-176 as two single-threaded halves.
+    ``a`` and ``out`` need unit column strides."""
     bp = jg.pack(b)
     m = a.shape[0] // 2
     parallel.run_two(lambda stop: jg.gemm(a[:m], bp, out[:m]), lambda stop: jg.gemm(a[m:], bp, out[m:]),
@@ -952,7 +993,7 @@ def _rev(k: _Grad, d: int) -> bool:
 
 def _compiled_steps(jl: Any, k: _Grad) -> np.ndarray:
     """The step loops of every direction by the compiled kernels; returns dB's 4H sums ``[D·4H]``."""
-    jg = jit.load("gemm")
+    jg = jl.gemm_module
     S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
     dummy = np.zeros((1, 1, 1, 1), dt)
     dummy3 = dummy[0]
@@ -1044,6 +1085,10 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     X, W, R, HAll, CAll, iofc = (np.ascontiguousarray(a) for a in (X, W, R, HAll, CAll, iofc))
     S, nb, I = X.shape
     h = hidden_size
+    _expect("LSTMGrad", ("W", W, (D, 4 * h, I)), ("R", R, (D, 4 * h, h)), ("H0", H0, (D, nb, h)),
+            ("C0", C0, (D, nb, h)), ("HAll", HAll, (S, D, nb, h)), ("CAll", CAll, (S, D, nb, h)),
+            ("iofc", iofc, (S, D, nb, 4 * h)), ("dHAll", dHAll, (S, D, nb, h)), ("dHFinal", dHFinal, (D, nb, h)),
+            ("dCFinal", dCFinal, (D, nb, h)), ("P", P, (D, 3 * h)))
     res = [_result(out, j, shape, dt) for j, shape in enumerate(
         [(S, nb, I), (D, 4 * h, I), (D, 4 * h, h), (D, 8 * h), (D, nb, h), (D, nb, h), (D, 3 * h)])]
     dX, dW, dR, dB, dH0, dC0, dP = res
@@ -1081,8 +1126,9 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
                 direc.run()
                 dP[d] = _view(direc.dP, (3 * h,))
         da2 = _view(k.dab, (S * nb, D * 4 * h))
-        if k.split and jl is not None and jit.load("gemm").FAST_LARGE:  # W packed once, a half per core
-            _packed_halves(da2, _view(W, (D * 4 * h, I)), _view(dX, (S * nb, I)), k.two)
+        dX2 = _view(dX, (S * nb, I))
+        if k.split and jl is not None and jl.gemm_module.FAST_LARGE and dX2.strides[1] == dt.itemsize:
+            _packed_halves(jl.gemm_module, da2, _view(W, (D * 4 * h, I)), dX2, k.two)  # W packed once
         else:
             k.mm(da2, _view(W, (D * 4 * h, I)), _view(dX, (S * nb, I)))  # sums both directions
         k.mm(da2.T, _view(X, (S * nb, I)), _view(dW, (D * 4 * h, I)))
