@@ -82,6 +82,15 @@ def upstream(rng, S, nb, H, D, which, dtype=np.float64):
     }
 
 
+def f32_layer(seed, S, nb, I, H, direction):
+    """A Float32 layer (bias, no SL/P/H0), its upstream gradients (every kind) and its forward."""
+    rng = np.random.default_rng(seed)
+    D = 2 if direction == "bidirectional" else 1
+    ops = make_layer(rng, S, nb, I, H, direction, dtype=np.float32)
+    up = upstream(rng, S, nb, H, D, "all", dtype=np.float32)
+    return ops, up, run_forward(ops, H, direction)
+
+
 GRAD_OF = {"X": 0, "W": 1, "R": 2, "B": 3, "H0": 4, "C0": 5, "P": 6}
 
 
@@ -676,11 +685,8 @@ def test_lstm_grad_into_strided_outputs(monkeypatch, path):
     is written (regression: the packed-panel dX assumed unit column strides)."""
     force_path(monkeypatch, path)
     monkeypatch.setattr(jit, "_on", True)
-    rng = np.random.default_rng(12)
-    S, nb, I, H = 4, 6, 5, 7
-    ops = make_layer(rng, S, nb, I, H, "forward", dtype=np.float32)
-    up = upstream(rng, S, nb, H, 1, "all", dtype=np.float32)
-    fwd = run_forward(ops, H, "forward")
+    H = 7
+    ops, up, fwd = f32_layer(12, 4, 6, 5, H, "forward")
     fresh = run_grad(ops, fwd, up, H, "forward")
     HAll, _, _, CAll, iofc = fwd
     for view in (lambda p: p[..., ::2], lambda p: p[..., ::-1][..., ::2]):
@@ -735,11 +741,8 @@ def test_lstm_grad_survives_the_switch_turned_off_during_a_call(monkeypatch):
     module up again midway, got None and failed)."""
     force_path(monkeypatch, "halves")
     monkeypatch.setattr(jit, "_on", True)
-    rng = np.random.default_rng(14)
-    S, nb, I, H = 4, 6, 3, 5
-    ops = make_layer(rng, S, nb, I, H, "bidirectional", dtype=np.float32)
-    up = upstream(rng, S, nb, H, 2, "all", dtype=np.float32)
-    fwd = run_forward(ops, H, "bidirectional")
+    H = 5
+    ops, up, fwd = f32_layer(14, 4, 6, 3, H, "bidirectional")
     expected = run_grad(ops, fwd, up, H, "bidirectional")
     steps = lstm_mod._compiled_steps
 
@@ -788,11 +791,8 @@ def test_ctrl_c_stops_both_step_loops(monkeypatch):
         return bptt(*args)
 
     monkeypatch.setattr(jl, "bptt", counted)
-    rng = np.random.default_rng(15)
-    S, nb, I, H = 40, 6, 3, 5
-    ops = make_layer(rng, S, nb, I, H, "forward", dtype=np.float32)
-    up = upstream(rng, S, nb, H, 1, "all", dtype=np.float32)
-    fwd = run_forward(ops, H, "forward")
+    S, H = 40, 5
+    ops, up, fwd = f32_layer(15, S, 6, 3, H, "forward")
     with pytest.raises(KeyboardInterrupt):
         run_grad(ops, fwd, up, H, "forward")
     seen = calls[1]
