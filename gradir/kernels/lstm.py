@@ -933,9 +933,11 @@ def _dR(k: _Grad, d: int, rev: bool) -> None:
         k.mm(first_da.T, k.H0[d], out, tmp)
 
 
-# Problems with at most this many elements per step (B·4H) run the whole step loop in one
-# compiled call (GEMMs by numba's np.dot); larger ones call the compiled element-wise step
-# from Python and do each step's GEMM with NumPy (its threaded BLAS).
+# Problems with at most this many elements per step (B·4H) run the whole step loop compiled
+# (GEMMs by the packed-panel kernel of _jit_gemm, one thread), and so do the half-batch loops
+# of larger ones where that kernel beats BLAS; other large ones call the compiled element-wise
+# step from Python and do each step's GEMM with NumPy (its threaded BLAS).  Small cells are
+# one compiled call below the same size.
 _WHOLE_LOOP_MAX = 1 << 14
 _this_thread = threading.local()  # per_step: force the large-problem paths (the warm hooks)
 # The per-step path splits the batch into two independent halves from this many rows on.
@@ -1100,16 +1102,16 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
               dab=_scratch((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
 
     jl = jit.load("lstm")
-    # Large problems on the compiled path (the per-step loop, B >= _SPLIT_MIN_ROWS) run as
-    # two halves: the batch rows split into two independent step loops, and every big GEMM
-    # split into the two halves of its result's rows, with BLAS held to one thread.  The
-    # halves run on two threads when BLAS could have used two (the cores it would have used);
-    # then neither core waits while the other does a step's element-wise work (step loops
-    # 29 vs 33 ms; LSTMGrad right after LSTMTraining 88.5-88.7 vs 92-96 ms at
-    # 100,64,256,256).  Every GEMM is single-threaded either way, so the bits do not depend on
-    # the threads (OpenBLAS's multi-threaded GEMMs round differently from its single-threaded
-    # ones).  Only when BLAS's own threads sleep soon after a call
-    # (``parallel.blas_idle_threads_sleep``): OpenBLAS's default 0.1 s of spinning takes a core
+    # Large problems on the compiled path (B >= _SPLIT_MIN_ROWS) run as two halves: the batch
+    # rows split into two independent step loops, and every big GEMM split into the two halves
+    # of its result's rows, with BLAS held to one thread.  The halves run on two threads when
+    # BLAS could have used two (the cores it would have used); then neither core waits while
+    # the other does a step's element-wise work (step loops 29 vs 33 ms with BLAS per step;
+    # ~22 ms with the packed-panel kernel, which also does dX, where it beats BLAS).  Every
+    # GEMM is single-threaded either way, so the bits do not depend on the threads (OpenBLAS's
+    # multi-threaded GEMMs round differently from its single-threaded ones).  Only when BLAS's
+    # own threads sleep soon after a call (``parallel.blas_idle_threads_sleep``): OpenBLAS's
+    # default 0.1 s of spinning takes a core
     # from the loops (53 vs 31 ms; LSTMGrad after LSTMTraining 139-144 ms).  And not where the
     # runtime holds BLAS to more than one thread for ops running beside this one (machines
     # with 4+ cores): one thread here would be one thread for them too, and change their bits.
