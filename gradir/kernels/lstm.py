@@ -437,7 +437,7 @@ def _cell_grads_small(jl: Any, dt: np.dtype, dH_next: np.ndarray, dC_next: np.nd
     copies = []
     for n, k in enumerate(indices):
         r = None if out is None else out[n]
-        if r is None or not (r.flags.c_contiguous and r.flags.writeable and r.dtype == dt):
+        if r is None or not (r.flags.c_contiguous and r.flags.writeable):  # (shapes, dtypes: checked)
             fresh = np.empty(_cell_shapes(nb, I, hd)[k], dt)
             if r is not None:
                 copies.append((r, fresh))
@@ -1111,10 +1111,10 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     # GEMM is single-threaded either way, so the bits do not depend on the threads (OpenBLAS's
     # multi-threaded GEMMs round differently from its single-threaded ones).  Only when BLAS's
     # own threads sleep soon after a call (``parallel.blas_idle_threads_sleep``): OpenBLAS's
-    # default 0.1 s of spinning takes a core
-    # from the loops (53 vs 31 ms; LSTMGrad after LSTMTraining 139-144 ms).  And not where the
-    # runtime holds BLAS to more than one thread for ops running beside this one (machines
-    # with 4+ cores): one thread here would be one thread for them too, and change their bits.
+    # default 0.1 s of spinning takes a core from the loops (53 vs 31 ms; LSTMGrad after
+    # LSTMTraining 139-144 ms).  And not where the runtime holds BLAS to more than one thread
+    # for ops running beside this one (machines with 4+ cores): one thread here would be one
+    # thread for them too, and change their bits.
     with parallel.own_blas_threads(_split_wanted(jl, nb, h)) as blas:
         k.split = blas.ok
         k.two = k.split and blas.threads >= 2
@@ -1132,7 +1132,7 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         if k.split and jl is not None and jl.gemm_module.FAST_LARGE and dX2.strides[1] == dt.itemsize:
             _packed_halves(jl.gemm_module, da2, _view(W, (D * 4 * h, I)), dX2, k.two)  # W packed once
         else:
-            k.mm(da2, _view(W, (D * 4 * h, I)), _view(dX, (S * nb, I)))  # sums both directions
+            k.mm(da2, _view(W, (D * 4 * h, I)), dX2)  # sums both directions
         k.mm(da2.T, _view(X, (S * nb, I)), _view(dW, (D * 4 * h, I)))
         if jl is None:
             # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
