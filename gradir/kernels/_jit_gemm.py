@@ -5,13 +5,15 @@ time step (``dH_{t-1} = da_t·R`` backward, ``H_{t-1}·Rᵀ`` forward).  A BLAS 
 weight matrix again on every call; with 32 rows and ``R`` of 1024x256 the packing is about
 a sixth of the call: OpenBLAS reaches 78 GFLOP/s on one core there against 92 for large
 products.  Here the weights are packed once per layer call (:func:`pack`) and every step
-runs only the register-blocked micro-kernel: 91-92 GFLOP/s at that shape on one core.
+runs only the register-blocked micro-kernel: 97 GFLOP/s at that shape on one core (Zen 3;
+``benchmarks/bench_gemm.py``).
 
 Layout: :func:`pack` turns ``B`` ``[K, N]`` into panels ``[ceil(N/PW), K, PW]`` of ``PW``
 columns (16 float32 or 8 float64: two AVX2 vectors), zero-padded.  :func:`gemm` then
 computes ``C = A·B`` tile by tile: 6 rows by one panel (12 vector accumulators, 2 panel
-loads and 6 broadcasts per ``k``), fused multiply-adds in ``k`` order from zero, so every
-result is one fixed sum whatever the rows around it (no dependence on threads or tiling).
+loads and 6 broadcasts per ``k``; left-over rows in tiles of 4-5), fused multiply-adds in
+``k`` order from zero, so every result is one fixed sum whatever the rows around it (no
+dependence on threads or tiling).
 Rows are visited in blocks whose ``A`` rows fit in L2, panel by panel.  :func:`gemm_rows`
 runs the same kernel on a ``B`` used once, read in place (no packing; the small cell kernels).
 
