@@ -245,9 +245,22 @@ def _check_cell(op: str, X: np.ndarray, H: np.ndarray, C: np.ndarray, W_ih: np.n
                 Bias: np.ndarray, hd: int, dH: np.ndarray | None = None, dC: np.ndarray | None = None) -> None:
     if X.ndim != 2:
         raise ValueError(f"{op}: operand X has shape {list(X.shape)}, expected [B, I]")
-    shapes = _cell_shapes(X.shape[0], X.shape[1], hd)
+    nb, I = X.shape
+    g4 = 4 * hd
+    bh = (nb, hd)
+    # one expression for the common case (a cell call costs ~12 us: checks must stay cheap)
+    if (H.shape == bh and C.shape == bh and W_ih.shape == (g4, I) and W_hh.shape == (g4, hd)
+            and Bias.shape == (g4,) and (dH is None or dH.shape == bh) and (dC is None or dC.shape == bh)):
+        return
+    shapes = _cell_shapes(nb, I, hd)
     _expect(op, ("H", H, shapes[1]), ("C", C, shapes[2]), ("W_ih", W_ih, shapes[3]), ("W_hh", W_hh, shapes[4]),
             ("Bias", Bias, shapes[5]), ("dH_next", dH, shapes[1]), ("dC_next", dC, shapes[2]))
+
+
+def _check_out(r: np.ndarray | None, n: int, shape: tuple, dt: np.dtype) -> None:
+    """A given result ``out[n]`` must have the result's shape and dtype (the kernels write into it)."""
+    if r is not None and (r.shape != shape or r.dtype != dt):
+        raise ValueError(f"out[{n}] has shape {r.shape} {r.dtype}, expected {shape} {dt}")
 
 
 def _small_cell(nb: int, hd: int) -> bool:
@@ -374,16 +387,15 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
         if k not in range(6):
             raise ValueError(f"{op}: input index {k} is outside 0..5")
     _check_cell(op, X, H, C, W_ih, W_hh, Bias, hd, dH_next, dC_next)
-    want_da, want_dc = any(k != 2 for k in indices), 2 in indices
     nb = X.shape[0]
-    if out is not None:
-        shapes = _cell_shapes(nb, X.shape[1], hd)
-        for n, k in enumerate(indices):
-            if out[n] is not None and (out[n].shape != shapes[k] or out[n].dtype != dt):
-                raise ValueError(f"out[{n}] has shape {out[n].shape} {out[n].dtype}, expected {shapes[k]} {dt}")
     jl = _cell_jit(dt, nb, hd)
     if jl is not None and _small_cell(nb, hd):
         return _cell_grads_small(jl, dt, dH_next, dC_next, X, H, C, W_ih, W_hh, Bias, indices, hd, out)
+    want_da, want_dc = any(k != 2 for k in indices), 2 in indices
+    if out is not None:
+        shapes = _cell_shapes(nb, X.shape[1], hd)
+        for n, k in enumerate(indices):
+            _check_out(out[n], n, shapes[k], dt)
     if jl is None:
         da, dc = _cell_elementwise_numpy(dH_next, dC_next, X, H, C, W_ih, W_hh, Bias, hd, want_da, want_dc)
     else:
@@ -435,10 +447,13 @@ def _cell_grads_small(jl: Any, dt: np.dtype, dH_next: np.ndarray, dC_next: np.nd
     want = [False] * 6
     results = []
     copies = []
+    shapes = _cell_shapes(nb, I, hd)
     for n, k in enumerate(indices):
         r = None if out is None else out[n]
-        if r is None or not (r.flags.c_contiguous and r.flags.writeable):  # (shapes, dtypes: checked)
-            fresh = np.empty(_cell_shapes(nb, I, hd)[k], dt)
+        if r is not None:
+            _check_out(r, n, shapes[k], dt)
+        if r is None or not (r.flags.c_contiguous and r.flags.writeable):
+            fresh = np.empty(shapes[k], dt)
             if r is not None:
                 copies.append((r, fresh))
             r = fresh
