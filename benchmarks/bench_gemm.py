@@ -17,33 +17,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from gradir.kernels import jit, parallel  # noqa: E402,I001  (gradir before NumPy: see bench_lstm)
 
 import numpy as np  # noqa: E402
+from bench_lstm import best_time  # noqa: E402
 
 ONE_CORE = [("LSTMGrad step, half batch", 32, 1024, 256), ("LSTMGrad step, whole batch", 64, 1024, 256),
             ("LSTMTraining step, half batch", 32, 256, 1024), ("small cell", 4, 128, 32)]
-
-
-def best_time(fn: Callable[[], object], repeats: int, budget: float = 0.2) -> float:
-    """Minimum seconds per call over ``repeats`` rounds of enough calls to fill ``budget``."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    inner = max(1, min(5000, int(budget / repeats / once)))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / inner)
-    return best
 
 
 def main() -> None:
