@@ -321,9 +321,17 @@ def bench_cell(B: int, I: int, H: int, repeats: int) -> list[tuple]:
     print(f"   fused, all 6   {fused * 1e6:8.1f}us = {fused / mean:.2f}x the mean single index "
           f"({fused / min(singles):.2f}x the cheapest, {fused / max(singles):.2f}x the dearest); "
           f"six separate graphs cost {sum(singles) / fused:.2f}x the fused one")
+    # GEMM FLOPs: the gate recomputation (X·W_ihᵀ, H·W_hhᵀ) in every graph, then per index one
+    # GEMM: dX = da·W_ih, dH = da·W_hh, dW_ih = daᵀ·X, dW_hh = daᵀ·H (indices 2 and 5: none)
+    unit = 2 * B * 4 * H
+    gate, per_index = unit * (I + H), [unit * I, unit * H, 0, unit * I, unit * H, 0]
+    flop_ratio = (gate + sum(per_index)) / (gate + sum(per_index) / 6)
+    print(f"   GEMM FLOPs of all six / of the mean single index: {flop_ratio:.2f}x (where GEMMs dominate, "
+          f"no implementation that computes all six results can do better)")
     return [(f"cell B={B},I={I},H={H}: fused-6 <= 1.5x one index (mean)", f"{fused / mean:.2f}x",
              fused <= 1.5 * mean),
-            (f"cell B={B},I={I},H={H}: fused-6 / dearest single index", f"{fused / max(singles):.2f}x", None)]
+            (f"cell B={B},I={I},H={H}: fused-6 / dearest single index", f"{fused / max(singles):.2f}x", None),
+            (f"cell B={B},I={I},H={H}: GEMM FLOPs, all six / mean single index", f"{flop_ratio:.2f}x", None)]
 
 
 def main() -> None:
