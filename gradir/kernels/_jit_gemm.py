@@ -63,13 +63,12 @@ def panel_width(dtype: np.dtype) -> int:
     return 16 if np.dtype(dtype) == np.float32 else 8
 
 
-def pack(B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def pack(B: np.ndarray) -> np.ndarray:
     """``B`` ``[K, N]`` (any strides, float32 or float64) as zero-padded panels ``[P, K, PW]``."""
     K, N = B.shape
     pw = panel_width(B.dtype)
     npan = -(-N // pw)
-    if out is None:
-        out = np.empty((npan, K, pw), B.dtype)
+    out = np.empty((npan, K, pw), B.dtype)
     full = N // pw
     if full:
         out[:full] = B[:, : full * pw].reshape(K, full, pw).transpose(1, 0, 2)
@@ -161,7 +160,8 @@ _T1, _T2, _T3, _T4, _T5, _T6 = (_make_tile(r) for r in range(1, ROWS + 1))
 
 @njit(**_OPTS)
 def _tile(rows, A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb):  # type: ignore[no-untyped-def]
-    """The micro-kernel for ``rows`` (0-6) rows."""
+    """The micro-kernel for ``rows`` (0-6) rows (each row count is its own intrinsic: its
+    accumulators are registers, so the dispatch is spelled out)."""
     if rows == 6:
         _T6(A, B, C, i0, p, K, lda, ldc, nc, pstride, ldb)
     elif rows == 5:
