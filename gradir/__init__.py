@@ -6,7 +6,7 @@ and (in later layers) a compiler, runtime, autodiff and a Python builder.
 
 from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
-from .errors import (CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError, Span,
+from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError, Span,
                      VerifyError)
 from .ir import OPS, Attr, BackwardOp, Graph, GraphInput, Op, Operand
 from .autodiff import AutodiffError, grad
@@ -21,5 +21,5 @@ __all__ = [
     "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
-    "ExecutionError", "Diagnostic", "Span", "__version__",
+    "ExecutionError", "ArgumentError", "Diagnostic", "Span", "__version__",
 ]

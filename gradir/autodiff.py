@@ -36,6 +36,7 @@ same graph twice gives identical text.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
@@ -403,6 +404,9 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
         if any(not w for w in parts):
             problems.append(f"wrt {wrt!r} has an empty entry; write names separated by commas, like t0,t3")
         wrt = [w for w in parts if w]
+    if not isinstance(wrt, Iterable):
+        from .errors import ArgumentError
+        raise ArgumentError(f"wrt must be a list of input names (or a comma-separated str), got {type(wrt).__name__}")
     names = list(wrt)
     for k, w in enumerate(names):
         if not isinstance(w, str):
@@ -424,9 +428,15 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
 
 def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Derivation:
     """Derive the backward graph of ``graph`` (a Graph or IR text); see the module docstring."""
-    if isinstance(graph, str):
+    if isinstance(graph, (str, bytes)):
         from .syntax import parse
         graph = parse(graph)
+    elif isinstance(graph, os.PathLike):
+        from .syntax import load
+        graph = load(graph)
+    elif not isinstance(graph, Graph):
+        from .errors import ArgumentError
+        raise ArgumentError(f"grad() takes a Graph, IR text or a path, not {type(graph).__name__}")
     if not graph.types:
         graph.validate()
     wrt_names = _parse_wrt(graph, wrt)

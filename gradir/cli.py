@@ -10,47 +10,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import traceback
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from .errors import GradirError
+from .errors import GradirError, StdoutError, UsageError
+from .fileio import check_output_paths, write_file
 
 __all__ = ["main"]
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file.
-
-    A symbolic link is followed (its target is rewritten, the link kept).  An
-    ``OSError`` becomes a ``GradirError`` naming the file.
-    """
-    try:
-        _write_atomic_raw(os.path.realpath(path), data)
-    except OSError as e:
-        from .errors import Diagnostic
-        raise GradirError(Diagnostic(f"cannot write file: {e.strerror or e}", filename=path)) from None
-
-
-def _write_atomic_raw(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".gradir-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except OSError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+# Kept under its old name for the subcommand modules; the implementation is ``fileio.write_file``.
+_write_atomic = write_file
 
 
 def _n(k: int, word: str) -> str:
@@ -108,14 +78,13 @@ def cmd_ops(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         return 1
     if args.markdown:
-        sys.stdout.write(ops_markdown())
+        sys.stdout.write(ops_markdown(args.names))
     else:
         sys.stdout.write(ops_text(args.names))
     return 0
 
 
-class _Usage(Exception):
-    pass
+_Usage = UsageError  # the old private name, for the subcommand modules
 
 
 class _Parser(argparse.ArgumentParser):
@@ -123,6 +92,14 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
+                examples: Sequence[str]) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` shows a description and examples (``$ gradir ...`` lines)."""
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    return sub.add_parser(name, help=help, description=description, epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,12 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--traceback", action="store_true", help="show Python tracebacks (for debugging gradir)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    c = sub.add_parser("check", help="parse and validate .gir files (exit 1 if any is invalid)")
+    c = add_command(sub, "check", help="parse and validate .gir files (exit 1 if any is invalid)",
+                    description="Parse and validate IR files. Every problem of every file is reported as "
+                                "FILE:LINE:COL: error: MESSAGE; the exit code is 1 if any file is invalid.",
+                    examples=["gradir check samples/mlp_forward.gir", "gradir check -q samples/*.gir",
+                              "cat graph.gir | gradir check -"])
     c.add_argument("files", nargs="+", metavar="FILE", help="IR files; '-' reads standard input")
     c.add_argument("-q", "--quiet", action="store_true", help="print only errors")
     c.set_defaults(func=cmd_check)
 
-    f = sub.add_parser("fmt", help="print a .gir file in canonical form")
+    f = add_command(sub, "fmt", help="print a .gir file in canonical form",
+                    description="Print FILE in gradir's canonical form (comments and single blank lines "
+                                "kept). --check exits 1 if the file is not canonical; -i rewrites it in "
+                                "place, atomically.",
+                    examples=["gradir fmt graph.gir", "gradir fmt -i graph.gir", "gradir fmt --check samples/*.gir"])
     f.add_argument("file", metavar="FILE", help="IR file; '-' reads standard input")
     g = f.add_mutually_exclusive_group()
     g.add_argument("-i", "--in-place", action="store_true", help="rewrite the file in place (atomically)")
@@ -146,14 +131,73 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="exit 1 if the file is not already canonical")
     f.set_defaults(func=cmd_fmt)
 
-    o = sub.add_parser("ops", help="list every op: operands, attributes, defaults, summary")
+    o = add_command(sub, "ops", help="list every op: operands, attributes, defaults, summary",
+                    description="List the registered ops with their operands, attributes, defaults and a "
+                                "summary, or only the ops named.",
+                    examples=["gradir ops Relu LSTMGrad", "gradir ops --markdown > docs/ops.md"])
     o.add_argument("names", nargs="*", metavar="OP", help="show only these ops")
-    o.add_argument("--markdown", action="store_true", help="print a Markdown reference page")
+    o.add_argument("--markdown", action="store_true", help="print Markdown (the page docs/ops.md)")
     o.set_defaults(func=cmd_ops)
 
     for register in _EXTRA_COMMANDS:
         register(sub)
+    for name, parser in sub.choices.items():  # --traceback after the subcommand works too
+        parser.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
+                            help="show Python tracebacks (for debugging gradir)")
     return p
+
+
+# Options whose values are files a command reads, and files it writes: an output may never be an input.
+_INPUT_OPTIONS = {"file": "FILE", "files": "FILE", "inputs": "--inputs", "input": "--input", "compare": "--compare"}
+_OUTPUT_OPTIONS = {"output": "-o", "trace": "--trace", "save_inputs": "--save-inputs", "svg": "--svg",
+                   "png": "--png"}
+
+
+def _paths(args: argparse.Namespace, options: dict[str, str]) -> list[tuple[str, str]]:
+    out = []
+    for attr, flag in options.items():
+        value: Any = getattr(args, attr, None)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str):
+                out.append((flag, v.partition("=")[2] if attr == "input" else v))
+    return out
+
+
+class _GuardedStdout:
+    """``sys.stdout`` whose write errors (other than a closed pipe) become ``StdoutError``."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _silence_stdout() -> None:
+    """After a failed write, point standard output at /dev/null so the interpreter's final
+    flush of what is still buffered cannot fail again (and print a traceback)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (captured in tests): nothing to flush
+        pass
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
@@ -172,20 +216,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)  # type: ignore[assignment]
     try:
-        return int(args.func(args) or 0)
+        check_output_paths(_paths(args, _INPUT_OPTIONS), _paths(args, _OUTPUT_OPTIONS))
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return status
     except GradirError as e:
         if args.traceback:
             traceback.print_exc()
         print(e.render(), file=sys.stderr)
         return 1
-    except _Usage as e:
+    except StdoutError as e:
+        print(f"gradir: error: {e}", file=sys.stderr)
+        sys.stdout = real_stdout
+        _silence_stdout()
+        return 1
+    except UsageError as e:
         print(f"gradir: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gradir: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        sys.stdout = real_stdout
+        _silence_stdout()
         return 0
     except MemoryError:
         print("gradir: error: out of memory", file=sys.stderr)
@@ -197,6 +253,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"gradir: internal error: {type(e).__name__}: {e} (rerun with --traceback and report it)",
                   file=sys.stderr)
         return 3
+    finally:
+        if sys.stdout is not real_stdout:
+            sys.stdout = real_stdout
 
 
 if __name__ == "__main__":  # pragma: no cover

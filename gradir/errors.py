@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
-           "ExecutionError", "InputError", "CompileError"]
+           "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -126,6 +126,31 @@ class InputError(GradirError):
 
 class ExecutionError(GradirError):
     """A kernel failed, or produced NaN/Inf under --check-numerics."""
+
+
+class ArgumentError(GradirError, ValueError, TypeError):
+    """A Python API function was called with an argument it cannot take (``compile(g, threads=0)``,
+    ``parse(None)``, an unknown dtype name, ...).
+
+    It is also a ``ValueError`` and a ``TypeError``, so code written against the built-in
+    exceptions these calls raised before keeps working.  It is about a call, not a file,
+    so it renders as its message alone.
+    """
+
+    def render(self) -> str:
+        return "\n".join(d.render() if d.span is not None or d.filename else d.message for d in self.diagnostics)
+
+
+class UsageError(Exception):
+    """A command line gradir cannot make sense of (exit code 2); only the CLI raises it."""
+
+
+class StdoutError(Exception):
+    """Writing to standard output failed (a full disk, a closed terminal): exit code 1."""
+
+    def __init__(self, error: OSError) -> None:
+        self.error = error
+        super().__init__(f"cannot write to standard output: {error.strerror or error}")
 
 
 def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequenc
 
 import numpy as np
 
-from .errors import Diagnostic, Source, Span, VerifyError, errors_of
+from .errors import ArgumentError, Diagnostic, Source, Span, VerifyError, errors_of
 from .types import DType, Dim, TensorType
 
 __all__ = ["Operand", "Attr", "REQUIRED", "Op", "BackwardOp", "Graph", "OpLoc", "OpError",
@@ -62,6 +62,8 @@ class Attr:
     max: Optional[float] = None
     check: Optional[Callable[[Any], Optional[str]]] = None
     doc: str = ""
+    # maps an accepted spelling to the canonical one (applied before ``check``; the printer shows the result)
+    normalize: Optional[Callable[[Any], Any]] = None
 
     @property
     def required(self) -> bool:
@@ -120,6 +122,8 @@ class Attr:
                 raise ValueError(self._range_msg(value))
             if self.max is not None and value > self.max:
                 raise ValueError(self._range_msg(value))
+        if self.normalize is not None:
+            value = self.normalize(value)
         if self.check is not None:
             msg = self.check(value)
             if msg:
@@ -328,8 +332,12 @@ class Op:
                  loc: Optional[OpLoc] = None) -> None:
         if self.abstract:
             raise TypeError(f"{type(self).__name__} is abstract")
-        self.results: list[str] = list(results)
-        self.operands: list[Optional[str]] = list(operands)
+        self.results: list[str] = _items(results, f"{self.op_name}: results", _is_str, "value names")
+        self.operands: list[Optional[str]] = _items(operands, f"{self.op_name}: operands",
+                                                    lambda v: v is None or isinstance(v, str), "value names or None")
+        if attrs is not None and not isinstance(attrs, Mapping):
+            raise ArgumentError(f"{self.op_name}: attrs must be a mapping of attribute names to values, "
+                                f"got {type(attrs).__name__}")
         while self.operands and self.operands[-1] is None:  # trailing omitted operands are implied
             self.operands.pop()
         self.attrs: dict[str, Any] = dict(attrs or {})
@@ -497,6 +505,13 @@ class Op:
         if operand_types is None:
             raise VerifyError(Diagnostic(f"{self.op_name}: validate() needs the operand types "
                                          "(or validate the op inside its Graph)"))
+        operand_types = _items(operand_types, f"{self.op_name}.validate(): operand_types",
+                               lambda t: t is None or isinstance(t, TensorType), "TensorType or None")
+        if len(operand_types) != len(self.operands) or any(
+                t is None and v is not None for t, v in zip(operand_types, self.operands)):
+            raise ArgumentError(f"{self.op_name}.validate(): operand_types must give one TensorType per operand "
+                                f"({len(self.operands)}: {', '.join(v or '_' for v in self.operands)}), None only for "
+                                f"an omitted one; got {len(operand_types)}")
         try:
             types = self.check(operand_types)
         except (OpError, _OpErrors) as e:
@@ -582,6 +597,21 @@ def _freeze(v: Any) -> Any:
     return (type(v).__name__, v) if isinstance(v, (bool, int, float)) else v
 
 
+def _items(value: Any, what: str, ok: Callable[[Any], bool], want: str) -> list:
+    """``value`` as a list whose items pass ``ok``, or an ``ArgumentError`` naming ``what``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ArgumentError(f"{what} must be a list of {want}, got {type(value).__name__}")
+    out = list(value)
+    for v in out:
+        if not ok(v):
+            raise ArgumentError(f"{what} must be a list of {want}, got {v!r} in it")
+    return out
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
 @dataclass
 class GraphInput:
     name: str
@@ -601,10 +631,16 @@ class Graph:
     def __init__(self, inputs: Iterable[GraphInput | tuple[str, TensorType]] = (),
                  ops: Iterable[Op] = (), outputs: Iterable[str] = (), name: Optional[str] = None,
                  source: Optional[Source] = None) -> None:
+        if name is not None and not isinstance(name, str):
+            raise ArgumentError(f"a graph's name must be a str or None, got {type(name).__name__}")
         self.name = name
-        self.inputs: list[GraphInput] = [i if isinstance(i, GraphInput) else GraphInput(*i) for i in inputs]
-        self.ops: list[Op] = list(ops)
-        self.outputs: list[str] = list(outputs)
+        self.inputs: list[GraphInput] = [
+            i if isinstance(i, GraphInput) else GraphInput(*i) for i in _items(
+                inputs, "Graph inputs", lambda i: isinstance(i, GraphInput) or (
+                    isinstance(i, tuple) and len(i) == 2 and _is_str(i[0]) and isinstance(i[1], TensorType)),
+                "GraphInput or (name, TensorType) pairs")]
+        self.ops: list[Op] = _items(ops, "Graph ops", lambda o: isinstance(o, Op), "Op objects")
+        self.outputs: list[str] = _items(outputs, "Graph outputs", _is_str, "value names")
         self.source = source
         self.output_spans: list[Optional[Span]] = [None] * len(self.outputs)
         self.name_span: Optional[Span] = None

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import (Diagnostic, ExecutionError, GradirError, InputError)
+from .errors import ArgumentError, Diagnostic, ExecutionError, GradirError, InputError
 from .ir import Graph, GraphInput
 from .kernels import parallel  # importing the package registers every kernel family
 from .passes import Program, run_passes
@@ -41,24 +41,35 @@ def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
 
 
-def compile(graph_or_text: Union[Graph, str], threads: Optional[int] = None, *,
+def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optional[int] = None, *,
             passes: Optional[list[str]] = None, disable: Optional[list[str]] = None,
             filename: str = "<string>") -> "Executable":
     """Validate, optimize and plan a graph; returns an ``Executable``.
 
-    ``graph_or_text`` is a ``Graph`` or IR text.  ``threads`` (default: the
-    number of cores, at most 2) bounds the worker threads.  ``passes``/``disable``
-    choose the compiler passes (see ``gradir.passes.PASSES``).
+    ``graph_or_text`` is a ``Graph``, IR text, or the path of a ``.gir`` file (a
+    ``pathlib.Path``, or a one-line string naming a file that exists: that is loaded
+    as by ``gradir.load``, never parsed as IR).  ``threads`` (default: the number of
+    cores, at most 2) bounds the worker threads.  ``passes``/``disable`` choose the
+    compiler passes (see ``gradir.passes.PASSES``; a comma-separated string works too).
+    Bad arguments raise ``gradir.ArgumentError``.
     """
-    from .syntax import parse
-    if isinstance(graph_or_text, str):
-        graph = parse(graph_or_text, filename)
+    from .syntax import load, parse
+    _check_threads(threads)
+    passes = _pass_list(passes, "passes")
+    disable = _pass_list(disable, "disable")
+    if isinstance(graph_or_text, os.PathLike):
+        graph = load(graph_or_text)
+    elif isinstance(graph_or_text, str):
+        if "\n" not in graph_or_text and graph_or_text.strip() and os.path.isfile(graph_or_text):
+            graph = load(graph_or_text)
+        else:
+            graph = parse(graph_or_text, filename)
     elif isinstance(graph_or_text, Graph):
         graph = graph_or_text
         if not graph.types:
             graph.validate()
     else:
-        raise TypeError(f"compile() takes a Graph or IR text, not {type(graph_or_text).__name__}")
+        raise ArgumentError(f"compile() takes a Graph, IR text or a path, not {type(graph_or_text).__name__}")
     from .syntax import _no_gc
     with _no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
         program = Program(graph)
@@ -66,6 +77,27 @@ def compile(graph_or_text: Union[Graph, str], threads: Optional[int] = None, *,
         plan = build_plan(program, log)
     _warm_kernels(plan)
     return Executable(graph, program, plan, threads)
+
+
+def _check_threads(threads: object) -> None:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ArgumentError(f"threads must be a positive integer or None, got {threads!r}")
+
+
+def _pass_list(names: object, what: str) -> Optional[list[str]]:
+    """``passes``/``disable`` as a list of names (a comma-separated string is split)."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",") if n.strip()]
+    try:
+        out = list(names)  # type: ignore[call-overload]
+    except TypeError:
+        raise ArgumentError(f"{what} must be a list of pass names, got {type(names).__name__}") from None
+    bad = [n for n in out if not isinstance(n, str)]
+    if bad:
+        raise ArgumentError(f"{what} must be a list of pass names, got {bad[0]!r} in it")
+    return out
 
 
 def _warm_kernels(plan: Plan) -> None:
@@ -112,8 +144,7 @@ class Executable:
         self.graph = graph
         self.program = program
         self.plan = plan
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+        _check_threads(threads)
         self.threads = default_threads() if threads is None else threads
         self._input_types = {i.name: i.type for i in graph.inputs}
         # (name, NumPy dtype, shape) of the inputs whose shape is fully known: the common case
@@ -182,7 +213,14 @@ class Executable:
             want = self._input_types[name]
             a = inputs[name]
             if not isinstance(a, np.ndarray):
-                a = np.asarray(a)
+                try:
+                    a = np.asarray(a)
+                except (ValueError, TypeError) as e:  # a ragged list, an object NumPy cannot take
+                    problems.append((f"input {name}: expected {want}, got a {type(a).__name__} that is not an "
+                                     f"array ({str(e).split(chr(10))[0]})", name))
+                    continue
+            if a.dtype != want.dtype.numpy and a.dtype.newbyteorder("=") == want.dtype.numpy:
+                a = a.astype(want.dtype.numpy)  # the same numbers in the other byte order (a big-endian .npy)
             if a.dtype != want.dtype.numpy:
                 problems.append((f"input {name}: expected {want}, got {_describe(a)} (dtype "
                                  f"{_dtype_name(a.dtype)} instead of {want.dtype})", name))
@@ -241,6 +279,9 @@ class Executable:
         ``check_numerics`` stops at the first op that produces NaN or Inf.
         ``trace``, if a list, receives one Chrome trace event per op.
         """
+        if trace is not None and not isinstance(trace, list):
+            raise ArgumentError(f"trace must be a list (it receives one event per op) or None, "
+                                f"got {type(trace).__name__}")
         arrays, types = self.check_inputs(inputs)
         run = _Run(self, arrays, types, check_numerics, trace)
         values = run.execute()
@@ -261,10 +302,13 @@ def _exc_text(e: Exception) -> str:
 
 
 def _dtype_name(dt: np.dtype) -> str:
+    """A dtype in words: gradir's name where it has one (``float16``, ``big-endian Int32`` otherwise)."""
+    native = dt.newbyteorder("=") if dt.byteorder in "<>" else dt
     try:
-        return DType.from_numpy(dt).value
+        name = DType.from_numpy(native).value
     except ValueError:
-        return str(dt)
+        name = native.name
+    return f"{'big' if dt.byteorder == '>' else 'little'}-endian {name}" if native != dt else name
 
 
 def _describe(a: Any) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Union
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from .errors import Diagnostic, ParseError, Source, Span, VerifyError, errors_of
+from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
 from .ir import OPS, Graph, GraphInput, OpLoc
 from .types import DType, TensorType, format_shape
 
@@ -415,6 +415,11 @@ def _no_gc() -> Iterator[None]:
 
 
 def parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool = True) -> Graph:
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise ArgumentError(f"parse() takes IR text (str or bytes), not {type(text).__name__}"
+                            + ("; to read a file use gradir.load(path)" if isinstance(text, os.PathLike) else ""))
+    if not isinstance(filename, str):
+        raise ArgumentError(f"parse(): filename must be a str, not {type(filename).__name__}")
     with _no_gc():
         return _parse(text, filename, verify=verify)
 
@@ -459,7 +464,9 @@ def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool 
 def read_source(path: Union[str, os.PathLike]) -> tuple[bytes, str]:
     """The bytes of a file (``-`` reads standard input) and the name to report it by."""
     import sys
-    name = str(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"a file path is a str or os.PathLike, not {type(path).__name__}")
+    name = os.fspath(path) if isinstance(os.fspath(path), str) else str(path)
     if name == "-":
         return sys.stdin.buffer.read(), "<stdin>"
     try:

@@ -7,10 +7,13 @@ time).  Rank 0 prints as ``scalar``.
 from __future__ import annotations
 
 import enum
+import numbers
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
+
+from .errors import ArgumentError
 
 __all__ = ["DType", "TensorType", "Dim", "Shape", "format_shape", "FLOAT_DTYPES", "INT_DTYPES",
            "NUMERIC_DTYPES", "ALL_DTYPES"]
@@ -43,7 +46,7 @@ class DType(enum.Enum):
         try:
             return cls(text)
         except ValueError:
-            raise ValueError(f"unknown dtype '{text}'; expected one of "
+            raise ArgumentError(f"unknown dtype '{text}'; expected one of "
                              + ", ".join(d.value for d in cls)) from None
 
     @classmethod
@@ -51,7 +54,7 @@ class DType(enum.Enum):
         for d, nd in _NUMPY.items():
             if nd == dtype:
                 return d
-        raise ValueError(f"NumPy dtype {dtype} has no gradir equivalent; expected one of "
+        raise ArgumentError(f"NumPy dtype {dtype} has no gradir equivalent; expected one of "
                          + ", ".join(f"{nd} ({d.value})" for d, nd in _NUMPY.items()))
 
     def __str__(self) -> str:
@@ -95,10 +98,19 @@ class TensorType:
             return
         if isinstance(dtype, str):
             dtype = DType.parse(dtype)
-        shape = tuple(None if d is None or d == "?" else int(d) for d in shape)
+        elif not isinstance(dtype, DType):
+            raise ArgumentError(f"a tensor type's dtype is a DType or its name, got {type(dtype).__name__}")
+        try:
+            dims = list(shape)
+        except TypeError:
+            raise ArgumentError(f"a shape is a sequence of dimensions, got {type(shape).__name__}") from None
+        for d in dims:
+            if not (d is None or d == "?" or (isinstance(d, numbers.Integral) and not isinstance(d, bool))):
+                raise ArgumentError(f"dimension {d!r} is not a positive integer or '?'")
+        shape = tuple(None if d is None or d == "?" else int(d) for d in dims)
         for d in shape:
             if d is not None and d <= 0:
-                raise ValueError(f"dimension {d} is not a positive integer or '?'")
+                raise ArgumentError(f"dimension {d} is not a positive integer or '?'")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "shape", shape)
 

@@ -226,7 +226,7 @@ def test_fusion_pass_groups_sibling_cell_gradients():
 
 
 def test_unknown_pass_is_a_clear_error():
-    with pytest.raises(CompileError, match="unknown pass 'nope'"):
+    with pytest.raises(gradir.ArgumentError, match="unknown pass 'nope'"):
         gradir.compile("input t0 : Float32 [1]\noutput t0\n", disable=["nope"])
 
 

@@ -139,7 +139,7 @@ def _view(a: np.ndarray, shape: tuple) -> np.ndarray:
 def _check_layer_attrs(op: str, direction: str, activations: Any, clip: Any, input_forget: int) -> int:
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ValueError(f"{op}: direction must be forward, reverse or bidirectional, got {direction!r}")
-    if activations is not None and tuple(activations) not in (_ACTS, _ACTS * 2):
+    if activations is not None and tuple(str(a).lower() for a in activations) not in (_ACTS, _ACTS * 2):
         raise ValueError(f"{op}: only activations=['sigmoid', 'tanh', 'tanh'] is supported, got {activations}")
     if clip is not None:
         raise ValueError(f"{op}: clip is not supported (must be absent), got {clip}")

@@ -153,7 +153,8 @@ def _check_acts(v: tuple) -> Optional[str]:
 LAYER_ATTRS = (
     HIDDEN,
     Attr("direction", "str", "forward", choices=("forward", "reverse", "bidirectional")),
-    Attr("activations", "strs", None, check=_check_acts, doc="must be the ONNX default if given"),
+    Attr("activations", "strs", None, check=_check_acts, normalize=lambda v: tuple(a.lower() for a in v),
+         doc="must be the ONNX default if given (any case: ONNX spells it Sigmoid, Tanh, Tanh)"),
     Attr("clip", "float", None, check=_no_clip, doc="not supported (must be absent)"),
     Attr("input_forget", "int", 0, check=_no_input_forget, doc="must be 0"),
 )

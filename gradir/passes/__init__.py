@@ -85,8 +85,8 @@ def run_passes(program: Program, names: Optional[list[str]] = None,
     disable = list(disable or [])
     unknown = [n for n in names + disable if n not in PASSES]
     if unknown:
-        from ..errors import CompileError
-        raise CompileError(f"unknown pass '{unknown[0]}'; passes are: {', '.join(PASSES)}")
+        from ..errors import ArgumentError
+        raise ArgumentError(f"unknown pass '{unknown[0]}'; passes are: {', '.join(PASSES)}")
     log = []
     for n in names:
         if n in disable:
