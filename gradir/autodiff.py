@@ -559,8 +559,8 @@ def cmd_grad(args: argparse.Namespace) -> int:
     from .syntax import load
     text = grad_text(load(args.file), args.wrt)
     if args.output and args.output != "-":
-        from .cli import _write_atomic
-        _write_atomic(args.output, text.encode("utf-8"))
+        from .fileio import write_file
+        write_file(args.output, text.encode("utf-8"))
     else:
         sys.stdout.write(text)
     return 0
@@ -568,11 +568,14 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 def register_cli(sub: argparse._SubParsersAction) -> None:
     """Add ``gradir grad`` to the CLI's subcommands."""
-    p = sub.add_parser("grad", help="derive the backward (vector-Jacobian) graph of a forward graph",
-                       description="Derive the backward graph of FILE. Its inputs are FILE's inputs followed "
-                                   "by one cotangent per output of FILE; its outputs are the gradients "
-                                   "w.r.t. --wrt (default: every floating-point input), in that order. "
-                                   "The result runs with `gradir run`.")
+    from .cli import add_command
+    p = add_command(sub, "grad", help="derive the backward (vector-Jacobian) graph of a forward graph",
+                    description="Derive the backward graph of FILE. Its inputs are FILE's inputs followed "
+                                "by one cotangent per output of FILE; its outputs are the gradients "
+                                "w.r.t. --wrt (default: every floating-point input), in that order. "
+                                "The result runs with `gradir run`.",
+                    examples=["gradir grad samples/mlp_forward.gir -o mlp.grad.gir",
+                              "gradir grad samples/mlp_forward.gir --wrt t1,t3 | gradir run -"])
     p.add_argument("file", metavar="FILE", help="forward graph (.gir); '-' reads standard input")
     p.add_argument("--wrt", metavar="t0,t3", help="comma-separated input names to differentiate with respect "
                                                   "to (default: every floating-point input)")

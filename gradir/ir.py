@@ -414,13 +414,13 @@ class Op:
         # trailing omitted optionals may be left out
         if (not has_var and n > len(sig)) or n < n_required:
             if has_var:
-                want = f"at least {len(sig)}"
+                want, most = f"at least {len(sig)}", len(sig)
             elif n_required == len(sig):
-                want = f"{len(sig)}"
+                want, most = f"{len(sig)}", len(sig)
             else:
-                want = f"{n_required} to {len(sig)}"
+                want, most = f"{n_required} to {len(sig)}", len(sig)
             names = ", ".join(o.name + ("?" if o.optional else "") + ("..." if o.variadic else "") for o in sig)
-            errors.append(OpError(f"{name} takes {want} operand{'' if want == '1' else 's'} ({names}), got {n}",
+            errors.append(OpError(f"{name} takes {want} operand{'' if most == 1 else 's'} ({names}), got {n}",
                                   operand=len(sig) if n > len(sig) else None))
         for i, v in enumerate(self.operands):
             spec = sig[i] if i < len(sig) else (sig[-1] if has_var else None)

@@ -102,11 +102,11 @@ def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
 
 def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     """Write outputs to an .npz under their value names, atomically."""
-    from .cli import _write_atomic
+    from .fileio import write_file
     buf = io.BytesIO()
     np.savez(buf, **outputs)
     try:
-        _write_atomic(path, buf.getvalue())
+        write_file(path, buf.getvalue())
     except OSError as e:
         raise InputError(Diagnostic(f"cannot write outputs: {e.strerror or e}", filename=path)) from None
 
@@ -147,11 +147,37 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.3f} s"
 
 
+def _warn_non_finite(outputs: dict[str, np.ndarray]) -> None:
+    """One line on stderr when outputs hold NaN or Inf (the table's min/max would say nan or inf)."""
+    parts = []
+    for name, a in outputs.items():
+        if a.dtype.kind == "f" and a.size:
+            nan = int(np.count_nonzero(np.isnan(a)))
+            inf = int(np.count_nonzero(np.isinf(a)))
+            if nan or inf:
+                parts.append(f"{name} ({', '.join(p for p in (f'{nan} NaN' if nan else '', f'{inf} Inf' if inf else '') if p)})")
+    if parts:
+        print(f"gradir: warning: non-finite values in {', '.join(parts)}; --check-numerics names the op that made "
+              f"the first", file=sys.stderr)
+
+
+def _disabled_passes(args: argparse.Namespace) -> list[str]:
+    """``--disable`` values (repeatable, comma-separated), checked against the pass registry."""
+    from .passes import DEFAULT_PASSES, PASSES
+    disable = [p.strip() for d in args.disable for p in d.split(",") if p.strip()]
+    unknown = [d for d in disable if d not in PASSES]
+    if unknown:
+        from .errors import UsageError
+        raise UsageError(f"{args.command}: unknown pass '{unknown[0]}'; the passes are {', '.join(DEFAULT_PASSES)}")
+    return disable
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .runtime import compile
     from .syntax import load
+    disable = _disabled_passes(args)
     graph = load(args.file)
-    exe = compile(graph, threads=args.threads)
+    exe = compile(graph, threads=args.threads, disable=disable)
     demo = args.inputs is None and not args.input
     if demo:
         inputs = demo_inputs(graph, args.seed)
@@ -179,6 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if show:
             _progress(k + 1, args.repeat, sys.stderr)
     print(_stats_table(outputs))
+    _warn_non_finite(outputs)
     if args.repeat > 1:
         print(f"time: min {_fmt_time(min(times))}, median {_fmt_time(statistics.median(times))} over "
               f"{args.repeat} runs ({exe.threads} thread{'s' if exe.threads > 1 else ''})")
@@ -189,10 +216,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {args.output}")
     if trace is not None:
         import json
-        from .cli import _write_atomic
+        from .fileio import write_file
         doc = {"traceEvents": trace, "displayTimeUnit": "ms",
                "otherData": {"graph": graph.name or args.file, "threads": exe.threads}}
-        _write_atomic(args.trace, json.dumps(doc).encode("utf-8"))
+        write_file(args.trace, json.dumps(doc).encode("utf-8"))
         print(f"wrote a trace of {len(trace)} ops to {args.trace} (open it in Perfetto or chrome://tracing)")
     return 0
 
@@ -206,14 +233,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"{name}: {PASSES[name].doc}")
         return 0
     if not args.file:
-        from .cli import _Usage
-        raise _Usage("plan: a FILE is needed")
+        from .errors import UsageError
+        raise UsageError("plan: a FILE is needed")
+    disable = _disabled_passes(args)
     graph = load(args.file)
-    disable = [p.strip() for d in args.disable for p in d.split(",") if p.strip()]
-    unknown = [d for d in disable if d not in PASSES]
-    if unknown:
-        from .cli import _Usage
-        raise _Usage(f"plan: unknown pass '{unknown[0]}'; the passes are {', '.join(DEFAULT_PASSES)}")
     exe = compile(graph, threads=args.threads, disable=disable)
     p = exe.program
     optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name)
@@ -248,24 +271,40 @@ def _pair(text: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser("run", help="compile and run a graph; print a summary of the outputs")
+    from .cli import add_command
+    r = add_command(sub, "run", help="compile and run a graph; print a summary of the outputs",
+                    description="Compile FILE and run it. Inputs come from --inputs/--input; with none, every "
+                                "input is generated from --seed (a demo run, said on stderr). Prints each "
+                                "output's dtype, shape, min, max, mean and L2 norm, and the time.",
+                    examples=["gradir run samples/lstm_bptt.gir",
+                              "gradir run g.gir --inputs in.npz -o out.npz --threads 1",
+                              "gradir run g.gir --repeat 20 --trace trace.json"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
     r.add_argument("--inputs", metavar="IN.npz", help="named input arrays (loaded with pickles disabled)")
     r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
                    help="one input array (repeatable)")
     r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their value names")
     r.add_argument("--threads", type=_positive, default=None, metavar="N",
-                   help="worker threads (default: cores, max 2)")
+                   help="worker threads (default: cores, max 2); results are the same bits for any N")
     r.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed for generated inputs (default 0)")
     r.add_argument("--repeat", type=_positive, default=1, metavar="N", help="run N times; report min/median time")
     r.add_argument("--trace", metavar="TRACE.json", help="write a Chrome trace-event file (one event per op)")
-    r.add_argument("--check-numerics", action="store_true", help="stop at the first op producing NaN or Inf")
+    r.add_argument("--check-numerics", action="store_true",
+                   help="check the inputs, then stop at the first op producing NaN or Inf and name it")
+    r.add_argument("--disable", action="append", default=[], metavar="PASS",
+                   help="switch compiler passes off (repeatable, or comma-separated; see plan --list-passes)")
     r.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("plan", help="print the optimized IR, the schedule and the planned peak memory")
+    p = add_command(sub, "plan", help="print the optimized IR, the schedule and the planned peak memory",
+                    description="Compile FILE and print the graph after the compiler passes, what each pass "
+                                "did, the schedule (in-place reuse, frees, BLAS steps) and the planned peak "
+                                "memory next to the naive total.",
+                    examples=["gradir plan samples/lstm_cell_backward.gir",
+                              "gradir plan g.gir --disable cse,dce", "gradir plan --list-passes"])
     p.add_argument("file", metavar="FILE", nargs="?", help="IR file ('-' reads standard input)")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="switch passes off (repeatable, or comma-separated)")
     p.add_argument("--list-passes", action="store_true", help="list the compiler passes, in pipeline order")
-    p.add_argument("--threads", type=_positive, default=None, metavar="N")
+    p.add_argument("--threads", type=_positive, default=None, metavar="N",
+                   help="plan for N worker threads (default: cores, max 2)")
     p.set_defaults(func=cmd_plan)

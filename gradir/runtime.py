@@ -245,6 +245,19 @@ class Executable:
                                          filename=self._file) for msg, n in problems])
         return arrays, self._concrete_types(arrays)
 
+    def _check_input_numerics(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """--check-numerics: a NaN or Inf in an input is the input's, not the first op's that passes it on."""
+        problems = []
+        for i in self.graph.inputs:
+            a = arrays[i.name]
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                bad = tuple(int(k) for k in np.argwhere(~np.isfinite(a))[0])
+                what = "NaN" if np.isnan(a[bad]) else "Inf"
+                problems.append(Diagnostic(f"input {i.name} holds {what} at index {list(bad)} (--check-numerics)",
+                                           i.span, self.graph.source if i.span else None, filename=self._file))
+        if problems:
+            raise InputError(problems)
+
     @property
     def _file(self) -> str:
         return self.graph.source.filename if self.graph.source else "<graph>"
@@ -283,6 +296,8 @@ class Executable:
             raise ArgumentError(f"trace must be a list (it receives one event per op) or None, "
                                 f"got {type(trace).__name__}")
         arrays, types = self.check_inputs(inputs)
+        if check_numerics:
+            self._check_input_numerics(arrays)
         run = _Run(self, arrays, types, check_numerics, trace)
         values = run.execute()
         out = {}
@@ -292,12 +307,15 @@ class Executable:
         return out
 
 
+_OOM = "out of memory"
+
+
 def _exc_text(e: Exception) -> str:
     """A kernel's ValueError is a message for the user; anything else also names its type."""
     if type(e) is ValueError:
         return str(e)
     if isinstance(e, MemoryError):
-        return "out of memory"
+        return _OOM
     return f"{type(e).__name__}: {e}"
 
 
@@ -415,17 +433,28 @@ class _Run:
         raise self._error(st, _exc_text(e), args) from e
 
     def _error(self, st: Step, msg: str, args: list, numerics: bool = False) -> ExecutionError:
+        """The cause first, then where: ``CAUSE; in Op on line N, operands t2 Float32 [2, 4]``
+        (with the source line under it when the graph came from text)."""
         op = st.op
+        if msg == _OOM:
+            msg = self._oom_message(st)
         shapes = ", ".join(f"{v} {_describe(a)}" for v, a in zip(st.operands, args) if v is not None)
-        where = f"line {op.loc.line.line}: " if op.loc else ""
-        text = f"while executing {where}{op.to_string()}: {msg}"
-        if not numerics:
-            text += f" (operands: {shapes})"
         span = op.loc.results[0] if op.loc and op.loc.results else None
+        text = msg + (f"; in {op.op_name} on line {span.line}" if span is not None else f"; in {op.to_string()}")
+        if not numerics and shapes:
+            text += f", operands {shapes}"
         if span is not None:
             span = type(span)(span.line, span.col, len(op.to_string()) + span.col)
         return ExecutionError(Diagnostic(text, span, self.exe.graph.source if span else None,
                                          filename=self.exe._file))
+
+    def _oom_message(self, st: Step) -> str:
+        from .fileio import human_bytes
+        made = [f"{r} ({t}, {human_bytes(t.nbytes)})" for r in st.results
+                for t in [self.types.get(r)] if t is not None and t.nbytes is not None]
+        peak = self.plan.peak_bytes
+        return (f"out of memory while computing {', '.join(made) or ', '.join(st.results)}"
+                + (f"; the plan's peak is {human_bytes(peak)} of live values" if peak else ""))
 
     def execute(self) -> dict[str, np.ndarray]:
         # NaN/Inf are results, not warnings: --check-numerics reports them properly

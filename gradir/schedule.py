@@ -74,7 +74,7 @@ class Plan:
         """The schedule and memory plan, as ``gradir plan`` prints it."""
         lines = ["# passes"]
         lines += [f"#   {name}: {what}" for name, what in self.pass_log] or ["#   (none)"]
-        lines.append(f"# schedule: {len(self.steps)} steps")
+        lines.append(f"# schedule: {len(self.steps)} step{'' if len(self.steps) == 1 else 's'}")
         for s in self.steps:
             notes = []
             if s.inplace:
@@ -95,11 +95,8 @@ class Plan:
 
 
 def _mb(n: Optional[int]) -> str:
-    if n is None:
-        return "unknown"
-    if n < 1 << 20:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n / (1 << 20):.1f} MiB"
+    from .fileio import human_bytes
+    return human_bytes(n)
 
 
 def _bytes(t: Optional[TensorType]) -> int:

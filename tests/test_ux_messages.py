@@ -1,0 +1,110 @@
+"""Messages a user reads: out of memory, sizes, cause-first run-time errors, NaN warnings, help."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradir
+from gradir.cli import build_parser, main
+from gradir.fileio import human_bytes
+from gradir.kernels import KERNELS, KernelInfo
+
+
+def test_human_bytes():
+    assert [human_bytes(n) for n in (0, 16, 1023, 1024, 1536, 10 * 2**20, 3 * 2**30 + 2**29, 2**40 * 5)] == [
+        "0 B", "16 B", "1023 B", "1 KiB", "1.5 KiB", "10 MiB", "3.5 GiB", "5 TiB"]
+    assert human_bytes(2**50) == "1024 TiB"
+    assert human_bytes(None) == "unknown"
+
+
+def test_plan_sizes_in_human_units_and_one_step(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [1024, 1024]\nt1 = Relu(t0)\noutput t1\n")
+    assert main(["plan", str(g)]) == 0
+    out = capsys.readouterr().out
+    assert "# schedule: 1 step\n" in out
+    assert "# memory: planned peak 8 MiB, naive total 8 MiB" in out
+
+
+def test_variadic_arity_message_is_singular():
+    with pytest.raises(gradir.VerifyError, match=r"Sum takes at least 1 operand \(X\.\.\.\), got 0"):
+        gradir.parse("input t0 : Float32 [2]\nt1 = Sum()\noutput t0\n")
+
+
+def test_out_of_memory_names_the_tensor_its_size_and_the_peak(monkeypatch):
+    def oom(*a, out=None):
+        raise MemoryError()
+    gradir.compile("input t0 : Float32 [1]\noutput t0\n")
+    monkeypatch.setitem(KERNELS, "Exp", KernelInfo("Exp", oom))
+    exe = gradir.compile("input t0 : Float32 [512, 1024]\nt1 = Exp(t0)\noutput t1\n", filename="m.gir")
+    with pytest.raises(gradir.ExecutionError) as e:
+        exe.run({"t0": np.zeros((512, 1024), np.float32)})
+    msg = str(e.value)
+    assert msg.startswith("m.gir:2:1: error: out of memory while computing t1 (Float32 [512, 1024], 2 MiB); "
+                          "the plan's peak is 4 MiB of live values; in Exp on line 2"), msg
+
+
+def test_run_time_errors_put_the_cause_first_for_built_graphs_too(monkeypatch):
+    def boom(*a, out=None):
+        raise ValueError("the kernel says no")
+    gradir.compile("input t0 : Float32 [1]\noutput t0\n")
+    monkeypatch.setitem(KERNELS, "Exp", KernelInfo("Exp", boom))
+    b = gradir.GraphBuilder()
+    b.output(b.Exp(b.input("Float32", [2])))
+    with pytest.raises(gradir.ExecutionError) as e:
+        gradir.compile(b.build()).run({"t0": np.zeros(2, np.float32)})
+    assert str(e.value) == ("<graph>: error: the kernel says no; in t1 = Exp(t0) : Float32 [2], "
+                            "operands t0 Float32 [2]")
+
+
+def test_non_finite_outputs_warn_on_one_line(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [4]\nt1 = Log(t0)\nt2 = Relu(t0)\noutput t1, t2\n")
+    np.save(tmp_path / "x.npy", np.array([1.0, -1.0, 0.0, 2.0], np.float32))
+    assert main(["run", str(g), "--input", f"t0={tmp_path / 'x.npy'}"]) == 0
+    err = capsys.readouterr().err
+    warn = [line for line in err.splitlines() if "warning" in line]
+    assert warn == ["gradir: warning: non-finite values in t1 (1 NaN, 1 Inf); --check-numerics names the op "
+                    "that made the first"]
+    np.save(tmp_path / "x.npy", np.array([1.0, 3.0, 0.5, 2.0], np.float32))
+    assert main(["run", str(g), "--input", f"t0={tmp_path / 'x.npy'}"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_check_numerics_blames_a_nan_input_not_the_first_op(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [3]\ninput t1 : Float32 [3]\nt2 = Relu(t1)\noutput t2\n")
+    np.savez(tmp_path / "in.npz", t0=np.ones(3, np.float32), t1=np.array([0, np.inf, 1], np.float32))
+    assert main(["run", str(g), "--inputs", str(tmp_path / "in.npz"), "--check-numerics"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{g}:2:7: error: input t1 holds Inf at index [1] (--check-numerics)")
+    assert "Relu" not in err
+
+
+def test_traceback_is_accepted_after_the_subcommand(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [2]\noutput t0\n")
+    assert main(["check", str(g), "--traceback"]) == 0
+    assert main(["--traceback", "check", str(g)]) == 0
+    assert main(["plan", str(g), "--traceback"]) == 0
+
+
+def test_every_subcommand_help_has_a_description_and_examples():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
+    assert {"check", "fmt", "run", "plan", "grad", "ops"} <= set(sub.choices)
+    for name, p in sub.choices.items():
+        text = p.format_help()
+        assert p.description, name
+        assert "examples:\n  gradir " in text, name
+        for action in p._actions:
+            assert action.help, f"gradir {name} {action.option_strings or action.dest} has no help text"
+
+
+def test_run_disable_switches_a_pass_off(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [2]\nt1 = Relu(t0)\nt2 = Relu(t0)\nt3 = Add(t1, t2)\noutput t3\n")
+    assert main(["run", str(g), "--disable", "cse", "-o", str(tmp_path / "o.npz")]) == 0
+    assert main(["run", str(g), "--disable", "nope"]) == 2
+    assert "unknown pass 'nope'" in capsys.readouterr().err
