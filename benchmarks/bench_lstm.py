@@ -10,7 +10,7 @@ kernels ("JIT off", as with GRADIR_JIT=0); goals are judged on the default (JIT 
 when numba is available).
 
 Times are the minimum over several repeats, taken in three alternating rounds
-(PERFORMANCE.md: these machines are noisy; compare ratios from one run).  gradir writes
+(docs/performance.md: these machines are noisy; compare ratios from one run).  gradir writes
 into preallocated outputs, as the runtime's buffer plan does.  Goals (issue "[lstm]"):
 
 * S,B,I,H = 100,64,256,256: LSTMGrad faster than PyTorch's backward, and at least 70% of
@@ -107,7 +107,7 @@ def time_after(before: Callable[[], object], fn: Callable[[], object], repeats: 
 def plain_numpy_backward(ops: dict, H: int, per_gate: bool = False) -> Callable[[], tuple]:
     """A plain BPTT: per step a handful of NumPy expressions and one GEMM (da·R, all four gate
     blocks at once), then dX, dW, dR as three big GEMMs over all steps.  This is
-    PERFORMANCE.md's "plain NumPy BPTT" anchor; it skips dP, dH0, dC0 (gradir computes them).
+    the "plain NumPy BPTT" anchor measured on these machines; it skips dP, dH0, dC0 (gradir computes them).
     With ``per_gate`` the per-step GEMM is done per gate block (four smaller GEMMs)."""
     X, W, R = ops["X"], ops["W"][0], ops["R"][0]
     HAll, CAll, G, dHAll = ops["HAll"][:, 0], ops["CAll"][:, 0], ops["iofc"][:, 0], ops["dHAll"][:, 0]

@@ -1,4 +1,4 @@
-"""Independent, deliberately plain float64 references for the LSTM ops (OPS.md §3-§4).
+"""Independent, deliberately plain float64 references for the LSTM ops (docs/ops.md, LSTM).
 
 One batch row and one step at a time, written straight from the equations; shares no
 code with ``gradir.kernels.lstm``.  Slow, and only for tests on small shapes.

@@ -1,4 +1,4 @@
-"""Activation kernels (OPS.md §1-§2): values vs mpmath, gradients vs finite differences,
+"""Activation kernels (docs/ops.md): values vs mpmath, gradients vs finite differences,
 softmax flattening semantics, dtypes, in-place safety and thread-count determinism.
 
 Every test runs twice: on the compiled (numba) Float32 kernels and on the NumPy ones
@@ -70,7 +70,7 @@ def _phi(z: Any) -> Any:
 
 
 def _fast_gelu_grad_ref(x: Any, a: Any = None) -> Any:
-    # OPS.md's formula ½((1 + t) + x(1 - t²)·k(1 + 3c x²)), t = tanh(u), with 1 + t and 1 - t²
+    # The formula ½((1 + t) + x(1 - t²)·k(1 + 3c x²)), t = tanh(u), with 1 + t and 1 - t²
     # written as 2/(1 + e^{-2u}) and 1/cosh²(u) so that 60 digits suffice at any x.
     u = _K * (x + _C * x**3)
     return ((2 / (1 + mp.exp(-2 * u))) + x / mp.cosh(u) ** 2 * _K * (1 + 3 * _C * x * x)) / 2

@@ -24,9 +24,8 @@ from gradir.kernels.lstm import (
     lstm_training,
 )
 
-CASE_A = Path(__file__).resolve().parents[2] / "shared" / "reference" / "ort_lstm_case_a.json"
-if not CASE_A.exists():  # the work tree may sit elsewhere; shared/ is beside the repo
-    CASE_A = Path("/work/shared/reference/ort_lstm_case_a.json")
+# ONNX Runtime's own LSTMGrad unit test (lstm_test.cc, BackwardCompute): inputs and expected outputs
+CASE_A = Path(__file__).resolve().parent / "data" / "ort_lstm_case_a.json"
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 UPSTREAMS = {"all": (True, True, True), "dHAll": (True, False, False), "final": (False, True, True)}

@@ -1,10 +1,10 @@
-"""NumPy kernels for the activation family: OPS.md §1 (ORT gradients) and §2 (forwards).
+"""NumPy kernels for the activation family: docs/ops.md (ORT gradients and forwards).
 
 Every kernel keeps its operands' dtype (Float32 or Float64; no float32 result goes
 through a float64 array) and follows ``gradir.kernels``' calling convention,
 ``fn(*operands, out=None, **attrs)``, writing into ``out`` when it is given.
 
-How they are built (PERFORMANCE.md and ``benchmarks/bench_activations.py`` have the
+How they are built (docs/performance.md and ``benchmarks/bench_activations.py`` have the
 measurements behind each choice):
 
 * **Blocks.**  Element-wise kernels walk the flat arrays in fixed blocks of
@@ -571,7 +571,7 @@ def _fast_gelu_sig64(x: np.ndarray, s: list[np.ndarray], need_v: bool
     return m, xc, q
 
 
-# -- gradient kernels (OPS.md §1, ORT semantics) -------------------------------------------
+# -- gradient kernels (ORT semantics, docs/ops.md) -------------------------------------------
 
 
 def _relu_grad_body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
@@ -781,7 +781,7 @@ def log_softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None
                  _compiled(dtype, "log_softmax_grad_rows"))
 
 
-# -- forward kernels (OPS.md §2) -------------------------------------------------------------
+# -- forward kernels (docs/ops.md) -------------------------------------------------------------
 
 
 @_act_kernel("Relu", 1)

@@ -1,9 +1,9 @@
 """NumPy kernels for the LSTM family: the cell (PyTorch gate order i, f, g, o), its
 per-input gradient, and ORT's sequence-level forward/backward (ONNX gate order i, o, f, c).
 
-Semantics are in OPS.md §3-§4.  Float32 and Float64; results keep the input dtype.
+Semantics are in docs/ops.md, LSTM.  Float32 and Float64; results keep the input dtype.
 
-How the sequence kernels are made fast (PERFORMANCE.md; measured by ``benchmarks/bench_lstm.py``):
+How the sequence kernels are made fast (docs/performance.md; measured by ``benchmarks/bench_lstm.py``):
 
 * The forward computes ``X·Wᵀ`` for every step as one GEMM straight into ``iofc``; each
   step then does one GEMM (``H_{t-1}·Rᵀ``) and a few ufuncs with ``out=``.  Sigmoids are
@@ -79,7 +79,7 @@ _COPY_BYTES = 8 << 20
 
 
 # The backward's [S, B, D, 4H] scratch is reused between calls on the same thread: a
-# fresh 26 MB buffer costs ~2-3 ms of page faults (PERFORMANCE.md).  Buffers above
+# fresh 26 MB buffer costs ~2-3 ms of page faults (measured here; docs/performance.md).  Buffers above
 # _SCRATCH_MAX_BYTES are not kept; ``release_scratch()`` drops the calling thread's buffer.
 _SCRATCH_MAX_BYTES = 256 << 20
 _scratch_local = threading.local()

@@ -1,4 +1,4 @@
-"""Kernels for the general forward ops (OPS.md §2): arithmetic, MatMul, layout, reductions.
+"""Kernels for the general forward ops (docs/ops.md): arithmetic, MatMul, layout, reductions.
 
 Element-wise kernels write into ``out`` (which may be one of their operands:
 the buffer plan reuses a dying operand) and split large arrays into row chunks

@@ -2,7 +2,7 @@
 
 The runtime sets the number of threads (``set_threads``); kernels call
 ``parallel_rows``.  Work below ~1 ms per chunk runs inline on the calling thread,
-because a pool round trip here costs ~100 µs (PERFORMANCE.md).  The split only
+because a pool round trip here costs ~100 µs (measured here; docs/performance.md).  The split only
 depends on the array shape and the thread count, and each chunk computes exactly
 what the whole would for its rows, so results are identical for any thread count.
 """

@@ -1,4 +1,4 @@
-"""Activations (forward, §2 of OPS.md) and their ORT gradients (§1)."""
+"""Activations (forward, docs/ops.md) and their ORT gradients."""
 
 from __future__ import annotations
 

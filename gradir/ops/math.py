@@ -1,4 +1,4 @@
-"""General forward ops (§2 of OPS.md): arithmetic, MatMul, layout, reductions."""
+"""General forward ops (docs/ops.md): arithmetic, MatMul, layout, reductions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shape helpers that derived backward graphs need (OPS.md: "add further ops where
+"""Shape helpers that derived backward graphs need (the op spec: "add further ops where
 a backward derivation needs them").
 
 * ``ReduceSumTo(X, Like)`` undoes NumPy broadcasting: it sums ``X`` down to the
