@@ -558,7 +558,7 @@ def grad_text(graph: Graph, wrt: Optional[Iterable[str]] = None) -> str:
 def cmd_grad(args: argparse.Namespace) -> int:
     from .syntax import load
     text = grad_text(load(args.file), args.wrt)
-    if args.output and args.output != "-":
+    if args.output:
         from .fileio import write_file
         write_file(args.output, text.encode("utf-8"))
     else:

@@ -14,7 +14,7 @@ import traceback
 from typing import Any, Callable, Optional, Sequence
 
 from .errors import GradirError, StdoutError, UsageError
-from .fileio import check_output_paths, write_file
+from .fileio import Terminated, check_output_paths, terminate_cleanly, write_file
 
 __all__ = ["main"]
 
@@ -218,6 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     real_stdout = sys.stdout
     sys.stdout = _GuardedStdout(real_stdout)  # type: ignore[assignment]
+    terminate_cleanly()
     try:
         check_output_paths(_paths(args, _INPUT_OPTIONS), _paths(args, _OUTPUT_OPTIONS))
         status = int(args.func(args) or 0)
@@ -239,6 +240,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("gradir: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("gradir: terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:
         sys.stdout = real_stdout
         _silence_stdout()

@@ -9,13 +9,18 @@ so that ``gradir run g.gir -o g.gir`` cannot replace the graph being run.
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
+import stat
+import sys
 import tempfile
+import threading
 from typing import Iterable, Optional, Sequence
 
 from .errors import Diagnostic, GradirError
 
-__all__ = ["write_file", "check_output_paths", "human_bytes"]
+__all__ = ["write_file", "check_output_paths", "human_bytes", "terminate_cleanly", "Terminated"]
 
 
 def human_bytes(n: Optional[float]) -> str:
@@ -39,6 +44,15 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def _special(path: str) -> bool:
+    """An existing path that is not a regular file or a directory (a device, a FIFO, a socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tuple[str, str]]) -> None:
     """Refuse output paths that are the same file as an input or as another output.
 
@@ -46,7 +60,8 @@ def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tupl
     for the message); ``-`` (standard input or output) is never compared.
     """
     ins = [(w, p) for w, p in inputs if p and p != "-"]
-    outs = [(w, p) for w, p in outputs if p and p != "-"]
+    # a device or FIFO (-o /dev/null) is written through, never replaced: it may take several outputs
+    outs = [(w, p) for w, p in outputs if p and p != "-" and not _special(p)]
     problems = []
     for k, (wo, po) in enumerate(outs):
         for wi, pi in ins:
@@ -66,29 +81,82 @@ def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tupl
 
 
 def write_file(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: never a half-written file.
+    """Write ``data`` to ``path`` the way a careful tool does.
 
-    A symbolic link is followed (its target is rewritten, the link kept).  An
-    ``OSError`` becomes a ``GradirError`` naming the file.
+    - ``-`` is standard output.
+    - A regular file, or a path that does not exist yet, is replaced atomically: the
+      data goes to a temporary file beside it (``.gradir-NAME-XXXXXX.tmp``), which is
+      flushed, synced and renamed over the target, so a reader never sees half a
+      file; the new file gets the mode a plain ``open()`` would give (an existing
+      file's mode is kept, a new one gets 0666 less the umask).  A symbolic link is
+      followed: its target is rewritten, the link kept.
+    - Anything else (a character or block device such as ``/dev/null``, a FIFO, a
+      socket, ``/dev/stdout``) is opened and written directly, never replaced.
+
+    An ``OSError`` becomes a ``GradirError`` naming the file; the temporary file is
+    removed on any error, on Ctrl-C and on SIGTERM (see ``terminate_cleanly``).
     """
+    if path == "-":
+        _write_stdout(data)
+        return
     try:
-        _write_atomic_raw(os.path.realpath(path), data)
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory")
+            with open(real, "wb") as f:  # a device, FIFO or socket: write through, never replace
+                f.write(data)
+            return
+        _write_atomic_raw(real, data, None if st is None else stat.S_IMODE(st.st_mode))
     except OSError as e:
         raise GradirError(Diagnostic(f"cannot write file: {e.strerror or e}", filename=path)) from None
 
 
-def _write_atomic_raw(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".gradir-", suffix=".tmp", dir=directory)
+def _write_stdout(data: bytes) -> None:
+    from .errors import StdoutError
+    stream = getattr(sys.stdout, "buffer", None)
+    try:
+        if stream is None:  # a text-only stream (captured in tests)
+            sys.stdout.write(data.decode("utf-8", "replace"))
+        else:
+            sys.stdout.flush()
+            stream.write(data)
+            stream.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise StdoutError(e) from None
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    with _UMASK_LOCK:  # os.umask can only be read by setting it
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+# Temporary files being written, removed by the SIGTERM handler if the process is told to stop.
+_PENDING: set[str] = set()
+
+
+def _write_atomic_raw(path: str, data: bytes, mode: Optional[int]) -> None:
+    directory = os.path.dirname(path) or "."
+    base = os.path.basename(path)[:40]
+    fd, tmp = tempfile.mkstemp(prefix=f".gradir-{base}-", suffix=".tmp", dir=directory)
+    _PENDING.add(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        try:
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except OSError:
-            pass
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -96,3 +164,24 @@ def _write_atomic_raw(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+    finally:
+        _PENDING.discard(tmp)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so temporary files are removed on the way out."""
+
+
+def terminate_cleanly() -> None:
+    """Make SIGTERM unwind the main thread (``Terminated``) instead of killing the process
+    where it stands, so that a write in progress removes its temporary file.  The CLI
+    calls this; a library user's own handlers are left alone."""
+    def handler(signum: int, frame: object) -> None:
+        for tmp in list(_PENDING):  # also when the main thread is blocked in a system call
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise Terminated()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)

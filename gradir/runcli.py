@@ -204,23 +204,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         times.append(time.perf_counter() - t0)
         if show:
             _progress(k + 1, args.repeat, sys.stderr)
-    print(_stats_table(outputs))
+    # with -o - (or --trace -) standard output carries the file: the report goes to stderr
+    report = sys.stderr if "-" in (args.output, args.trace) else sys.stdout
+    print(_stats_table(outputs), file=report)
     _warn_non_finite(outputs)
     if args.repeat > 1:
         print(f"time: min {_fmt_time(min(times))}, median {_fmt_time(statistics.median(times))} over "
-              f"{args.repeat} runs ({exe.threads} thread{'s' if exe.threads > 1 else ''})")
+              f"{args.repeat} runs ({exe.threads} thread{'s' if exe.threads > 1 else ''})", file=report)
     else:
-        print(f"time: {_fmt_time(times[0])} ({exe.threads} thread{'s' if exe.threads > 1 else ''})")
+        print(f"time: {_fmt_time(times[0])} ({exe.threads} thread{'s' if exe.threads > 1 else ''})", file=report)
     if args.output:
         save_outputs(args.output, outputs)
-        print(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {args.output}")
+        print(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {args.output}", file=report)
     if trace is not None:
         import json
         from .fileio import write_file
         doc = {"traceEvents": trace, "displayTimeUnit": "ms",
                "otherData": {"graph": graph.name or args.file, "threads": exe.threads}}
         write_file(args.trace, json.dumps(doc).encode("utf-8"))
-        print(f"wrote a trace of {len(trace)} ops to {args.trace} (open it in Perfetto or chrome://tracing)")
+        print(f"wrote a trace of {len(trace)} ops to {args.trace} (open it in Perfetto or chrome://tracing)", file=report)
     return 0
 
 
