@@ -397,7 +397,13 @@ class Derivation:
 def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     types = {i.name: i.type for i in graph.inputs}
     if wrt is None:
-        return [i.name for i in graph.inputs if i.type.dtype.is_float]
+        names = [i.name for i in graph.inputs if i.type.dtype.is_float]
+        if not names:
+            raise AutodiffError(Diagnostic(
+                "nothing to differentiate: the graph has no floating-point inputs"
+                + (f" (its inputs are {', '.join(f'{i.name} {i.type}' for i in graph.inputs)})" if graph.inputs
+                   else ""), filename=graph.source.filename if graph.source else None))
+        return names
     problems = []
     if isinstance(wrt, str):
         parts = [w.strip() for w in wrt.split(",")]

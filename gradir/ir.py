@@ -199,8 +199,9 @@ class InferContext:
         raise OpError(f"{self.name}: {message}", operand=operand, attr=attr)
 
     def type(self, i: int) -> TensorType:
-        t = self.types[i]
-        assert t is not None
+        t = self.types[i] if i < len(self.types) else None
+        if t is None:  # unreachable after check_signature; a clear error all the same, never an assert
+            self.fail(f"operand {self.operand_name(i)} is required", operand=i)
         return t
 
     def has(self, i: int) -> bool:
@@ -427,6 +428,13 @@ class Op:
             if v is None and spec is not None and not spec.optional:
                 errors.append(OpError(f"{name}: operand {spec.name} is required; '_' is only allowed for "
                                       f"optional operands", operand=i))
+        if not errors:  # a required operand after the last one given (trailing operands are optional only)
+            absent = [o.name for o in sig[n:] if not o.optional and not o.variadic]
+            if absent:
+                errors.append(OpError(f"{name}: operand{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+                                      f"{'are' if len(absent) > 1 else 'is'} required but not given (only "
+                                      f"trailing optional operands may be left out; got {n} operands)",
+                                      operand=None))
         n_res = None
         attrs: dict[str, Any] = {}
         for key, raw in self.attrs.items():

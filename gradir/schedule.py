@@ -165,7 +165,8 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
             tr = types.get(r)
             for i, v in enumerate(st.operands):
                 if (v is None or i in used or v in inputs or v in outputs or last_use.get(v) != st.index
-                        or types.get(v) != tr or tr is None):
+                        or types.get(v) != tr or tr is None or tr.rank == 0):  # a rank-0 result may be a
+                    # NumPy scalar (ufuncs return one), which cannot be written into; nothing to save there
                     continue
                 st.inplace[j] = i
                 used.update(k for k, w in enumerate(st.operands) if w == v)

@@ -7,6 +7,7 @@ time).  Rank 0 prints as ``scalar``.
 from __future__ import annotations
 
 import enum
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
@@ -84,6 +85,23 @@ def format_shape(shape: Sequence[Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+MAX_RANK = 64  # NumPy's limit
+MAX_ELEMENTS = 1 << 48
+
+
+def _prod_log2(shape: Sequence[Dim]) -> int:
+    """log2 of the product of the known dimensions, rounded (no float overflow on huge ones)."""
+    return round(sum(math.log2(d) for d in shape if d is not None))
+
+
+def _prod(shape: Sequence[Dim]) -> int:
+    n = 1
+    for d in shape:
+        if d is not None:
+            n *= d
+    return n
+
+
 @dataclass(frozen=True)
 class TensorType:
     """A dtype and a shape; ``None`` dimensions are unknown (``?``)."""
@@ -135,6 +153,21 @@ class TensorType:
     def nbytes(self) -> int | None:
         n = self.numel
         return None if n is None else n * self.dtype.itemsize
+
+    def limit_problem(self) -> Optional[str]:
+        """Why this type is beyond what gradir runs (None if it is not): at most ``MAX_RANK``
+        dimensions (NumPy's limit) and ``MAX_ELEMENTS`` elements (counting known dimensions)."""
+        if self.rank > MAX_RANK:
+            return f"rank {self.rank}; at most {MAX_RANK} dimensions are supported"
+        n = 1
+        for d in self.shape:
+            if d is not None:
+                n *= d
+                if n > MAX_ELEMENTS:
+                    log2 = _prod_log2(self.shape)
+                    count = f"about 2^{log2}" if log2 > 90 else f"{_prod(self.shape)}"
+                    return f"{count} elements; at most 2^48 are supported"
+        return None
 
     def with_shape(self, shape: Iterable[Dim]) -> "TensorType":
         return TensorType(self.dtype, shape)

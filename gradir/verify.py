@@ -66,6 +66,11 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
             types[name] = t
 
     for inp in graph.inputs:
+        why = inp.type.limit_problem()
+        if why:
+            err(f"input {inp.name}: its type has {why}", inp.type_span or inp.span)
+            poisoned[inp.name] = inp.span
+            continue
         define(inp.name, inp.span, inp.type)
 
     for op in graph.ops:
@@ -120,11 +125,21 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
                         err(f"{op.results[k]}: declared type {g} does not match the inferred type {t}", span)
                         result_types = None
                         break
+        if result_types is not None:
+            for k, t in enumerate(result_types):
+                why = t.limit_problem()
+                if why:
+                    span = loc.results[k] if loc and k < len(loc.results) else None
+                    err(f"{op.op_name}: result {op.results[k]} would have {why}", span)
+                    result_types = None
+                    break
+        mine: set[str] = set()
         for k, r in enumerate(op.results):
             span = loc.results[k] if loc and k < len(loc.results) else None
-            if r in op.results[:k]:
+            if r in mine:
                 err(f"{r} is assigned twice by the same op", span)
                 continue
+            mine.add(r)
             define(r, span, result_types[k] if result_types is not None else None)
         if result_types is not None:
             op.result_types = list(result_types)
