@@ -157,8 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from . import autodiff, runcli
-    return [runcli.register, autodiff.register_cli]
+    from . import autodiff, dot, runcli
+    return [runcli.register, autodiff.register_cli, dot.register]
 
 
 # Later layers (runtime, autodiff) add their subcommands here.

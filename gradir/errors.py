@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
-           "ExecutionError", "InputError", "CompileError"]
+           "ExecutionError", "InputError", "CompileError", "RenderError"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -126,6 +126,10 @@ class InputError(GradirError):
 
 class ExecutionError(GradirError):
     """A kernel failed, or produced NaN/Inf under --check-numerics."""
+
+
+class RenderError(GradirError):
+    """A picture could not be drawn: Graphviz's ``dot`` is missing, failed or timed out."""
 
 
 def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:
