@@ -51,10 +51,14 @@ INSTALL_HINT = ("install it (Debian/Ubuntu: apt-get install graphviz; Fedora: dn
 # -- escaping ----------------------------------------------------------------------
 def _html(text: str) -> str:
     """``text`` for an HTML-like label: markup characters as entities, control characters as
-    ``\\uXXXX`` (XML forbids most of them, and they would be invisible anyway)."""
+    ``\\uXXXX`` (XML forbids most of them, and they would be invisible anyway), and each
+    backslash doubled: Graphviz still reads ``\\N``, ``\\G``, ``\\\\`` in HTML labels (after
+    decoding entities, so ``&#92;`` would not protect it)."""
     out = []
     for c in text:
-        if c == "&":
+        if c == "\\":
+            out.append("\\\\")
+        elif c == "&":
             out.append("&amp;")
         elif c == "<":
             out.append("&lt;")
@@ -63,7 +67,7 @@ def _html(text: str) -> str:
         elif c == '"':
             out.append("&quot;")
         elif not c.isprintable() and c != " ":
-            out.append(f"\\u{ord(c):04x}")
+            out.append(f"\\\\u{ord(c):04x}")
         else:
             out.append(c)
     return "".join(out)
@@ -287,7 +291,7 @@ def _cluster(w: _Writer, st, members: list[Op], label: str) -> None:
     names = " and ".join(sorted({m.op_name for m in members}))
     w.out.append(f"  subgraph cluster_{st.index} {{")
     w.out.append(f'    graph [{_CLUSTER}, fontname="{_FONT}", fontsize=10, fontcolor="#854d0e", '
-                 f"label={_quote(f'fused: one kernel for {len(members)} {names} ops')}];")
+                 f"label=<{_html(f'fused: one kernel for {len(members)} {names} ops')}>];")
     w.node(f"step_{st.index}", label, _style(st.op), indent="    ")
     for j, m in enumerate(members):
         ident = f"step_{st.index}_{j}"
