@@ -372,3 +372,16 @@ def test_renders_svg_and_png(tmp_path, capsys):
     assert "GradLSTMCellInputFused" in shown and "#0" in shown
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert dot.read_text(encoding="utf-8") == to_dot(load(CELL), plan=True)
+
+
+def test_the_readme_picture_is_current():
+    """docs/images/mlp_backward-plan.svg (rendered once with `gradir dot --plan samples/mlp_backward.gir
+    --svg ...`) shows exactly the text that the DOT of today's plan has."""
+    svg = ET.parse(os.path.join(ROOT, "docs", "images", "mlp_backward-plan.svg"))
+    shown = Counter(t.text.replace("\xa0", " ") for t in svg.iter("{http://www.w3.org/2000/svg}text"))
+    g = parse_dot(to_dot(load(os.path.join(ROOT, "samples", "mlp_backward.gir")), plan=True))
+    want = Counter(graph_label(g).split("\n"))
+    for n in nodes(g):
+        want.update(text_of(label(n)).split("\n"))
+    want.update(label(e).strip('"') for e in edges(g))
+    assert shown == want, "re-render the picture: gradir dot --plan samples/mlp_backward.gir --svg ..."
