@@ -13,8 +13,8 @@ What a picture shows:
 * with ``plan=True``, the compiled program instead: ops after the passes, each
   numbered ``#k`` in schedule order and annotated with its in-place reuse and the
   values freed after it; an op made by fusing several source ops (its results
-  come from more than one source op) is a cluster holding those ops, so the
-  picture still shows where each result came from.
+  come from more than one source op) is a cluster: its one step above the source
+  ops it replaced, so the picture still shows where each result comes from.
 
 Every label is an HTML-like label built from escaped text, so any attribute
 string (quotes, backslashes, ``<``, non-ASCII) prints as itself.
@@ -31,11 +31,11 @@ from typing import Iterable, Optional, Sequence
 from .errors import Diagnostic, RenderError
 from .ir import Graph, Op, _attr_equal, format_attr_value
 
-__all__ = ["to_dot", "render", "register", "key_attrs"]
+__all__ = ["to_dot", "render", "register"]
 
 _FONT = "Helvetica,Arial,sans-serif"
-_INPUT = ('shape=ellipse, style=filled, fillcolor="#dbeafe", color="#2563eb"')
-_OUTPUT = ('shape=ellipse, peripheries=2, style=filled, fillcolor="#dcfce7", color="#16a34a"')
+_INPUT = 'shape=ellipse, style=filled, fillcolor="#dbeafe", color="#2563eb"'
+_OUTPUT = 'shape=ellipse, peripheries=2, style=filled, fillcolor="#dcfce7", color="#16a34a"'
 _FORWARD = 'shape=box, style="rounded,filled", fillcolor="#f1f5f9", color="#64748b"'
 _BACKWARD = 'shape=box, style="rounded,filled", fillcolor="#ffedd5", color="#ea580c"'
 _INPLACE_EDGE = 'color="#9333ea", penwidth=2, fontcolor="#7e22ce"'
@@ -49,37 +49,22 @@ INSTALL_HINT = ("install it (Debian/Ubuntu: apt-get install graphviz; Fedora: dn
 
 
 # -- escaping ----------------------------------------------------------------------
+def _printable(text: str) -> str:
+    """Control and other invisible characters as ``\\uXXXX`` (XML forbids most of them in labels)."""
+    return "".join(c if c.isprintable() or c == " " else f"\\u{ord(c):04x}" for c in text)
+
+
 def _html(text: str) -> str:
-    """``text`` for an HTML-like label: markup characters as entities, control characters as
-    ``\\uXXXX`` (XML forbids most of them, and they would be invisible anyway), and each
-    backslash doubled: Graphviz still reads ``\\N``, ``\\G``, ``\\\\`` in HTML labels (after
-    decoding entities, so ``&#92;`` would not protect it)."""
-    out = []
-    for c in text:
-        if c == "\\":
-            out.append("\\\\")
-        elif c == "&":
-            out.append("&amp;")
-        elif c == "<":
-            out.append("&lt;")
-        elif c == ">":
-            out.append("&gt;")
-        elif c == '"':
-            out.append("&quot;")
-        elif not c.isprintable() and c != " ":
-            out.append(f"\\\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    return "".join(out)
+    """``text`` for an HTML-like label: markup characters as entities and each backslash doubled,
+    because Graphviz still reads ``\\N``, ``\\G``, ``\\\\`` in HTML labels (after decoding
+    entities, so ``&#92;`` would not protect it)."""
+    return (_printable(text).replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;")
+            .replace(">", "&gt;").replace('"', "&quot;"))
 
 
 def _quote(text: str) -> str:
     """A DOT quoted string; ``\\`` is doubled so that escapes like ``\\n`` or ``\\N`` stay literal."""
-    return '"' + _html_free(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _html_free(text: str) -> str:
-    return "".join(c if c.isprintable() or c == " " else f"\\u{ord(c):04x}" for c in text)
+    return '"' + _printable(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _clip(text: str, limit: int = _MAX_ATTR) -> str:
@@ -116,7 +101,7 @@ def _label(title: str, lines: Iterable[tuple[str, str]] = ()) -> str:
 
 
 # -- what a node says -------------------------------------------------------------------
-def key_attrs(op: Op) -> list[str]:
+def _key_attrs(op: Op) -> list[str]:
     """``name=value`` for each attribute that is required or differs from its default."""
     out = []
     for a in op.ATTRS:
@@ -133,7 +118,7 @@ def _line_of(op: Op) -> Optional[int]:
 
 
 def _op_lines(op: Op, unused: Sequence[str]) -> list[tuple[str, str]]:
-    lines = [("attr", a) for a in key_attrs(op)]
+    lines = [("attr", a) for a in _key_attrs(op)]
     if unused:
         lines += [("line", s) for s in _wrap("unused:", unused)]
     line = _line_of(op)
@@ -262,7 +247,7 @@ def _plan_dot(graph: Graph, disable: list[str]) -> str:
         title = f"#{st.index}  {st.op.op_name}"
         members = _fused_members(st.op, source_op)
         if members:  # the members show their own source lines and unused results
-            _cluster(w, st, members, _label(title, [("attr", a) for a in key_attrs(st.op)] + notes))
+            _cluster(w, st, members, _label(title, [("attr", a) for a in _key_attrs(st.op)] + notes))
         else:
             w.node(ident, _label(title, _op_lines(st.op, w.unused(st.op)) + notes), _style(st.op))
             for r in st.results:
