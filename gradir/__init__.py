@@ -6,11 +6,12 @@ and (in later layers) a compiler, runtime, autodiff and a Python builder.
 
 from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
-from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError, Span,
-                     VerifyError)
+from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError,
+                     RenderError, Span, VerifyError)
 from .ir import OPS, Attr, BackwardOp, Graph, GraphInput, Op, Operand
 from .autodiff import AutodiffError, grad
 from .builder import BuilderError, GraphBuilder
+from .dot import to_dot
 from .runtime import Executable, compile
 from .syntax import load, parse
 from .types import DType, TensorType
@@ -21,5 +22,5 @@ __all__ = [
     "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
-    "ExecutionError", "ArgumentError", "Diagnostic", "Span", "__version__",
+    "ExecutionError", "ArgumentError", "RenderError", "Diagnostic", "Span", "__version__", "to_dot",
 ]

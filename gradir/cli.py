@@ -201,8 +201,8 @@ def _silence_stdout() -> None:
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from . import autodiff, runcli
-    return [runcli.register, autodiff.register_cli]
+    from . import autodiff, dot, runcli
+    return [runcli.register, autodiff.register_cli, dot.register]
 
 
 # Later layers (runtime, autodiff) add their subcommands here.

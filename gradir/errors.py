@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
-           "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError"]
+           "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
+           "RenderError"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -151,6 +152,10 @@ class StdoutError(Exception):
     def __init__(self, error: OSError) -> None:
         self.error = error
         super().__init__(f"cannot write to standard output: {error.strerror or error}")
+
+
+class RenderError(GradirError):
+    """A picture could not be drawn: Graphviz's ``dot`` is missing, failed or timed out."""
 
 
 def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:
