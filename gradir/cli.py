@@ -212,7 +212,10 @@ _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = _extra_com
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version (0) or a usage error (2): a return value, for callers of main()
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

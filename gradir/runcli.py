@@ -14,6 +14,7 @@ import numpy as np
 
 from .errors import Diagnostic, InputError
 from .ir import Graph
+from .types import DType
 
 __all__ = ["register", "demo_inputs", "load_inputs", "save_outputs"]
 
@@ -51,6 +52,49 @@ def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
+# Reading a malformed .npy/.npz can raise almost anything from NumPy's header parser and zipfile
+# (ValueError, NotImplementedError for a zip format version or compression method, RuntimeError for
+# an encrypted member, TypeError for a shape of booleans, tokenize.TokenError for a garbled header,
+# ...): every one of them means the file is not a valid array file.  MemoryError is handled apart.
+_BAD_FILE = Exception
+
+
+def _bad_file_message(e: BaseException) -> str:
+    msg = str(e).split("\n")[0][:300]
+    if "Object arrays" in msg or "allow_pickle" in msg and "not a valid" not in msg:
+        return "it holds Python objects, which would need unpickling; gradir never loads pickles"
+    return f"{type(e).__name__}: {msg}" if type(e) not in (ValueError, OSError) else msg
+
+
+def _too_big(what: str, path: str, header: Optional[tuple]) -> InputError:
+    from .fileio import human_bytes
+    if header is not None:
+        shape, dtype = header
+        n = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        try:
+            name = DType.from_numpy(dtype).value
+        except ValueError:
+            name = str(dtype)
+        size = f" ({name} {list(shape)}, {human_bytes(n)})"
+        if what.startswith("--input "):
+            size = ":" + size
+    else:
+        size = ""
+    return InputError(Diagnostic(f"{what}{size or ': the array'} does not fit in memory", filename=path))
+
+
+def _npy_header(f) -> Optional[tuple]:
+    """(shape, dtype) from an .npy stream's header, or None if it cannot be read."""
+    try:
+        fmt = np.lib.format
+        version = fmt.read_magic(f)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(f, max_header_size=1 << 20)
+        return tuple(shape), dtype
+    except Exception:  # only for a message: an unreadable header just gives no size
+        return None
+
+
 def _load_array_file(path: str, what: str) -> object:
     try:
         return np.load(path, allow_pickle=False)
@@ -58,11 +102,13 @@ def _load_array_file(path: str, what: str) -> object:
         raise InputError(Diagnostic(f"{what}: no such file", filename=path)) from None
     except IsADirectoryError:
         raise InputError(Diagnostic(f"{what}: is a directory", filename=path)) from None
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        msg = str(e)
-        if "Object arrays" in msg:
-            msg = "it holds Python objects, which would need unpickling; gradir never loads pickles"
-        elif "allow_pickle" in msg:
+    except MemoryError:
+        with open(path, "rb") as f:
+            header = _npy_header(f)
+        raise _too_big(what, path, header) from None
+    except _BAD_FILE as e:
+        msg = _bad_file_message(e)
+        if "allow_pickle" in str(e):
             msg = "it is neither .npy nor .npz (NumPy would try to unpickle it; gradir never loads pickles)"
         raise InputError(Diagnostic(f"{what}: not a valid NumPy file: {msg}", filename=path)) from None
 
@@ -78,11 +124,17 @@ def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
             with data:
                 for k in data.files:
                     arrays[k] = data[k]
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-            msg = str(e)
-            if "allow_pickle" in msg or "Object arrays" in msg:
-                msg = "it holds Python objects, which would need unpickling; gradir never loads pickles"
-            raise InputError(Diagnostic(f"--inputs: cannot read array '{k}': {msg}", filename=npz)) from None
+        except MemoryError:
+            header = None
+            try:
+                with zipfile.ZipFile(npz) as zf, zf.open(k + ".npy") as f:
+                    header = _npy_header(f)
+            except Exception:  # only for a message
+                pass
+            raise _too_big(f"--inputs: array '{k}'", npz, header) from None
+        except _BAD_FILE as e:
+            raise InputError(Diagnostic(f"--inputs: cannot read array '{k}': {_bad_file_message(e)}",
+                                        filename=npz)) from None
     seen: set[str] = set()
     for pair in pairs:
         name, _, path = pair.partition("=")
@@ -248,17 +300,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_at_least(minimum: int, what: str):
-    """An argparse type: an integer >= ``minimum``."""
+def _int_at_least(minimum: int, what: str, maximum: Optional[int] = None):
+    """An argparse type: an integer >= ``minimum`` (and <= ``maximum``), at most 18 digits."""
     def parse(text: str) -> int:
         try:
-            n = int(text)
+            n = int(text) if len(text.strip()) <= 19 else None
         except ValueError:
             n = None
-        if n is None or n < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        if n is None or n < minimum or (maximum is not None and n > maximum):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}")
         return n
     return parse
+
+
+def _threads_type():
+    from .runtime import MAX_THREADS
+    return _int_at_least(1, f"a positive integer up to {MAX_THREADS}", MAX_THREADS)
 
 
 _positive = _int_at_least(1, "a positive integer")
@@ -286,7 +343,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
                    help="one input array (repeatable)")
     r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their value names")
-    r.add_argument("--threads", type=_positive, default=None, metavar="N",
+    r.add_argument("--threads", type=_threads_type(), default=None, metavar="N",
                    help="worker threads (default: cores, max 2); results are the same bits for any N")
     r.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed for generated inputs (default 0)")
     r.add_argument("--repeat", type=_positive, default=1, metavar="N", help="run N times; report min/median time")
@@ -307,6 +364,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="switch passes off (repeatable, or comma-separated)")
     p.add_argument("--list-passes", action="store_true", help="list the compiler passes, in pipeline order")
-    p.add_argument("--threads", type=_positive, default=None, metavar="N",
+    p.add_argument("--threads", type=_threads_type(), default=None, metavar="N",
                    help="plan for N worker threads (default: cores, max 2)")
     p.set_defaults(func=cmd_plan)

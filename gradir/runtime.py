@@ -79,9 +79,16 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     return Executable(graph, program, plan, threads)
 
 
+# More worker threads than this only costs memory (each has a stack) and start-up time; a graph's
+# parallelism and the machine's cores are far below it.
+MAX_THREADS = 1024
+
+
 def _check_threads(threads: object) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ArgumentError(f"threads must be a positive integer or None, got {threads!r}")
+    if threads is not None and threads > MAX_THREADS:
+        raise ArgumentError(f"threads must be at most {MAX_THREADS}, got {threads}")
 
 
 def _pass_list(names: object, what: str) -> Optional[list[str]]:
@@ -554,7 +561,16 @@ class _Run:
                     return
 
         pool = _executor(threads)
-        helpers = [pool.submit(worker) for _ in range(threads - 1)]
+        helpers = []
+        try:
+            for _ in range(threads - 1):
+                helpers.append(pool.submit(worker))
+        except RuntimeError as e:  # the system refused another thread ("can't start new thread")
+            with cond:
+                error = error or ExecutionError(Diagnostic(
+                    f"cannot start worker thread {len(helpers) + 2} of {threads}: {e}; run with fewer threads",
+                    filename=self.exe._file))
+                cond.notify_all()
         try:
             worker()
         except BaseException as e:  # e.g. Ctrl-C outside a step: stop the helpers too

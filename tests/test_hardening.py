@@ -117,3 +117,119 @@ def test_many_results_verify_in_linear_time():
         return time.perf_counter() - t
     small, big = timed(5_000), timed(80_000)
     assert big < 2.0 and big < 40 * max(small, 1e-3), (small, big)  # 16x the results: ~16x the time
+
+
+# rows 11 and 17: malformed and oversized input files
+def _npy_bytes(a: np.ndarray) -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def _with_header(a: np.ndarray, old: bytes, new: bytes) -> bytes:
+    """An .npy of ``a`` whose header has ``old`` replaced by ``new`` (same header length)."""
+    data = _npy_bytes(a)
+    hl = int.from_bytes(data[8:10], "little")
+    header = data[10:10 + hl].replace(old, new).rstrip(b" \n")
+    assert len(header) < hl
+    return data[:10] + header + b" " * (hl - 1 - len(header)) + b"\n" + data[10 + hl:]
+
+
+def _zip_patched(tmp_path, name: str, local: int, central: int, value: int) -> str:
+    """An .npz whose first member has the 2-byte field at ``local``/``central`` offsets of its local
+    and central headers set to ``value`` (version needed, flags, compression method)."""
+    import struct
+    path = tmp_path / "ok.npz"
+    np.savez(path, t0=np.zeros((2, 3), np.float32))
+    b = bytearray(path.read_bytes())
+    i, j = b.find(b"PK\x03\x04"), b.find(b"PK\x01\x02")
+    b[i + local:i + local + 2] = struct.pack("<H", value)
+    b[j + central:j + central + 2] = struct.pack("<H", value)
+    out = tmp_path / name
+    out.write_bytes(bytes(b))
+    return str(out)
+
+
+GIR = "input t0 : Float32 [2, 3]\nt1 = Relu(t0)\noutput t1\n"
+
+
+@pytest.mark.parametrize("kind, want", [
+    ("version", "zip file version 9.9"),
+    ("compression", "compression method is not supported"),
+    ("encrypted", "is encrypted"),
+])
+def test_malformed_npz_members_are_input_errors(tmp_path, capsys, kind, want):
+    fields = {"version": (4, 6, 99), "compression": (8, 10, 77), "encrypted": (6, 8, 1)}
+    npz = _zip_patched(tmp_path, f"{kind}.npz", *fields[kind])
+    g = tmp_path / "g.gir"
+    g.write_text(GIR)
+    assert main(["run", str(g), "--inputs", npz]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{npz}: error: --inputs: ") and want in err, err
+
+
+@pytest.mark.parametrize("old, new, want", [
+    (b"'shape': (2, 3)", b"'shape': (True, 3)", "not a valid NumPy file"),
+    (b"'descr'", b"'dexcr'", "Header does not contain the correct keys"),
+    (b"'fortran_order': False", b"'fortran_order': {{{", "not a valid NumPy file"),
+])
+def test_malformed_npy_headers_are_input_errors(tmp_path, capsys, old, new, want):
+    g = tmp_path / "g.gir"
+    g.write_text(GIR)
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(_with_header(np.zeros((2, 3), np.float32), old, new))
+    assert main(["run", str(g), "--input", f"t0={bad}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{bad}: error: --input t0: ") and want in err, err
+
+
+def test_an_input_too_large_for_memory_is_named_with_its_size(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text(GIR)
+    huge = tmp_path / "huge.npy"  # a header that claims 2^42 floats (16 TiB), and no data
+    huge.write_bytes(_with_header(np.zeros((2, 3), np.float32), b"'shape': (2, 3)", b"'shape': (4398046511104,)"))
+    assert main(["run", str(g), "--input", f"t0={huge}"]) == 1
+    err = capsys.readouterr().err
+    assert f"{huge}: error: --input t0: (Float32 [4398046511104], 16 TiB) does not fit in memory" in err
+    import zipfile
+    npz = tmp_path / "huge.npz"
+    with zipfile.ZipFile(npz, "w") as zf:
+        zf.writestr("t0.npy", huge.read_bytes())
+    assert main(["run", str(g), "--inputs", str(npz)]) == 1
+    err = capsys.readouterr().err
+    assert f"--inputs: array 't0' (Float32 [4398046511104], 16 TiB) does not fit in memory" in err
+
+
+# row 16: --threads has an upper bound, and a refused thread is an error, not a crash
+def test_threads_have_an_upper_bound(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text(GIR)
+    assert main(["run", str(g), "--threads", "100000"]) == 2
+    assert "expected a positive integer up to 1024, got '100000'" in capsys.readouterr().err
+    assert main(["run", str(g), "--threads", "9" * 5000]) == 2
+    with pytest.raises(gradir.ArgumentError, match="at most 1024"):
+        gradir.compile(g, threads=100000)
+
+
+def test_a_thread_the_system_refuses_is_an_execution_error(monkeypatch):
+    from gradir import runtime, schedule
+    monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
+    exe = gradir.compile("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = Exp(t0)\nt3 = Exp(t1)\n"
+                         "t4 = Add(t2, t3)\noutput t4\n", threads=3)
+    assert exe.plan.heavy_concurrency
+    pool = runtime._executor(3)
+    real = pool.submit
+    calls = []
+
+    def submit(fn, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("can't start new thread")
+        return real(fn, *a, **k)
+    monkeypatch.setattr(pool, "submit", submit)
+    x = np.ones((64, 64), np.float32)
+    with pytest.raises(gradir.ExecutionError, match="cannot start worker thread 3 of 3: can't start new thread"):
+        exe.run({"t0": x, "t1": x})
+    monkeypatch.setattr(pool, "submit", real)
+    np.testing.assert_allclose(exe.run({"t0": x, "t1": x})["t4"], 2 * np.exp(x), rtol=1e-6)
