@@ -11,6 +11,7 @@ from .errors import (CompileError, Diagnostic, ExecutionError, GradirError, Inpu
 from .ir import OPS, Attr, BackwardOp, Graph, GraphInput, Op, Operand
 from .autodiff import AutodiffError, grad
 from .builder import BuilderError, GraphBuilder
+from .gradcheck import GradcheckReport, gradcheck
 from .runtime import Executable, compile
 from .syntax import load, parse
 from .types import DType, TensorType
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError",
+    "gradcheck", "GradcheckReport",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
     "ExecutionError", "Diagnostic", "Span", "__version__",

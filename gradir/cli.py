@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from . import autodiff, runcli
-    return [runcli.register, autodiff.register_cli]
+    from .gradcheck import register as register_gradcheck
+    return [runcli.register, autodiff.register_cli, register_gradcheck]
 
 
 # Later layers (runtime, autodiff) add their subcommands here.
