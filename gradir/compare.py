@@ -128,17 +128,18 @@ def _compare_one(name: str, a: np.ndarray, r: Optional[np.ndarray], rtol: Option
     with np.errstate(invalid="ignore", over="ignore"):
         a64, r64 = a.astype(np.float64), r.astype(np.float64)
         equal = (a == r) if exact else (a64 == r64) | (np.isnan(a64) & np.isnan(r64))
+        nonfinite = ~equal & ~(np.isfinite(a64) & np.isfinite(r64))  # NaN against a number, or an inf
         diff = np.abs(a64 - r64)
         diff[equal] = 0.0
-        diff[~equal & ~(np.isfinite(a64) & np.isfinite(r64))] = np.inf  # NaN against a number, or inf
-        allowed = c.atol + c.rtol * np.abs(r64)
-        bad = ~equal & ~(diff <= allowed)
+        diff[nonfinite] = np.inf
         absr = np.abs(r64)
-        rel = np.divide(diff, absr, out=np.where(diff > 0, np.inf, 0.0), where=absr > 0)
-        excess = np.where(equal, -allowed, diff - allowed)
+        allowed = c.atol + c.rtol * absr
+        bad = nonfinite | (diff > allowed)
+        rel = np.divide(diff, absr, out=np.where(diff > 0, np.inf, 0.0), where=(absr > 0) & ~nonfinite)
+        excess = np.where(equal | nonfinite, -np.inf, diff - allowed)
+        excess[nonfinite] = np.inf
     c.failed = int(np.count_nonzero(bad))
     c.max_abs, c.max_rel = float(diff.max()), float(rel.max())
-    excess = np.nan_to_num(excess, nan=-np.inf, posinf=np.finfo(np.float64).max)
     if c.max_abs > 0:
         c.worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), a.shape))
     return c
