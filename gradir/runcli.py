@@ -298,7 +298,14 @@ def _pair(text: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser("run", help="compile and run a graph; print a summary of the outputs")
+    r = sub.add_parser("run", help="compile and run a graph; print a summary of the outputs",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Compile and run FILE; print each output's dtype, shape, min, max, mean and "
+                                   "L2 norm,\nand the time.  With no inputs given, every input is generated from --seed.",
+                       epilog="examples:\n"
+                              "  gradir run samples/mlp_forward.gir --save-inputs in.npz -o out.npz\n"
+                              "  gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz\n"
+                              "  gradir run samples/mlp_forward.gir --input t1=w1.npy --generate-missing")
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
     r.add_argument("--inputs", metavar="IN.npz", help="named input arrays (loaded with pickles disabled)")
     r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
@@ -315,8 +322,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                            "the run or check it elsewhere")
     r.add_argument("--generate-missing", action="store_true",
                    help="with --inputs/--input: generate the inputs not given, as a --seed demo run would")
-    r.add_argument("--compare", metavar="REF.npz", help="compare each output with the array of its name; "
-                                                        "exit 1 if one is missing or differs")
+    r.add_argument("--compare", metavar="REF.npz", help="compare each output with REF's array of its name (same "
+                   "shape and dtype; NaN matches NaN in place); exit 1 if one is missing or differs")
     r.add_argument("--rtol", type=tolerance, metavar="R", help="--compare's relative tolerance: an element "
                    "passes if |a - r| <= atol + rtol*|r| (default: 1.3e-6 Float32, 1e-7 Float64, 0 integers)")
     r.add_argument("--atol", type=tolerance, metavar="A", help="--compare's absolute tolerance (default: 1e-5 "
