@@ -177,8 +177,8 @@ def _fits_backward(fwd: Graph, bwd: Graph, wrt: list[str]) -> list[tuple[str, st
     want = [(i.name, i.type) for i in fwd.inputs] + [(None, fwd.types[o]) for o in fwd.outputs]
     have = [(i.name, i.type) for i in bwd.inputs]
     if len(have) != len(want):
-        problems.append(f"the backward graph has {len(have)} inputs; it needs the forward graph's "
-                        f"{len(fwd.inputs)} inputs then one cotangent per forward output ({len(fwd.outputs)})")
+        problems.append(f"the backward graph has {len(have)} inputs; it needs {len(want)}: the forward graph's "
+                        f"{len(fwd.inputs)} inputs, then one cotangent per forward output ({len(fwd.outputs)})")
     else:
         for k, ((wn, wt), (hn, ht)) in enumerate(zip(want, have)):
             what = f"forward input {wn}" if wn else f"the cotangent of {fwd.outputs[k - len(fwd.inputs)]}"
@@ -244,17 +244,20 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
         graph.validate()
     if isinstance(directions, bool) or not isinstance(directions, int) or directions < 1:
         raise ValueError(f"directions must be a positive integer, got {directions!r}")
-    g64, promoted = promote(graph)
+    # derive (or match) in the file's own types, so that messages show them; then promote both graphs
     if backward is None:
-        d = derive(g64, wrt)
-        bwd, wrt_names, cotangents = d.graph, d.wrt, d.cotangents
+        d = derive(graph, wrt)
+        backward, wrt_names, cotangents = d.graph, d.wrt, d.cotangents
     else:
         if isinstance(backward, str):
             from .syntax import parse
             backward = parse(backward)
-        bwd = promote(backward.validate() if not backward.types else backward)[0]
-        wrt_names = _parse_wrt(g64, wrt)
-        cotangents = _fits_backward(g64, bwd, wrt_names)
+        if not backward.types:
+            backward.validate()
+        wrt_names = _parse_wrt(graph, wrt)
+        cotangents = _fits_backward(graph, backward, wrt_names)
+    g64, promoted = promote(graph)
+    bwd = promote(backward)[0]
     fwd_exe, bwd_exe = compile(g64, threads), compile(bwd, threads)
     x, generated = _prepare_inputs(graph, fwd_exe, inputs, seed, generate_missing, promoted)
 

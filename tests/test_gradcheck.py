@@ -199,7 +199,7 @@ def test_generate_missing(tmp_path, capsys):
     (["--wrt", "t1,t1"], "wrt: t1 is listed twice"),
     (["--inputs", "{d}/wrong.npz"], "6:7: error: input t1: expected Float64 [16, 32], got Float64 [16, 5]"),
     (["--inputs", "{d}/nope.npz"], "--inputs: no such file"),
-    (["--backward", "{d}/fwd.gir"], "the backward graph has 5 inputs; it needs"),
+    (["--backward", "{d}/fwd.gir"], "the backward graph has 5 inputs; it needs 6: the forward graph's 5 inputs"),
     (["--backward", os.path.join(ROOT, "samples", "mlp_forward.grad.gir"), "--wrt", "t1"],
      "the backward graph has 5 outputs but 1 gradient is checked (t1)"),
 ])
