@@ -22,7 +22,7 @@ import numpy as np
 from .types import DType, format_shape
 
 __all__ = ["DEFAULT_TOLERANCES", "Comparison", "OutputCheck", "compare_outputs", "report_comparison",
-           "tolerance"]
+           "tolerance", "format_table"]
 
 # (rtol, atol) by dtype: torch.testing.assert_close's defaults; integers and booleans exactly.
 DEFAULT_TOLERANCES: dict[DType, tuple[float, float]] = {
@@ -40,6 +40,19 @@ def tolerance(text: str) -> float:
     if not (math.isfinite(x) and x >= 0):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return x
+
+
+def format_table(rows: list[tuple[str, ...]], right: set[int]) -> str:
+    """Rows of cells (the first is the header) as aligned columns, ``right`` the right-aligned ones, with a
+    rule under the header."""
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    lines = []
+    for j, r in enumerate(rows):
+        lines.append("  ".join(x.rjust(w) if k in right else x.ljust(w)
+                               for k, (x, w) in enumerate(zip(r, widths))).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -95,14 +108,7 @@ class Comparison:
             rows.append((c.name, format_shape(c.shape),
                          f"{c.max_abs:.3g}" if compared else "-", f"{c.max_rel:.3g}" if compared else "-",
                          str(c.worst) if c.worst is not None else "-", f"{c.rtol:g}", f"{c.atol:g}", c.status))
-        widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
-        lines = []
-        for j, r in enumerate(rows):
-            lines.append("  ".join(x.rjust(w) if 2 <= k <= 3 or 5 <= k <= 6 else x.ljust(w)
-                                   for k, (x, w) in enumerate(zip(r, widths))).rstrip())
-            if j == 0:
-                lines.append("  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return format_table(rows, {2, 3, 5, 6})
 
 
 def _compare_one(name: str, a: np.ndarray, r: Optional[np.ndarray], rtol: Optional[float],

@@ -123,14 +123,8 @@ class GradcheckReport:
             w = c.worst
             rows.append((c.name, format_shape(c.shape), str(len(c.directions)), f"{w.abs_err:.3g}",
                          f"{w.rel_err:.3g}", f"{w.step:.0e}", c.status))
-        widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
-        lines = []
-        for j, r in enumerate(rows):
-            lines.append("  ".join(x.rjust(w) if 2 <= k <= 5 else x.ljust(w)
-                                   for k, (x, w) in enumerate(zip(r, widths))).rstrip())
-            if j == 0:
-                lines.append("  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        from .compare import format_table
+        return format_table(rows, {2, 3, 4, 5})
 
     def notes(self) -> list[str]:
         """What a reader of the table must also know: shifted points, unresolved and failed directions."""

@@ -301,7 +301,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help="compile and run a graph; print a summary of the outputs",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Compile and run FILE; print each output's dtype, shape, min, max, mean and "
-                                   "L2 norm,\nand the time.  With no inputs given, every input is generated from --seed.",
+                                   "L2 norm,\nand the time.  With no inputs given, every input is generated from "
+                                   "--seed.",
                        epilog="examples:\n"
                               "  gradir run samples/mlp_forward.gir --save-inputs in.npz -o out.npz\n"
                               "  gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz\n"
