@@ -341,12 +341,12 @@ def _estimate(loss: Callable[[Mapping[str, np.ndarray]], float], p: Mapping[str,
 def cmd_gradcheck(args: argparse.Namespace) -> int:
     from .runcli import load_inputs
     from .syntax import load
-    graph = load(args.file)
-    backward = load(args.backward) if args.backward else None
     if args.generate_missing and args.inputs is None and not args.input:
         from .cli import _Usage
         raise _Usage("gradcheck: --generate-missing completes --inputs/--input, and neither is given "
                      "(without them every input is generated)")
+    graph = load(args.file)
+    backward = load(args.backward) if args.backward else None
     given = load_inputs(args.inputs, args.input) if (args.inputs is not None or args.input) else None
     if any(i.type.dtype is DType.Float32 for i in graph.inputs):
         print("gradir: promoted Float32 to Float64 for the check", file=sys.stderr)

@@ -189,17 +189,16 @@ def _fmt_time(s: float) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from .runtime import compile
     from .syntax import load
-    graph = load(args.file)
+    from .cli import _Usage
     if (args.rtol is not None or args.atol is not None) and not args.compare:
-        from .cli import _Usage
         raise _Usage("run: --rtol and --atol are tolerances for --compare")
+    if args.generate_missing and args.inputs is None and not args.input:
+        raise _Usage("run: --generate-missing completes --inputs/--input, and neither is given "
+                     "(without them every input is generated)")
+    graph = load(args.file)
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
     exe = compile(graph, threads=args.threads)
     if args.inputs is None and not args.input:
-        if args.generate_missing:
-            from .cli import _Usage
-            raise _Usage("run: --generate-missing completes --inputs/--input, and neither is given "
-                         "(without them every input is generated)")
         inputs, generated = complete_inputs(graph, {}, args.seed)
         print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
               file=sys.stderr)

@@ -92,6 +92,7 @@ def test_generate_missing_needs_inputs_and_still_reports_strays(tmp_path, capsys
     f = _write(tmp_path, "g.gir", GRAPH)
     assert main(["run", f, "--generate-missing"]) == 2
     assert "--generate-missing completes --inputs/--input" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "nope.gir"), "--generate-missing"]) == 2  # usage before the file
     np.savez(tmp_path / "in.npz", t7=np.ones((2, 3), np.float32))
     assert main(["run", f, "--inputs", str(tmp_path / "in.npz"), "--generate-missing"]) == 1
     assert "unexpected input t7" in capsys.readouterr().err
