@@ -12,6 +12,7 @@ from .ir import OPS, Attr, BackwardOp, Graph, GraphInput, Op, Operand
 from .autodiff import AutodiffError, grad
 from .builder import BuilderError, GraphBuilder
 from .dot import to_dot
+from .gradcheck import GradcheckReport, gradcheck
 from .runtime import Executable, compile
 from .syntax import load, parse
 from .types import DType, TensorType
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError",
+    "gradcheck", "GradcheckReport",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
     "ExecutionError", "ArgumentError", "RenderError", "Diagnostic", "Span", "__version__", "to_dot",

@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 import zipfile
-from typing import Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import numpy as np
 
@@ -16,7 +16,10 @@ from .errors import Diagnostic, InputError
 from .ir import Graph
 from .types import DType
 
-__all__ = ["register", "demo_inputs", "load_inputs", "save_outputs"]
+if TYPE_CHECKING:
+    from .runtime import Executable
+
+__all__ = ["register", "demo_inputs", "complete_inputs", "load_inputs", "read_npz", "save_outputs"]
 
 
 def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
@@ -61,7 +64,7 @@ _BAD_FILE = Exception
 
 def _bad_file_message(e: BaseException) -> str:
     msg = str(e).split("\n")[0][:300]
-    if "Object arrays" in msg or "allow_pickle" in msg and "not a valid" not in msg:
+    if "Object arrays" in msg or "allow_pickle" in msg:
         return "it holds Python objects, which would need unpickling; gradir never loads pickles"
     return f"{type(e).__name__}: {msg}" if type(e) not in (ValueError, OSError) else msg
 
@@ -95,6 +98,33 @@ def _npy_header(f) -> Optional[tuple]:
         return None
 
 
+def complete_inputs(graph: Graph, given: Mapping[str, np.ndarray],
+                    seed: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``given`` plus, for each graph input it lacks, the value ``demo_inputs(graph, seed)`` draws for it (so
+    a generated input is the same whether or not others were given); returns (inputs, generated names)."""
+    generated = [i.name for i in graph.inputs if i.name not in given]
+    demo = demo_inputs(graph, seed) if generated else {}
+    inputs = {i.name: given[i.name] if i.name in given else demo[i.name] for i in graph.inputs}
+    inputs.update((k, v) for k, v in given.items() if k not in inputs)  # check_inputs names the strays
+    return inputs, generated
+
+
+def check_generated(exe: "Executable", inputs: Mapping[str, np.ndarray], generated: list[str],
+                    filename: str) -> None:
+    """Validate ``inputs`` now if a generated one has a '?' dimension: it was drawn as 2, which may not fit
+    the graph (or the given inputs), and the error should say so."""
+    types = {i.name: i.type for i in exe.graph.inputs}
+    if not any(None in types[n].shape for n in generated):
+        return
+    try:
+        exe.check_inputs(inputs)
+    except InputError as e:
+        e.diagnostics.append(Diagnostic("generated inputs use 2 for every '?' dimension, which does not "
+                                        "fit this graph; give real inputs with --inputs or --input",
+                                        filename=filename))
+        raise
+
+
 def _load_array_file(path: str, what: str) -> object:
     try:
         return np.load(path, allow_pickle=False)
@@ -108,33 +138,41 @@ def _load_array_file(path: str, what: str) -> object:
         raise _too_big(what, path, header) from None
     except _BAD_FILE as e:
         msg = _bad_file_message(e)
-        if "allow_pickle" in str(e):
+        if "allow_pickle" in str(e) and "Object arrays" not in str(e):
             msg = "it is neither .npy nor .npz (NumPy would try to unpickle it; gradir never loads pickles)"
         raise InputError(Diagnostic(f"{what}: not a valid NumPy file: {msg}", filename=path)) from None
+
+
+def read_npz(path: str, what: str, npy_hint: str = "") -> dict[str, np.ndarray]:
+    """The named arrays of an .npz archive, read with pickles disabled; a bad file is an ``InputError``
+    naming ``what`` (the option it came from) and the file; ``npy_hint`` is added when it is a .npy."""
+    data = _load_array_file(path, what)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise InputError(Diagnostic(f"{what}: expected an .npz archive of named arrays, got a single "
+                                    f".npy array{npy_hint}", filename=path))
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with data:
+            for k in data.files:
+                arrays[k] = data[k]
+    except MemoryError:
+        header = None
+        try:
+            with zipfile.ZipFile(path) as zf, zf.open(k + ".npy") as f:
+                header = _npy_header(f)
+        except Exception:  # only for a message
+            pass
+        raise _too_big(f"{what}: array '{k}'", path, header) from None
+    except _BAD_FILE as e:
+        raise InputError(Diagnostic(f"{what}: cannot read array '{k}': {_bad_file_message(e)}",
+                                    filename=path)) from None
+    return arrays
 
 
 def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     if npz:
-        data = _load_array_file(npz, "--inputs")
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise InputError(Diagnostic("--inputs: expected an .npz archive of named arrays, got a single "
-                                        ".npy array (use --input tN=FILE.npy)", filename=npz))
-        try:
-            with data:
-                for k in data.files:
-                    arrays[k] = data[k]
-        except MemoryError:
-            header = None
-            try:
-                with zipfile.ZipFile(npz) as zf, zf.open(k + ".npy") as f:
-                    header = _npy_header(f)
-            except Exception:  # only for a message
-                pass
-            raise _too_big(f"--inputs: array '{k}'", npz, header) from None
-        except _BAD_FILE as e:
-            raise InputError(Diagnostic(f"--inputs: cannot read array '{k}': {_bad_file_message(e)}",
-                                        filename=npz)) from None
+        arrays = read_npz(npz, "--inputs", " (use --input tN=FILE.npy)")
     seen: set[str] = set()
     for pair in pairs:
         name, _, path = pair.partition("=")
@@ -152,15 +190,16 @@ def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
-    """Write outputs to an .npz under their value names, atomically."""
+def save_outputs(path: str, outputs: dict[str, np.ndarray], what: str = "outputs") -> None:
+    """Write arrays (outputs, or with ``what="inputs"`` inputs) to an .npz under their value names,
+    atomically."""
     from .fileio import write_file
     buf = io.BytesIO()
     np.savez(buf, **outputs)
     try:
         write_file(path, buf.getvalue())
     except OSError as e:
-        raise InputError(Diagnostic(f"cannot write outputs: {e.strerror or e}", filename=path)) from None
+        raise InputError(Diagnostic(f"cannot write {what}: {e.strerror or e}", filename=path)) from None
 
 
 def _stats_table(outputs: dict[str, np.ndarray]) -> str:
@@ -227,24 +266,31 @@ def _disabled_passes(args: argparse.Namespace) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from .runtime import compile
     from .syntax import load
+    from .errors import UsageError
+    if (args.rtol is not None or args.atol is not None) and not args.compare:
+        raise UsageError("run: --rtol and --atol are tolerances for --compare")
+    if args.generate_missing and args.inputs is None and not args.input:
+        raise UsageError("run: --generate-missing completes --inputs/--input, and neither is given "
+                         "(without them every input is generated)")
     disable = _disabled_passes(args)
     graph = load(args.file)
+    reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
     exe = compile(graph, threads=args.threads, disable=disable)
-    demo = args.inputs is None and not args.input
-    if demo:
-        inputs = demo_inputs(graph, args.seed)
+    if args.inputs is None and not args.input:
+        inputs, generated = complete_inputs(graph, {}, args.seed)
         print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
               file=sys.stderr)
-        if any(d is None for i in graph.inputs for d in i.type.shape):
-            try:
-                exe.check_inputs(inputs)
-            except InputError as e:
-                e.diagnostics.append(Diagnostic("generated inputs use 2 for every '?' dimension, which does not "
-                                                "fit this graph; give real inputs with --inputs or --input",
-                                                filename=args.file))
-                raise
     else:
-        inputs = load_inputs(args.inputs, args.input)
+        inputs, generated = load_inputs(args.inputs, args.input), []
+        if args.generate_missing:
+            inputs, generated = complete_inputs(graph, inputs, args.seed)
+            print(f"gradir: generated {', '.join(generated)} from seed {args.seed}" if generated else
+                  "gradir: every input was given; none generated", file=sys.stderr)
+    check_generated(exe, inputs, generated, args.file)
+    if args.save_inputs:  # before the run, so that a failing run can be reproduced from them
+        exe.check_inputs(inputs)
+        save_outputs(args.save_inputs, inputs, "inputs")
+        print(f"wrote {len(inputs)} input{'s' if len(inputs) != 1 else ''} to {args.save_inputs}")
     trace: Optional[list] = [] if args.trace else None
     times = []
     show = args.repeat > 1 and sys.stderr.isatty()
@@ -274,7 +320,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc = {"traceEvents": trace, "displayTimeUnit": "ms",
                "otherData": {"graph": graph.name or args.file, "threads": exe.threads}}
         write_file(args.trace, json.dumps(doc).encode("utf-8"))
-        print(f"wrote a trace of {len(trace)} ops to {args.trace} (open it in Perfetto or chrome://tracing)", file=report)
+        print(f"wrote a trace of {len(trace)} ops to {args.trace} (open it in Perfetto or chrome://tracing)",
+              file=report)
+    if reference is not None:
+        from .compare import report_comparison
+        return report_comparison(outputs, reference, args.compare, args.rtol, args.atol)
     return 0
 
 
@@ -336,8 +386,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "input is generated from --seed (a demo run, said on stderr). Prints each "
                                 "output's dtype, shape, min, max, mean and L2 norm, and the time.",
                     examples=["gradir run samples/lstm_bptt.gir",
-                              "gradir run g.gir --inputs in.npz -o out.npz --threads 1",
-                              "gradir run g.gir --repeat 20 --trace trace.json"])
+                              "gradir run samples/mlp_forward.gir --save-inputs in.npz -o out.npz",
+                              "gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz",
+                              "gradir run samples/mlp_forward.gir --input t1=w1.npy --generate-missing",
+                              "gradir run g.gir --repeat 20 --threads 1 --trace trace.json"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
     r.add_argument("--inputs", metavar="IN.npz", help="named input arrays (loaded with pickles disabled)")
     r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
@@ -352,6 +404,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="check the inputs, then stop at the first op producing NaN or Inf and name it")
     r.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="switch compiler passes off (repeatable, or comma-separated; see plan --list-passes)")
+    from .compare import tolerance
+    r.add_argument("--save-inputs", metavar="IN.npz", help="save the inputs used (given or generated), to repeat "
+                                                           "the run or check it elsewhere")
+    r.add_argument("--generate-missing", action="store_true",
+                   help="with --inputs/--input: generate the inputs not given, as a --seed demo run would")
+    r.add_argument("--compare", metavar="REF.npz", help="compare each output with REF's array of its name (same "
+                   "shape and dtype; NaN matches NaN in place); exit 1 if one is missing or differs")
+    r.add_argument("--rtol", type=tolerance, metavar="R", help="--compare's relative tolerance: an element "
+                   "passes if |a - r| <= atol + rtol*|r| (default: 1.3e-6 Float32, 1e-7 Float64, 0 integers)")
+    r.add_argument("--atol", type=tolerance, metavar="A", help="--compare's absolute tolerance (default: 1e-5 "
+                                                               "Float32, 1e-7 Float64, 0 integers)")
     r.set_defaults(func=cmd_run)
 
     p = add_command(sub, "plan", help="print the optimized IR, the schedule and the planned peak memory",
