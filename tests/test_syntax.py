@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import DType, Graph, TensorType
-from gradir.syntax import FastType, _statements, _type_from_syntax
+from gradir.fastparse import FastType, type_from_syntax
+from gradir.syntax import _statements
 from strategies import OP_EXAMPLES, graphs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +36,7 @@ def _norm_type(t):
     if isinstance(t, FastType):
         return (t.type, t.span)
     diags = []
-    return (_type_from_syntax(t, None, diags), t.span, [x.message for x in diags])
+    return (type_from_syntax(t, None, diags), t.span, [x.message for x in diags])
 
 
 def _same(a, b):
