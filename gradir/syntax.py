@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, NamedTuple, Optional, Union
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -23,6 +23,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from .errors import Diagnostic, ParseError, Source, Span, VerifyError, errors_of
 from .fastparse import Fallback, Stmt, TypeSyntax, fast_line, type_from_syntax
 from .ir import OPS, Graph, GraphInput, OpLoc
+from .trivia import attach
 
 __all__ = ["parse", "load", "print_graph", "grammar_text"]
 
@@ -178,39 +179,57 @@ def _describe_expected(names: set) -> str:
     return "one of " + ", ".join(shown)
 
 
-MAX_SYNTAX_ERRORS = 50
+MAX_SYNTAX_ERRORS = 50  # described; further bad lines are only counted
 
 
-def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None
-                ) -> tuple[list[Stmt], list[Diagnostic]]:
+class Parsed(NamedTuple):
+    """The statements of a text, where they stand, and its syntax errors."""
+
+    stmts: list[Stmt]
+    errors: list[Diagnostic]  # the first MAX_SYNTAX_ERRORS bad lines
+    more_errors: int  # how many more bad lines there are
+    lines: list[str]  # the text, split at "\n"
+    rows: list[int]  # the 1-based line of each statement
+
+
+def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None) -> Parsed:
     """Parse ``text`` into statements, and the syntax errors of every bad line.
 
     A statement never spans lines, so each line is parsed on its own: the
     canonical fast path first, lark for any other line.  That is the grammar's
     language (``(_stmt? _NL)* _stmt?``) and lets every bad line be reported.
+    Past ``MAX_SYNTAX_ERRORS`` the bad lines are counted, not described (lark
+    rejects a garbage line within a token or two, so counting stays cheap).
     """
     out: list[Stmt] = []
+    rows: list[int] = []
     errors: list[Diagnostic] = []
+    more = 0
     src = source or Source("<string>", text)
-    for n, line in enumerate(text.split("\n"), 1):
+    lines = text.split("\n")
+    for n, line in enumerate(lines, 1):
         if fast:
             try:
                 st = fast_line(line, n)
                 if st is not None:
                     out.append(st)
+                    rows.append(n)
                 continue
             except Fallback:
                 pass
         _LINE.offset = n - 1
         try:
-            out.extend(_parser().parse(line + "\n"))
+            got = _parser().parse(line + "\n")
+            out.extend(got)
+            rows.extend([n] * len(got))
         except UnexpectedInput as e:
-            errors.append(_syntax_error(e, src, n, line))
-            if len(errors) >= MAX_SYNTAX_ERRORS:
-                break
+            if len(errors) < MAX_SYNTAX_ERRORS:
+                errors.append(_syntax_error(e, src, n, line))
+            else:
+                more += 1
         finally:
             _LINE.offset = 0
-    return out, errors
+    return Parsed(out, errors, more, lines, rows)
 
 
 @contextmanager
@@ -252,12 +271,13 @@ def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool 
         text = text[1:]
     source = Source(filename, text)
     try:
-        stmts, syntax_errors = _statements(text, source=source)
+        parsed = _statements(text, source=source)
     except RecursionError:  # pragma: no cover - defensive
         raise ParseError(Diagnostic("input is too deeply nested", Span(1, 1, 2), source)) from None
-    if syntax_errors:
-        raise ParseError(syntax_errors)
-    graph, diags, poisoned = _build_graph(stmts, source)
+    if parsed.errors:
+        raise ParseError(parsed.errors, more=parsed.more_errors)
+    graph, diags, poisoned = _build_graph(parsed.stmts, source)
+    graph.trivia = attach(text, parsed.lines, parsed.rows, parsed.stmts)
     if verify:
         from .verify import verify_graph
         diags = diags + verify_graph(graph, poisoned=poisoned)
