@@ -652,8 +652,8 @@ class Graph:
         if self.outputs:
             lines.append("output " + ", ".join(self.outputs))
         if self.trivia:
-            from .trivia import render, statement_keys
-            return render(self.trivia, statement_keys(self), lines)
+            from .trivia import render
+            return render(self.trivia, self, lines)
         return "\n".join(lines) + "\n"
 
     def __str__(self) -> str:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .fastparse import Stmt
     from .ir import Graph
 
-__all__ = ["Trivia", "comment_of", "attach", "render", "statement_keys"]
+__all__ = ["Trivia", "comment_of", "attach", "render"]
 
 BLANK = ""  # a blank line in a list of leading or footer lines (a comment starts with '#', so is never empty)
 
@@ -48,8 +48,10 @@ _RE_CODE = re.compile(r'(?:[^"#]|"(?:[^"\\\n]|\\.)*")*')
 
 def comment_of(line: str) -> Optional[str]:
     """The comment on ``line`` (without trailing whitespace), or ``None`` if it has none."""
-    if "#" not in line:  # nearly every line of a big file: the cheap test first
+    if "#" not in line:  # nearly every line of a big file: the cheap tests first
         return None
+    if '"' not in line:
+        return line[line.index("#"):].rstrip()
     end = _RE_CODE.match(line).end()  # type: ignore[union-attr]  # matches the empty string at least
     if end < len(line) and line[end] == "#":
         return line[end:].rstrip()
@@ -58,7 +60,8 @@ def comment_of(line: str) -> Optional[str]:
 
 @dataclass
 class Trivia:
-    """A parsed file's comments and blank lines, keyed by statement (see ``statement_keys``)."""
+    """A parsed file's comments and blank lines, keyed by statement: ("graph",), ("input", name),
+    ("op", first result) or ("output",)."""
 
     leading: dict[tuple, list[str]] = field(default_factory=dict)  # comment lines and BLANKs, in order
     trailing: dict[tuple, str] = field(default_factory=dict)
@@ -88,14 +91,32 @@ def _stmt_key(st: "Stmt") -> tuple:
     return (st.kind,)  # graph, output
 
 
-def statement_keys(graph: "Graph") -> list[tuple]:
-    """The key of each line ``graph.to_text()`` prints, in order (the parser keys statements the same way)."""
-    keys: list[tuple] = [("graph",)] if graph.name is not None else []
-    keys.extend(("input", i.name) for i in graph.inputs)
-    keys.extend(("op", op.results[0]) for op in graph.ops)
-    if graph.outputs:
-        keys.append(("output",))
-    return keys
+def _positions(trivia: Trivia, graph: "Graph") -> dict[int, tuple]:
+    """Which line of ``graph.to_text()`` each statement with trivia prints as (the first, if two
+    share a key, as only an unverified graph can).  One pass that allocates nothing per statement
+    (allocations wake the garbage collector, which then scans the whole big graph)."""
+    keys = trivia.leading.keys() | trivia.trailing.keys()
+    at: dict[int, tuple] = {}
+    i = 0
+    if graph.name is not None:
+        if ("graph",) in keys:
+            at[0] = ("graph",)
+        i = 1
+    wanted = {k[1]: k for k in keys if k[0] == "input"}
+    if wanted:
+        for j, inp in enumerate(graph.inputs):
+            if inp.name in wanted:
+                at[i + j] = wanted.pop(inp.name)
+    i += len(graph.inputs)
+    wanted = {k[1]: k for k in keys if k[0] == "op"}
+    if wanted:
+        for j, op in enumerate(graph.ops):
+            if op.results[0] in wanted:
+                at[i + j] = wanted.pop(op.results[0])
+    i += len(graph.ops)
+    if graph.outputs and ("output",) in keys:
+        at[i] = ("output",)
+    return at
 
 
 def _gap(lines: list[str], lo: int, hi: int, pending: list[str], at_start: bool) -> None:
@@ -120,7 +141,8 @@ def attach(text: str, lines: list[str], rows: list[int], stmts: list["Stmt"]) ->
     for st, n in zip(stmts, rows):
         if n > prev + 1:
             _gap(lines, prev, n - 1, pending, prev == 0)
-        trailing = comment_of(lines[n - 1])
+        line = lines[n - 1]
+        trailing = comment_of(line) if "#" in line else None
         if pending or trailing is not None:
             trivia.add(_stmt_key(st), pending, trailing)
             pending = []
@@ -132,42 +154,66 @@ def attach(text: str, lines: list[str], rows: list[int], stmts: list["Stmt"]) ->
     return trivia or None
 
 
-def render(trivia: Trivia, keys: list[tuple], codes: list[str]) -> str:
-    """The text of statements ``codes`` (keyed by ``keys``) with their comments and blank lines."""
-    rows: list[tuple[str, Optional[str]]] = []  # (statement or comment line or BLANK, trailing comment)
-
-    def emit(items: list[str]) -> None:
-        for item in items:
-            if item != BLANK:
-                rows.append((item, None))
-            elif rows and rows[-1][0] != BLANK:
-                rows.append((BLANK, None))
-
-    done: set[tuple] = set()
-    for key, code in zip(keys, codes):
-        if key in done:  # two statements with one key: only in a graph that failed verification
-            rows.append((code, None))
-            continue
-        done.add(key)
-        emit(trivia.leading.get(key, []))
-        rows.append((code, trivia.trailing.get(key)))
-    emit(trivia.footer)
-    while rows and rows[-1][0] == BLANK:
-        rows.pop()
-    out: list[str] = []
-    group: list[tuple[str, str]] = []  # consecutive lines whose trailing comments align
-    log_sum = 0.0  # of the group's code lengths (for their geometric mean)
-    for code, comment in rows:
-        if group and (comment is None or not _aligns(len(code), log_sum / len(group))):
-            _flush(group, out)
-            log_sum = 0.0
+def render(trivia: Trivia, graph: "Graph", codes: list[str]) -> str:
+    """The text of ``graph``, whose statements print as ``codes``, with its comments and blank lines."""
+    p = _Lines()
+    prev = 0
+    at = _positions(trivia, graph)
+    for i in sorted(at):
+        key = at[i]
+        if i > prev:
+            p.plain(codes[prev:i])
+        p.leading(trivia.leading.get(key, ()))
+        comment = trivia.trailing.get(key)
         if comment is None:
-            out.append(code)
+            p.plain(codes[i:i + 1])
         else:
-            group.append((code, comment))
-            log_sum += math.log(len(code))
-    _flush(group, out)
-    return "\n".join(out) + "\n"
+            p.commented(codes[i], comment)
+        prev = i + 1
+    p.plain(codes[prev:])
+    p.leading(trivia.footer)
+    p.flush()
+    while p.out and p.out[-1] == BLANK:
+        p.out.pop()
+    return "\n".join(p.out) + "\n"
+
+
+class _Lines:
+    """Printed lines, and the run of commented statements still to be aligned."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.codes: list[str] = []  # a run of commented statements whose comments align
+        self.comments: list[str] = []
+        self.log_sum = 0.0  # of the run's code lengths (for their geometric mean)
+
+    def plain(self, lines: list[str]) -> None:
+        self.flush()
+        self.out.extend(lines)
+
+    def leading(self, items: "list[str] | tuple") -> None:
+        for item in items:
+            self.flush()
+            if item != BLANK:
+                self.out.append(item)
+            elif self.out and self.out[-1] != BLANK:  # a run of blanks is one; none at the start
+                self.out.append(BLANK)
+
+    def commented(self, code: str, comment: str) -> None:
+        if self.codes and not _aligns(len(code), self.log_sum / len(self.codes)):
+            self.flush()
+        self.codes.append(code)
+        self.comments.append(comment)
+        self.log_sum += math.log(len(code))
+
+    def flush(self) -> None:
+        if self.codes:
+            column = max(map(len, self.codes)) + 2
+            self.out.extend(code + " " * (column - len(code)) + comment
+                            for code, comment in zip(self.codes, self.comments))
+            self.codes.clear()
+            self.comments.clear()
+            self.log_sum = 0.0
 
 
 ALIGN_RATIO = 2.5  # gofmt's: a line this many times longer or shorter than its group's mean starts a new group
@@ -179,10 +225,3 @@ def _aligns(length: int, mean_log: float) -> bool:
     far to the right (or its own far from its code), so it starts a group of its own."""
     ratio = length / math.exp(mean_log)
     return 1 / ALIGN_RATIO < ratio < ALIGN_RATIO
-
-
-def _flush(group: list[tuple[str, str]], out: list[str]) -> None:
-    if group:
-        column = max(len(code) for code, _ in group) + 2
-        out.extend(code + " " * (column - len(code)) + comment for code, comment in group)
-        group.clear()
