@@ -18,9 +18,10 @@ comments along with it:
 - Trailing comments on consecutive lines are aligned, as gofmt does: in a run of
   printed lines that each carry a trailing comment, every comment starts two
   columns after the longest statement of the run; a lone commented line gets two
-  spaces.  Like gofmt, a line 2.5 times longer or shorter than the geometric mean
-  of the lines aligned so far starts a new run, so one long op line does not push
-  the comments of short input lines far to the right.
+  spaces.  With the threshold gofmt uses to break alignment in lists, a line 2.5
+  times longer or shorter than the geometric mean of the run's lines so far
+  starts a new run, so one long op line does not push the comments of short
+  input lines far to the right.
 - Statements that print as one keep all their comments: several ``output``
   lines become one, which keeps the first one's comments; each later one adds
   its leading lines and then its trailing comment (as a comment line) to the
@@ -216,12 +217,12 @@ class _Lines:
             self.log_sum = 0.0
 
 
-ALIGN_RATIO = 2.5  # gofmt's: a line this many times longer or shorter than its group's mean starts a new group
+ALIGN_RATIO = 2.5  # gofmt's: a line this many times longer or shorter than its run's mean starts a new run
 
 
 def _aligns(length: int, mean_log: float) -> bool:
-    """Whether a commented line of ``length`` joins the alignment group whose code lengths have
-    mean logarithm ``mean_log``: a much longer (or shorter) line would push the group's comments
-    far to the right (or its own far from its code), so it starts a group of its own."""
+    """Whether a commented line of ``length`` joins the run of aligned comments whose code lengths
+    have mean logarithm ``mean_log``: a much longer (or shorter) line would push the run's comments
+    far to the right (or its own far from its code), so it starts a run of its own."""
     ratio = length / math.exp(mean_log)
     return 1 / ALIGN_RATIO < ratio < ALIGN_RATIO
