@@ -1,8 +1,11 @@
-"""Parser (lark LALR, tree-less Transformer) and printer, side by side.
+"""Parser: text -> statement records -> ``Graph``.
 
-The Transformer only builds plain statement records with source spans; every
-semantic check (names, op signatures, types) lives in ``verify.py``, so lark
-never wraps our exceptions.  The parser is built once per process.
+Each line is tried by the canonical fast path (``fastparse.py``), then by lark
+(LALR, tree-less Transformer).  Both only build plain statement records with
+source spans; every semantic check (names, op signatures, types) lives in
+``verify.py``, so lark never wraps our exceptions.  The parser is built once
+per process.  Comments and blank lines go to ``trivia.py`` so that the printer
+(``Graph.to_text``) keeps them.
 """
 
 from __future__ import annotations
