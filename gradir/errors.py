@@ -110,7 +110,22 @@ class GradirError(Exception):
 
 
 class ParseError(GradirError):
-    """The text is not well-formed IR (lexing, syntax, encoding)."""
+    """The text is not well-formed IR (lexing, syntax, encoding).
+
+    Only the first bad lines are described; ``more`` counts the rest, and a last
+    line says how many there are, so a user knows how much is left to fix.
+    """
+
+    def __init__(self, diagnostics: str | Diagnostic | Iterable[Diagnostic], *, more: int = 0) -> None:
+        self.more = more
+        super().__init__(diagnostics)
+
+    def render(self) -> str:
+        text = super().render()
+        if self.more:
+            file = self.diagnostics[-1].file if self.diagnostics else "<string>"
+            text += f"\n{file}: note: ... and {self.more} more syntax error{'' if self.more == 1 else 's'} not shown"
+        return text
 
 
 class VerifyError(GradirError):

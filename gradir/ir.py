@@ -15,12 +15,15 @@ import math
 import numbers
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from .errors import ArgumentError, Diagnostic, Source, Span, VerifyError, errors_of
 from .types import DType, Dim, TensorType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .trivia import Trivia
 
 __all__ = ["Operand", "Attr", "REQUIRED", "Op", "BackwardOp", "Graph", "OpLoc", "OpError",
            "InferContext", "OPS", "lookup_op", "format_attr_value", "VALUE_NAME"]
@@ -653,6 +656,7 @@ class Graph:
         self.output_spans: list[Optional[Span]] = [None] * len(self.outputs)
         self.name_span: Optional[Span] = None
         self.types: dict[str, TensorType] = {}
+        self.trivia: Optional[Trivia] = None  # a parsed file's comments and blank lines, kept by to_text
 
     # -- queries -------------------------------------------------------------
     @property
@@ -676,6 +680,8 @@ class Graph:
 
     # -- printing ------------------------------------------------------------
     def to_text(self) -> str:
+        """Canonical text: the header, inputs, ops, outputs, a statement a line; the comments and
+        blank lines of a parsed graph move with their statements (see ``trivia.py``)."""
         lines = []
         if self.name is not None:
             lines.append(f"graph {self.name}")
@@ -689,6 +695,9 @@ class Graph:
             lines.append(op.to_string())
         if self.outputs:
             lines.append("output " + ", ".join(self.outputs))
+        if self.trivia:
+            from .trivia import render
+            return render(self.trivia, self, lines)
         return "\n".join(lines) + "\n"
 
     def __str__(self) -> str:

@@ -1,8 +1,11 @@
-"""Parser (lark LALR, tree-less Transformer) and printer, side by side.
+"""Parser: text -> statement records -> ``Graph``.
 
-The Transformer only builds plain statement records with source spans; every
-semantic check (names, op signatures, types) lives in ``verify.py``, so lark
-never wraps our exceptions.  The parser is built once per process.
+Each line is tried by the canonical fast path (``fastparse.py``), then by lark
+(LALR, tree-less Transformer).  Both only build plain statement records with
+source spans; every semantic check (names, op signatures, types) lives in
+``verify.py``, so lark never wraps our exceptions.  The parser is built once
+per process.  Comments and blank lines go to ``trivia.py`` so that the printer
+(``Graph.to_text``) keeps them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import gc
 import json
 import threading
 import os
-import re
 from contextlib import contextmanager
 from functools import lru_cache
 from importlib import resources
@@ -22,8 +24,9 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
+from .fastparse import Fallback, Stmt, TypeSyntax, fast_line, type_from_syntax
 from .ir import OPS, Graph, GraphInput, OpLoc
-from .types import DType, TensorType, format_shape
+from .trivia import attach
 
 __all__ = ["parse", "load", "print_graph", "grammar_text"]
 
@@ -45,17 +48,6 @@ def _span(tok: Token) -> Span:
 
 def _span2(a: Span, b: Span) -> Span:
     return Span(a.line, a.col, b.end_col if b.line == a.line else a.end_col)
-
-
-class TypeSyntax(NamedTuple):
-    dtype: tuple  # (text, Span)
-    dims: Optional[list]  # list of (value or None, Span or None); None for `scalar`
-    span: Span
-
-
-class Stmt(NamedTuple):
-    kind: str  # graph | input | op | output
-    data: dict
 
 
 @v_args(inline=True)
@@ -190,215 +182,57 @@ def _describe_expected(names: set) -> str:
     return "one of " + ", ".join(shown)
 
 
-# -- the line-level fast path ------------------------------------------------------
-# lark defines the language.  Big files are nearly always in canonical form (the
-# printer's output), and lark's pure-Python LALR runs at ~7,000 lines/s, so each
-# line is first tried against strict regular expressions for the canonical forms.
-# They accept a subset of what the grammar accepts and build the very same
-# statement records; if any line falls outside that subset, the whole text is
-# parsed by lark instead (so syntax errors always come from lark).  A Hypothesis
-# test checks the two paths agree.
-_ID = r"[A-Za-z_][A-Za-z0-9_]*"
-_TRAIL = r"[ \t]*(?:#.*)?"
-_TYPE = r"(" + _ID + r") (\[(?:(?:[0-9]+|\?)(?:, (?:[0-9]+|\?))*)?\]|scalar)"
-_RE_BLANK = re.compile(_TRAIL)
-_RE_OP = re.compile(r"[ \t]*(t[0-9]+(?:, t[0-9]+)*) = (" + _ID + r")\(([^()#]*)\)(?: : ([^#]*?))?" + _TRAIL)
-_RE_INPUT = re.compile(r"([ \t]*input )(t[0-9]+) : " + _TYPE + _TRAIL)
-_RE_OUTPUT = re.compile(r"([ \t]*output )(t[0-9]+(?:, t[0-9]+)*)" + _TRAIL)
-_RE_GRAPH = re.compile(r"([ \t]*graph )(" + _ID + r")" + _TRAIL)
-_RE_VALUE = re.compile(r"t[0-9]+")
-_RE_TYPE = re.compile(_TYPE)
-_RE_ARG = re.compile(r"(t[0-9]+|_)(?:, |$)|(" + _ID + r")=(\[[^\[\]]*\]|\"[^\"\\]*\"|[^,\[\]\" ]+)(?:, |$)")
-_RE_INT = re.compile(r"[+-]?[0-9]+")
-_RE_FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+"
-                       r"|inf|nan)")
-_RE_RESULT = re.compile(r"t[0-9]+")
-_KEYWORDS = frozenset({"graph", "input", "output", "true", "false", "scalar", "_"})
+MAX_SYNTAX_ERRORS = 50  # described; further bad lines are only counted
 
 
-class _Fallback(Exception):
-    pass
+class Parsed(NamedTuple):
+    """The statements of a text, where they stand, and its syntax errors."""
+
+    stmts: list[Stmt]
+    errors: list[Diagnostic]  # the first MAX_SYNTAX_ERRORS bad lines
+    more_errors: int  # how many more bad lines there are
+    lines: list[str]  # the text, split at "\n"
+    rows: list[int]  # the 1-based line of each statement
 
 
-def _plain_ident(name: str) -> bool:
-    return name not in _KEYWORDS and not (name[0] == "t" and name[1:].isdigit())
-
-
-def _fast_scalar(text: str, line: int, col: int) -> tuple:
-    span = Span(line, col, col + len(text))
-    if _RE_INT.fullmatch(text):
-        return (int(text), span, None)
-    if _RE_FLOAT.fullmatch(text):
-        return (float(text), span, None)
-    if text == "true":
-        return (True, None, None)
-    if text == "false":
-        return (False, None, None)
-    if len(text) >= 2 and text[0] == '"' and text[-1] == '"' and '"' not in text[1:-1] and "\\" not in text:
-        return (text[1:-1], span, None)
-    raise _Fallback
-
-
-def _fast_value(text: str, line: int, col: int) -> tuple:
-    if text.startswith("["):
-        inner = text[1:-1]
-        if not inner:
-            return ((), None, None)
-        items, c = [], col + 1
-        for part in inner.split(", "):
-            items.append(_fast_scalar(part, line, c))
-            c += len(part) + 2
-        return (tuple(i[0] for i in items), items[0][1], None)
-    return _fast_scalar(text, line, col)
-
-
-_FAST_TYPES: dict[str, TensorType] = {}
-
-
-class FastType(NamedTuple):
-    """A canonical type text whose TensorType is known (spans computed only on error)."""
-
-    type: TensorType
-    span: Span
-
-
-def _fast_type(m: "re.Match", line: int, g: int) -> "TypeSyntax | FastType":
-    key = m.group(g, g + 1)
-    t = _FAST_TYPES.get(key)
-    if t is not None:
-        return FastType(t, Span(line, m.start(g) + 1, m.end(g + 1) + 1))
-    ts = _fast_type_syntax(m, line, g)
-    diags: list = []
-    t = _type_from_syntax(ts, None, diags)
-    if t is not None and not diags and len(_FAST_TYPES) < 4096:
-        _FAST_TYPES[key] = t
-    return ts
-
-
-def _fast_type_syntax(m: "re.Match", line: int, g: int) -> TypeSyntax:
-    dtype, shape = m.group(g), m.group(g + 1)
-    if not _plain_ident(dtype):
-        raise _Fallback
-    dspan = Span(line, m.start(g) + 1, m.end(g) + 1)
-    if shape == "scalar":
-        return TypeSyntax((dtype, dspan), None, dspan)
-    dims = []
-    c = m.start(g + 1) + 2
-    if len(shape) > 2:
-        for part in shape[1:-1].split(", "):
-            dims.append((None, None) if part == "?" else (int(part), Span(line, c, c + len(part))))
-            c += len(part) + 2
-    return TypeSyntax((dtype, dspan), dims, Span(line, dspan.col, m.end(g + 1) + 1))
-
-
-def _fast_line(text: str, n: int) -> Optional[Stmt]:
-    """The statement on line ``n`` if it is in canonical form, ``None`` if blank;
-    raises ``_Fallback`` otherwise."""
-    if text.endswith("\r"):
-        text = text[:-1]
-    m = _RE_OP.fullmatch(text)
-    if m:
-        results = [(r.group(), Span(n, m.start(1) + r.start() + 1, m.start(1) + r.end() + 1))
-                   for r in _RE_RESULT.finditer(m.group(1))]
-        name = m.group(2)
-        if not _plain_ident(name):
-            raise _Fallback
-        args = []
-        body, base = m.group(3), m.start(3)
-        pos = 0
-        while pos < len(body):
-            a = _RE_ARG.match(body, pos)
-            if a is None:
-                raise _Fallback
-            if a.group(1) is not None:
-                sp = Span(n, base + a.start(1) + 1, base + a.end(1) + 1)
-                args.append(("operand", None if a.group(1) == "_" else a.group(1), sp))
-            else:
-                key = a.group(2)
-                if not _plain_ident(key):
-                    raise _Fallback
-                args.append(("attr", key, Span(n, base + a.start(2) + 1, base + a.end(2) + 1),
-                             _fast_value(a.group(3), n, base + a.start(3) + 1)))
-            pos = a.end()
-        if body.endswith(", "):
-            raise _Fallback
-        types = None
-        if m.group(4) is not None:
-            types = []
-            tb, tbase, pos = m.group(4), m.start(4), 0
-            while True:
-                t = _RE_TYPE.match(tb, pos)
-                if t is None:
-                    raise _Fallback
-                ts = _fast_type(t, n, 1)
-                off = tbase  # shift spans from the types group to line columns
-                if isinstance(ts, FastType):
-                    types.append(FastType(ts.type, Span(n, ts.span.col + off, ts.span.end_col + off)))
-                else:
-                    dt = (ts.dtype[0], Span(n, ts.dtype[1].col + off, ts.dtype[1].end_col + off))
-                    dims = None if ts.dims is None else [
-                        (v, Span(n, sp.col + off, sp.end_col + off) if sp else None) for v, sp in ts.dims]
-                    types.append(TypeSyntax(dt, dims, Span(n, ts.span.col + off, ts.span.end_col + off)))
-                pos = t.end()
-                if pos == len(tb):
-                    break
-                if not tb.startswith(", ", pos):
-                    raise _Fallback
-                pos += 2
-        return Stmt("op", {"results": results, "name": (name, Span(n, m.start(2) + 1, m.end(2) + 1)),
-                           "args": args, "types": types})
-    m = _RE_INPUT.fullmatch(text)
-    if m:
-        return Stmt("input", {"name": m.group(2), "span": Span(n, m.start(2) + 1, m.end(2) + 1),
-                              "type": _fast_type(m, n, 3)})
-    m = _RE_OUTPUT.fullmatch(text)
-    if m:
-        base = m.start(2)
-        return Stmt("output", {"names": [(r.group(), Span(n, base + r.start() + 1, base + r.end() + 1))
-                                         for r in _RE_RESULT.finditer(m.group(2))]})
-    m = _RE_GRAPH.fullmatch(text)
-    if m:
-        if not _plain_ident(m.group(2)):
-            raise _Fallback
-        return Stmt("graph", {"name": m.group(2), "span": Span(n, m.start(2) + 1, m.end(2) + 1)})
-    if _RE_BLANK.fullmatch(text):
-        return None
-    raise _Fallback
-
-
-MAX_SYNTAX_ERRORS = 50
-
-
-def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None
-                ) -> tuple[list[Stmt], list[Diagnostic]]:
+def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None) -> Parsed:
     """Parse ``text`` into statements, and the syntax errors of every bad line.
 
     A statement never spans lines, so each line is parsed on its own: the
     canonical fast path first, lark for any other line.  That is the grammar's
     language (``(_stmt? _NL)* _stmt?``) and lets every bad line be reported.
+    Past ``MAX_SYNTAX_ERRORS`` the bad lines are counted, not described (lark
+    rejects a garbage line within a token or two, so counting stays cheap).
     """
     out: list[Stmt] = []
+    rows: list[int] = []
     errors: list[Diagnostic] = []
+    more = 0
     src = source or Source("<string>", text)
-    for n, line in enumerate(text.split("\n"), 1):
+    lines = text.split("\n")
+    for n, line in enumerate(lines, 1):
         if fast:
             try:
-                st = _fast_line(line, n)
+                st = fast_line(line, n)
                 if st is not None:
                     out.append(st)
+                    rows.append(n)
                 continue
-            except _Fallback:
+            except Fallback:
                 pass
         _LINE.offset = n - 1
         try:
-            out.extend(_parser().parse(line + "\n"))
+            got = _parser().parse(line + "\n")
+            out.extend(got)
+            rows.extend([n] * len(got))
         except UnexpectedInput as e:
-            errors.append(_syntax_error(e, src, n, line))
-            if len(errors) >= MAX_SYNTAX_ERRORS:
-                break
+            if len(errors) < MAX_SYNTAX_ERRORS:
+                errors.append(_syntax_error(e, src, n, line))
+            else:
+                more += 1
         finally:
             _LINE.offset = 0
-    return out, errors
+    return Parsed(out, errors, more, lines, rows)
 
 
 @contextmanager
@@ -445,12 +279,13 @@ def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool 
         text = text[1:]
     source = Source(filename, text)
     try:
-        stmts, syntax_errors = _statements(text, source=source)
+        parsed = _statements(text, source=source)
     except RecursionError:  # pragma: no cover - defensive
         raise ParseError(Diagnostic("input is too deeply nested", Span(1, 1, 2), source)) from None
-    if syntax_errors:
-        raise ParseError(syntax_errors)
-    graph, diags, poisoned = _build_graph(stmts, source)
+    if parsed.errors:
+        raise ParseError(parsed.errors, more=parsed.more_errors)
+    graph, diags, poisoned = _build_graph(parsed.stmts, source)
+    graph.trivia = attach(text, parsed.lines, parsed.rows, parsed.stmts)
     if verify:
         from .verify import verify_graph
         diags = diags + verify_graph(graph, poisoned=poisoned)
@@ -482,41 +317,6 @@ def load(path: Union[str, os.PathLike], *, verify: bool = True) -> Graph:
     return parse(data, name, verify=verify)
 
 
-_DTYPES = {d.value: d for d in DType}
-MAX_ELEMENTS = 1 << 48
-_TYPE_CACHE: dict = {}
-
-
-def _type_from_syntax(ts: "TypeSyntax | FastType", source: Optional[Source], diags: list) -> Optional[TensorType]:
-    if isinstance(ts, FastType):
-        return ts.type
-    try:
-        dtype = _DTYPES[ts.dtype[0]]
-    except KeyError:
-        try:
-            DType.parse(ts.dtype[0])
-        except ValueError as e:
-            diags.append(Diagnostic(str(e), ts.dtype[1], source))
-        return None
-    if ts.dims is None:
-        return TensorType(dtype, ())
-    shape = []
-    ok = True
-    numel = 1
-    for value, span in ts.dims:
-        if value is not None and value <= 0:
-            diags.append(Diagnostic(f"dimension {value} is not a positive integer or '?'", span, source))
-            ok = False
-        elif value is not None:
-            numel *= value
-        shape.append(value)
-    if ok and numel > MAX_ELEMENTS:
-        diags.append(Diagnostic(f"type {ts.dtype[0]} {format_shape(shape)} has {numel:.3g} elements; at most "
-                                f"2^48 are supported", ts.span, source))
-        ok = False
-    return TensorType(dtype, shape) if ok else None
-
-
 def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnostic], dict]:
     """Statements -> Graph.  Structural problems that prevent building an op
     (unknown op name, bad type syntax, misplaced header) become diagnostics; the
@@ -537,7 +337,7 @@ def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnos
                 graph.name = d["name"]
                 graph.name_span = d["span"]
         elif st.kind == "input":
-            t = _type_from_syntax(d["type"], source, diags)
+            t = type_from_syntax(d["type"], source, diags)
             if t is None:
                 poisoned[d["name"]] = d["span"]
                 continue
@@ -588,7 +388,7 @@ def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnos
             if d["types"] is not None:
                 types = []
                 for ts in d["types"]:
-                    t = _type_from_syntax(ts, source, diags)
+                    t = type_from_syntax(ts, source, diags)
                     if t is None:
                         bad = True
                     types.append(t)

@@ -255,3 +255,55 @@ def graphs(draw, max_ops: int = 6, unknown_dims: bool = True) -> Graph:
     name = draw(st.sampled_from([None, "g", "random_graph"]))
     g = Graph(inputs, ops, outputs, name=name)
     return g.validate()
+
+
+# -- commented files ---------------------------------------------------------------
+comment_texts = st.one_of(
+    st.sampled_from(["#", "# a comment", "#no space", "## twice # and again", '# "quoted # hash"', "# 'single'",
+                     "# back\\slash \\\"", "# ünïcödé ∂x/∂y 😀", "# tab\there", "#   trailing spaces   ",
+                     "# input t0 : Float32 [2]", "# a\rcarriage return inside"]),
+    st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)), max_size=30).map(
+        lambda s: "#" + s))
+INDENTS = st.sampled_from(["", " ", "\t", "    "])
+BLANKS = st.sampled_from(["", " ", "\t", "  \t "])
+
+
+@st.composite
+def commented_texts(draw, g: Graph) -> tuple[str, list[tuple[str, str]]]:
+    """``g``'s canonical text with comment lines, blank-line runs and trailing comments
+    drawn around and on its statements, and CRLF or LF line ends.  Returns the text and
+    what ``fmt`` must keep of it: ("stmt", line) | ("comment", text) | ("blank", "") in
+    order, comments without trailing whitespace, blank runs as one, none first or last."""
+    raw: list[str] = []
+    events: list[tuple[str, str]] = []
+
+    def gap() -> None:
+        for _ in range(draw(st.integers(0, 3))):
+            if draw(st.booleans()):
+                text = draw(comment_texts)
+                raw.append(draw(INDENTS) + text)
+                events.append(("comment", text.rstrip()))
+            else:
+                for _ in range(draw(st.integers(1, 3))):
+                    raw.append(draw(BLANKS))
+                events.append(("blank", ""))
+
+    for line in g.to_text().split("\n")[:-1]:
+        gap()
+        events.append(("stmt", line))
+        if draw(st.booleans()):
+            text = draw(comment_texts)
+            raw.append(line + draw(st.sampled_from(["", " ", "  ", "\t", "      "])) + text)
+            events.append(("comment", text.rstrip()))
+        else:
+            raw.append(line)
+    gap()
+    nl = draw(st.sampled_from(["\n", "\r\n"]))
+    text = nl.join(raw) + (nl if draw(st.booleans()) or not raw[-1].strip() else "")
+    kept: list[tuple[str, str]] = []
+    for e in events:  # a run of blanks is one; none at the start or the end
+        if e[0] != "blank" or (kept and kept[-1][0] != "blank"):
+            kept.append(e)
+    while kept and kept[-1][0] == "blank":
+        kept.pop()
+    return text, kept

@@ -70,7 +70,8 @@ def test_fmt_prints_canonical_text(tmp_path, capsys):
     f = tmp_path / "x.gir"
     f.write_text("# comment\ninput t0:Float32[2]\nt1=LeakyRelu( t0 , alpha=0.01 )   # default alpha\noutput t1\n")
     assert main(["fmt", str(f)]) == 0
-    assert capsys.readouterr().out == "input t0 : Float32 [2]\nt1 = LeakyRelu(t0) : Float32 [2]\noutput t1\n"
+    assert capsys.readouterr().out == ("# comment\ninput t0 : Float32 [2]\nt1 = LeakyRelu(t0) : Float32 [2]  "
+                                       "# default alpha\noutput t1\n")
     assert main(["fmt", "--check", str(f)]) == 1
 
 
@@ -94,6 +95,36 @@ def test_fmt_output_file(tmp_path):
     src.write_text(GOOD)
     assert main(["fmt", str(src), "-o", str(out)]) == 0
     assert out.read_text() == "input t0 : Float32 [2]\nt1 = Relu(t0) : Float32 [2]\noutput t1\n"
+
+
+def test_every_sample_is_canonical_with_its_comments(capsys):
+    assert main(["fmt", "--check", *SAMPLES]) == 0
+    assert capsys.readouterr().err == ""
+    for path in SAMPLES:
+        assert main(["fmt", path]) == 0
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        assert capsys.readouterr().out == text
+        assert text.count("#") > 2  # the documentation is still there
+
+
+def test_fmt_several_files(tmp_path, capsys):
+    a, b, bad = tmp_path / "a.gir", tmp_path / "b.gir", tmp_path / "bad.gir"
+    a.write_text("input t0:Float32[2]\nt1=Relu(t0)\noutput t1\n")
+    b.write_text(GOOD.replace("t1 = Relu(t0)", "t1 = Relu(t0) : Float32 [2]"))  # already canonical
+    bad.write_text(BAD)
+    assert main(["fmt", "--check", str(a), str(bad), str(b)]) == 1
+    err = capsys.readouterr().err
+    assert f"{a}: not in canonical form (gradir fmt -i {a} rewrites it)" in err
+    assert f"{bad}:2:11: error: t9 is not defined" in err and f"{b}:" not in err
+    assert main(["fmt", "-i", str(a), str(bad), str(b)]) == 1  # the bad file is reported, the others done
+    assert a.read_text() == b.read_text() == "input t0 : Float32 [2]\nt1 = Relu(t0) : Float32 [2]\noutput t1\n"
+    assert bad.read_text() == BAD
+    assert main(["fmt", "--check", str(a), str(b)]) == 0
+    r = run("fmt", str(a), str(b))  # standard output takes one file
+    assert r.returncode == 2 and "several FILEs need -i or --check" in r.stderr
+    r = run("fmt", "--check", str(a), "-")
+    assert r.returncode == 2 and "'-' (standard input) must be the only FILE" in r.stderr
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)

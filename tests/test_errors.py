@@ -192,3 +192,34 @@ def test_huge_dimensions_are_rejected_with_a_location():
         gradir.parse("input t0 : Float32 [1000000000000000000000000000000]\noutput t0\n", "h.gir")
     d = e.value.diagnostics[0]
     assert (d.span.line, d.span.col) == (1, 12) and "at most 2^48 are supported" in d.message
+
+
+@pytest.mark.parametrize("bad,more", [(50, 0), (51, 1), (173, 123)])
+def test_syntax_errors_past_the_limit_are_counted(bad, more):
+    """The first MAX_SYNTAX_ERRORS bad lines are described; a last line says how many more there are."""
+    from gradir.syntax import MAX_SYNTAX_ERRORS
+    assert MAX_SYNTAX_ERRORS == 50
+    lines = ["input t0 : Float32 [2]"]
+    for k in range(bad):  # bad lines between good ones, some only lark can parse (hand-spaced)
+        lines += [f"t{k + 1} = = Relu(t0)", f"t{k + 1000}=Relu( t0 )"]
+    with pytest.raises(ParseError) as e:
+        gradir.parse("\n".join(lines) + "\noutput t1000\n", "many.gir")
+    assert len(e.value.diagnostics) == 50
+    assert e.value.diagnostics[-1].span.line == 2 + 2 * 49
+    assert e.value.more == more
+    text = e.value.render()
+    if more:
+        word = "error" if more == 1 else "errors"
+        assert text.endswith(f"\nmany.gir: note: ... and {more} more syntax {word} not shown")
+    else:
+        assert "note:" not in text and text.endswith("^")
+
+
+def test_check_reports_the_count_of_unshown_syntax_errors(tmp_path, capsys):
+    from gradir.cli import main
+    f = tmp_path / "junk.gir"
+    f.write_text("".join(f"this is line {k}\n" for k in range(1, 201)))
+    assert main(["check", str(f)]) == 1
+    err = capsys.readouterr().err
+    assert err.count(": error: ") == 50
+    assert err.rstrip("\n").endswith(f"{f}: note: ... and 150 more syntax errors not shown")
