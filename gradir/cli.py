@@ -101,8 +101,11 @@ class _Parser(argparse.ArgumentParser):
 def add_command(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
                 examples: Sequence[str]) -> argparse.ArgumentParser:
     """A subcommand whose ``--help`` shows a description and examples (``$ gradir ...`` lines)."""
+    import textwrap
+    # paragraphs written as one line are wrapped; ones with line breaks are laid out already
+    text = "\n\n".join(p if "\n" in p else textwrap.fill(p, 96) for p in description.split("\n\n"))
     epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
-    return sub.add_parser(name, help=help, description=description, epilog=epilog,
+    return sub.add_parser(name, help=help, description=text, epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
@@ -153,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Options whose values are files a command reads, and files it writes: an output may never be an input.
-_INPUT_OPTIONS = {"file": "FILE", "files": "FILE", "inputs": "--inputs", "input": "--input", "compare": "--compare"}
+_INPUT_OPTIONS = {"file": "FILE", "files": "FILE", "inputs": "--inputs", "input": "--input", "compare": "--compare",
+                  "backward": "--backward"}
 _OUTPUT_OPTIONS = {"output": "-o", "trace": "--trace", "save_inputs": "--save-inputs", "svg": "--svg",
                    "png": "--png"}
 

@@ -350,18 +350,17 @@ def cmd_dot(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``gradir dot`` to the CLI's subcommands."""
-    p = sub.add_parser(
-        "dot", help="draw a graph (or, with --plan, its compiled schedule) as Graphviz DOT, SVG or PNG",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    from .cli import add_command
+    p = add_command(
+        sub, "dot", help="draw a graph (or, with --plan, its compiled schedule) as Graphviz DOT, SVG or PNG",
         description="Write FILE's graph as Graphviz DOT (to standard output unless -o, --svg or --png is\n"
                     "given). Inputs are blue ellipses, outputs green double ellipses, ops boxes (grey:\n"
                     "forward, orange: backward) with their non-default attributes and source line; each\n"
                     "edge is a value, labelled with its name and type. With --plan, the compiled graph:\n"
                     "steps numbered in schedule order, in-place reuse and frees noted, fused ops drawn as\n"
                     "a cluster of the ops they replace. --svg and --png need Graphviz's 'dot' program.",
-        epilog="examples:\n"
-               "  gradir dot samples/mlp_forward.gir --svg mlp.svg\n"
-               "  gradir dot --plan samples/lstm_cell_backward.gir -o cell.dot --png cell.png")
+        examples=["gradir dot samples/mlp_forward.gir --svg mlp.svg",
+                  "gradir dot --plan samples/lstm_cell_backward.gir -o cell.dot --png cell.png"])
     p.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
     p.add_argument("-o", "--output", metavar="OUT.dot", help="write the DOT text to OUT.dot (atomically)")
     p.add_argument("--svg", metavar="OUT.svg", help="render an SVG picture with Graphviz's dot")

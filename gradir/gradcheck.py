@@ -373,10 +373,10 @@ def cmd_gradcheck(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``gradir gradcheck`` to the CLI's subcommands."""
     from .compare import tolerance
-    from .runcli import _pair, _positive, _seed
-    p = sub.add_parser(
-        "gradcheck", help="check derived gradients against float64 finite differences",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    from .runcli import pair_arg, positive_int, seed_int, threads_arg
+    from .cli import add_command
+    p = add_command(
+        sub, "gradcheck", help="check derived gradients against float64 finite differences",
         description="Derive the backward graph of FORWARD.gir (or take --backward), run it, and check every\n"
                     "requested gradient against float64 central finite differences of the forward graph\n"
                     "along random unit directions (the dot-product test): one row per input, exit 1 if\n"
@@ -390,28 +390,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "shifted by 1e-3 and 1e-2 (relative; listed under the table).  If no try is smooth,\n"
                     "the row says 'kink' and the check does not pass.\n\n"
                     "Everything runs in Float64: a Float32 graph is promoted, and says so.",
-        epilog="examples:\n"
-               "  gradir gradcheck samples/mlp_forward.gir\n"
-               "  gradir gradcheck samples/lstm_seq_forward.gir --wrt t1,t2 --seed 3\n"
-               "  gradir gradcheck samples/mlp_forward.gir --backward samples/mlp_forward.grad.gir")
+        examples=["gradir gradcheck samples/mlp_forward.gir",
+                  "gradir gradcheck samples/lstm_seq_forward.gir --wrt t1,t2 --seed 3",
+                  "gradir gradcheck samples/mlp_forward.gir --backward samples/mlp_forward.grad.gir"])
     p.add_argument("file", metavar="FORWARD.gir", help="forward graph; '-' reads standard input")
     p.add_argument("--wrt", metavar="t0,t3", help="inputs to check, comma-separated (default: every "
                                                   "floating-point input)")
-    p.add_argument("--seed", type=_seed, default=0, metavar="S",
+    p.add_argument("--seed", type=seed_int, default=0, metavar="S",
                    help="seed for generated inputs, cotangents and directions (default 0)")
     p.add_argument("--inputs", metavar="IN.npz", help="the point to check at (e.g. from gradir run --save-inputs)")
-    p.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
+    p.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=pair_arg,
                    help="one input array (repeatable)")
     p.add_argument("--generate-missing", action="store_true",
                    help="with --inputs/--input: generate the inputs not given from --seed")
     p.add_argument("--backward", metavar="BWD.gir", help="check this backward graph (inputs: the forward "
                    "inputs, then one cotangent per output; outputs: the --wrt gradients) instead of deriving one")
-    p.add_argument("--directions", type=_positive, default=3, metavar="N", help="random directions per input "
+    p.add_argument("--directions", type=positive_int, default=3, metavar="N", help="random directions per input "
                                                                                 "(default 3)")
     p.add_argument("--rtol", type=tolerance, default=DEFAULT_RTOL, metavar="R",
                    help=f"relative tolerance (default {DEFAULT_RTOL:g})")
     p.add_argument("--atol", type=tolerance, default=DEFAULT_ATOL, metavar="A",
                    help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
-    p.add_argument("--threads", type=_positive, default=None, metavar="N",
+    p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
                    help="worker threads (default: cores, max 2)")
     p.set_defaults(func=cmd_gradcheck)

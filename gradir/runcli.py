@@ -368,11 +368,14 @@ def _threads_type():
     return _int_at_least(1, f"a positive integer up to {MAX_THREADS}", MAX_THREADS)
 
 
-_positive = _int_at_least(1, "a positive integer")
-_seed = _int_at_least(0, "a non-negative integer")
+threads_arg = _threads_type()
 
 
-def _pair(text: str) -> str:
+positive_int = _int_at_least(1, "a positive integer")
+seed_int = _int_at_least(0, "a non-negative integer")
+
+
+def pair_arg(text: str) -> str:
     name, eq, path = text.partition("=")
     if not eq or not name or not path:
         raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
@@ -392,13 +395,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "gradir run g.gir --repeat 20 --threads 1 --trace trace.json"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
     r.add_argument("--inputs", metavar="IN.npz", help="named input arrays (loaded with pickles disabled)")
-    r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=_pair,
+    r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=pair_arg,
                    help="one input array (repeatable)")
     r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their value names")
-    r.add_argument("--threads", type=_threads_type(), default=None, metavar="N",
+    r.add_argument("--threads", type=threads_arg, default=None, metavar="N",
                    help="worker threads (default: cores, max 2); results are the same bits for any N")
-    r.add_argument("--seed", type=_seed, default=0, metavar="S", help="seed for generated inputs (default 0)")
-    r.add_argument("--repeat", type=_positive, default=1, metavar="N", help="run N times; report min/median time")
+    r.add_argument("--seed", type=seed_int, default=0, metavar="S", help="seed for generated inputs (default 0)")
+    r.add_argument("--repeat", type=positive_int, default=1, metavar="N", help="run N times; report min/median time")
     r.add_argument("--trace", metavar="TRACE.json", help="write a Chrome trace-event file (one event per op)")
     r.add_argument("--check-numerics", action="store_true",
                    help="check the inputs, then stop at the first op producing NaN or Inf and name it")
@@ -427,6 +430,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="switch passes off (repeatable, or comma-separated)")
     p.add_argument("--list-passes", action="store_true", help="list the compiler passes, in pipeline order")
-    p.add_argument("--threads", type=_threads_type(), default=None, metavar="N",
+    p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
                    help="plan for N worker threads (default: cores, max 2)")
     p.set_defaults(func=cmd_plan)
