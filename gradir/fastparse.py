@@ -14,9 +14,10 @@ import re
 from typing import NamedTuple, Optional
 
 from .errors import Diagnostic, Source, Span
-from .types import DType, TensorType, format_shape
+from .types import MAX_ELEMENTS, DType, TensorType, format_shape
 
-__all__ = ["Stmt", "TypeSyntax", "FastType", "Fallback", "fast_line", "type_from_syntax", "MAX_ELEMENTS"]
+__all__ = ["Stmt", "TypeSyntax", "FastType", "Fallback", "fast_line", "type_from_syntax", "MAX_ELEMENTS",
+           "MAX_INT_DIGITS", "int_literal", "dim_literal"]
 
 
 class TypeSyntax(NamedTuple):
@@ -38,7 +39,9 @@ _ID = r"[A-Za-z_][A-Za-z0-9_]*"
 _TRAIL = r"[ \t]*(?:#.*)?"
 _TYPE = r"(" + _ID + r") (\[(?:(?:[0-9]+|\?)(?:, (?:[0-9]+|\?))*)?\]|scalar)"
 _RE_BLANK = re.compile(_TRAIL)
-_RE_OP = re.compile(r"[ \t]*(t[0-9]+(?:, t[0-9]+)*) = (" + _ID + r")\(([^()#]*)\)(?: : ([^#]*?))?" + _TRAIL)
+# The types group is greedy and its trailing blanks are stripped in code: a lazy group followed by
+# ``[ \t]*`` made a long run of spaces backtrack quadratically (32 KB of spaces: 17 s).
+_RE_OP = re.compile(r"[ \t]*(t[0-9]+(?:, t[0-9]+)*) = (" + _ID + r")\(([^()#]*)\)(?: : ([^#]*)|[ \t]*)(?:#.*)?")
 _RE_INPUT = re.compile(r"([ \t]*input )(t[0-9]+) : " + _TYPE + _TRAIL)
 _RE_OUTPUT = re.compile(r"([ \t]*output )(t[0-9]+(?:, t[0-9]+)*)" + _TRAIL)
 _RE_GRAPH = re.compile(r"([ \t]*graph )(" + _ID + r")" + _TRAIL)
@@ -56,6 +59,27 @@ class Fallback(Exception):
     """The line is not in canonical form: lark must parse it."""
 
 
+# Integer literals longer than this are refused before any int() conversion: Python's int(str) is
+# quadratic in the number of digits (hence its own 4,300-digit limit), and nothing in the IR needs
+# more than a 64-bit integer.
+MAX_INT_DIGITS = 19
+
+
+def int_literal(text: str, span: Optional[Span]) -> tuple:
+    """An attribute's integer literal as (value, span, error)."""
+    digits = len(text.lstrip("+-"))
+    if digits > MAX_INT_DIGITS:
+        return (None, span, f"integer literal {text[:12]}... has {digits} digits; at most {MAX_INT_DIGITS} "
+                            f"(a 64-bit integer)")
+    return (int(text), span, None)
+
+
+def dim_literal(text: str) -> "int | str":
+    """A dimension's value; a literal too long to convert is kept as its text (``type_from_syntax``
+    reports it)."""
+    return text if len(text.lstrip("+-")) > MAX_INT_DIGITS else int(text)
+
+
 def _plain_ident(name: str) -> bool:
     return name not in _KEYWORDS and not (name[0] == "t" and name[1:].isdigit())
 
@@ -63,7 +87,7 @@ def _plain_ident(name: str) -> bool:
 def _fast_scalar(text: str, line: int, col: int) -> tuple:
     span = Span(line, col, col + len(text))
     if _RE_INT.fullmatch(text):
-        return (int(text), span, None)
+        return int_literal(text, span)
     if _RE_FLOAT.fullmatch(text):
         return (float(text), span, None)
     if text == "true":
@@ -122,7 +146,7 @@ def _fast_type_syntax(m: "re.Match", line: int, g: int) -> TypeSyntax:
     c = m.start(g + 1) + 2
     if len(shape) > 2:
         for part in shape[1:-1].split(", "):
-            dims.append((None, None) if part == "?" else (int(part), Span(line, c, c + len(part))))
+            dims.append((None, None) if part == "?" else (dim_literal(part), Span(line, c, c + len(part))))
             c += len(part) + 2
     return TypeSyntax((dtype, dspan), dims, Span(line, dspan.col, m.end(g + 1) + 1))
 
@@ -161,7 +185,7 @@ def fast_line(text: str, n: int) -> Optional[Stmt]:
         types = None
         if m.group(4) is not None:
             types = []
-            tb, tbase, pos = m.group(4), m.start(4), 0
+            tb, tbase, pos = m.group(4).rstrip(" \t"), m.start(4), 0
             while True:
                 t = _RE_TYPE.match(tb, pos)
                 if t is None:
@@ -203,7 +227,6 @@ def fast_line(text: str, n: int) -> Optional[Stmt]:
 
 
 _DTYPES = {d.value: d for d in DType}
-MAX_ELEMENTS = 1 << 48
 
 
 def type_from_syntax(ts: "TypeSyntax | FastType", source: Optional[Source], diags: list) -> Optional[TensorType]:
@@ -222,16 +245,21 @@ def type_from_syntax(ts: "TypeSyntax | FastType", source: Optional[Source], diag
         return TensorType(dtype, ())
     shape = []
     ok = True
-    numel = 1
     for value, span in ts.dims:
-        if value is not None and value <= 0:
+        if isinstance(value, str):  # too many digits to convert (dim_literal)
+            diags.append(Diagnostic(f"dimension {value[:12]}... has {len(value)} digits; a type has at most 2^48 "
+                                    f"elements", span, source))
+            ok = False
+        elif value is not None and value <= 0:
             diags.append(Diagnostic(f"dimension {value} is not a positive integer or '?'", span, source))
             ok = False
-        elif value is not None:
-            numel *= value
         shape.append(value)
-    if ok and numel > MAX_ELEMENTS:
-        diags.append(Diagnostic(f"type {ts.dtype[0]} {format_shape(shape)} has {numel:.3g} elements; at most "
-                                f"2^48 are supported", ts.span, source))
-        ok = False
-    return TensorType(dtype, shape) if ok else None
+    if not ok:
+        return None
+    t = TensorType(dtype, shape)
+    why = t.limit_problem()
+    if why:
+        shown = f"{ts.dtype[0]} {format_shape(shape)}" if t.rank <= 8 else ts.dtype[0]
+        diags.append(Diagnostic(f"type {shown} has {why}", ts.span, source))
+        return None
+    return t

@@ -24,7 +24,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
-from .fastparse import Fallback, Stmt, TypeSyntax, fast_line, type_from_syntax
+from .fastparse import Fallback, Stmt, TypeSyntax, dim_literal, fast_line, int_literal, type_from_syntax
 from .ir import OPS, Graph, GraphInput, OpLoc
 from .trivia import attach
 
@@ -87,7 +87,7 @@ class _Build(Transformer):
 
     # attribute values: (python value, span or None, error or None)
     def int(self, tok: Token) -> tuple:
-        return (int(tok), _span(tok), None)
+        return int_literal(str(tok), _span(tok))
 
     def float(self, tok: Token) -> tuple:
         return (float(tok), _span(tok), None)
@@ -126,7 +126,7 @@ class _Build(Transformer):
         return (None, tok)
 
     def dim(self, tok: Token) -> tuple:
-        return (int(tok), _span(tok))
+        return (dim_literal(str(tok)), _span(tok))
 
     def unknown_dim(self) -> tuple:
         return (None, None)

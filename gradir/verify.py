@@ -14,7 +14,11 @@ from .errors import Diagnostic, Span
 from .ir import VALUE_NAME, Graph, Op, OpError, _OpErrors
 from .types import TensorType
 
-__all__ = ["verify_graph"]
+__all__ = ["verify_graph", "MAX_NAME_DIGITS"]
+
+# A value name's number fits a 64-bit integer: derived graphs number new values after the largest,
+# and Python's int(str) is quadratic in the digits (and refuses more than 4,300).
+MAX_NAME_DIGITS = 18
 
 
 def _op_span(op: Op, e: OpError) -> Optional[Span]:
@@ -52,7 +56,11 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
 
     def define(name: str, span: Optional[Span], t: Optional[TensorType]) -> None:
         if not VALUE_NAME.match(name):
-            err(f"'{name}' is not a value name; values are named t followed by a number (t0, t17)", span)
+            shown = name if len(name) <= 40 else name[:20] + "..."
+            err(f"'{shown}' is not a value name; values are named t followed by a number (t0, t17)", span)
+            return
+        if len(name) > MAX_NAME_DIGITS + 1:
+            err(f"value name {name[:12]}... has {len(name) - 1} digits; at most {MAX_NAME_DIGITS}", span)
             return
         if name in where or name in poisoned:
             prev = where.get(name) or poisoned.get(name)

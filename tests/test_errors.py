@@ -191,7 +191,11 @@ def test_huge_dimensions_are_rejected_with_a_location():
     with pytest.raises(VerifyError) as e:
         gradir.parse("input t0 : Float32 [1000000000000000000000000000000]\noutput t0\n", "h.gir")
     d = e.value.diagnostics[0]
-    assert (d.span.line, d.span.col) == (1, 12) and "at most 2^48 are supported" in d.message
+    assert (d.span.line, d.span.col) == (1, 21) and "has 31 digits; a type has at most 2^48 elements" in d.message
+    with pytest.raises(VerifyError) as e:  # fits in a 64-bit integer, but not in a type
+        gradir.parse("input t0 : Float32 [100000000, 100000000]\noutput t0\n", "h.gir")
+    d = e.value.diagnostics[0]
+    assert (d.span.line, d.span.col) == (1, 12) and "10000000000000000 elements; at most 2^48" in d.message
 
 
 @pytest.mark.parametrize("bad,more", [(50, 0), (51, 1), (173, 123)])
