@@ -26,7 +26,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
 from .fastparse import Fallback, Stmt, TypeSyntax, dim_literal, fast_line, int_literal, type_from_syntax
 from .ir import OPS, Graph, GraphInput, OpLoc
-from .trivia import attach
+from .trivia import attach, stmt_key
 
 __all__ = ["parse", "load", "print_graph", "grammar_text"]
 
@@ -195,44 +195,62 @@ class Parsed(NamedTuple):
     rows: list[int]  # the 1-based line of each statement
 
 
-def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None) -> Parsed:
-    """Parse ``text`` into statements, and the syntax errors of every bad line.
+class _Tally:
+    """What ``_iter_statements`` learns besides the statements: where each stands, the key the
+    comments attach by, and the syntax errors."""
 
-    A statement never spans lines, so each line is parsed on its own: the
-    canonical fast path first, lark for any other line.  That is the grammar's
-    language (``(_stmt? _NL)* _stmt?``) and lets every bad line be reported.
-    Past ``MAX_SYNTAX_ERRORS`` the bad lines are counted, not described (lark
-    rejects a garbage line within a token or two, so counting stays cheap).
+    def __init__(self) -> None:
+        self.rows: list[int] = []  # the 1-based line of each statement
+        self.keys: list[tuple] = []  # its trivia key (trivia.stmt_key)
+        self.errors: list[Diagnostic] = []  # the first MAX_SYNTAX_ERRORS bad lines
+        self.more = 0  # how many more bad lines there are
+
+
+def _iter_statements(lines: list[str], src: Source, tally: _Tally, fast: bool = True) -> Iterator[Stmt]:
+    """The statements of ``lines``, one at a time, so that a big file's statement records never
+    all exist at once (they took 30 bytes per byte of text, the graph itself 16).
+
+    A statement never spans lines, so each line is parsed on its own: the canonical fast path
+    first, lark for any other line.  That is the grammar's language (``(_stmt? _NL)* _stmt?``)
+    and lets every bad line be reported.  Past ``MAX_SYNTAX_ERRORS`` the bad lines are counted,
+    not described (lark rejects a garbage line within a token or two, so counting stays cheap).
     """
-    out: list[Stmt] = []
-    rows: list[int] = []
-    errors: list[Diagnostic] = []
-    more = 0
-    src = source or Source("<string>", text)
-    lines = text.split("\n")
+    rows, keys = tally.rows, tally.keys
     for n, line in enumerate(lines, 1):
         if fast:
             try:
                 st = fast_line(line, n)
                 if st is not None:
-                    out.append(st)
                     rows.append(n)
+                    keys.append(stmt_key(st))
+                    yield st
                 continue
             except Fallback:
                 pass
         _LINE.offset = n - 1
         try:
             got = _parser().parse(line + "\n")
-            out.extend(got)
-            rows.extend([n] * len(got))
         except UnexpectedInput as e:
-            if len(errors) < MAX_SYNTAX_ERRORS:
-                errors.append(_syntax_error(e, src, n, line))
+            if len(tally.errors) < MAX_SYNTAX_ERRORS:
+                tally.errors.append(_syntax_error(e, src, n, line))
             else:
-                more += 1
+                tally.more += 1
+            continue
         finally:
             _LINE.offset = 0
-    return Parsed(out, errors, more, lines, rows)
+        for st in got:
+            rows.append(n)
+            keys.append(stmt_key(st))
+            yield st
+
+
+def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None) -> Parsed:
+    """Every statement of ``text`` at once, with where they stand and the syntax errors (for tests
+    and tools; ``parse`` streams them)."""
+    tally = _Tally()
+    lines = text.split("\n")
+    stmts = list(_iter_statements(lines, source or Source("<string>", text), tally, fast))
+    return Parsed(stmts, tally.errors, tally.more, lines, tally.rows)
 
 
 @contextmanager
@@ -278,14 +296,15 @@ def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool 
     if text.startswith("\ufeff"):
         text = text[1:]
     source = Source(filename, text)
+    lines = text.split("\n")
+    tally = _Tally()
     try:
-        parsed = _statements(text, source=source)
+        graph, diags, poisoned = _build_graph(_iter_statements(lines, source, tally), source)
     except RecursionError:  # pragma: no cover - defensive
         raise ParseError(Diagnostic("input is too deeply nested", Span(1, 1, 2), source)) from None
-    if parsed.errors:
-        raise ParseError(parsed.errors, more=parsed.more_errors)
-    graph, diags, poisoned = _build_graph(parsed.stmts, source)
-    graph.trivia = attach(text, parsed.lines, parsed.rows, parsed.stmts)
+    if tally.errors:
+        raise ParseError(tally.errors, more=tally.more)
+    graph.trivia = attach(text, lines, tally.rows, tally.keys)
     if verify:
         from .verify import verify_graph
         diags = diags + verify_graph(graph, poisoned=poisoned)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .fastparse import Stmt
     from .ir import Graph
 
-__all__ = ["Trivia", "comment_of", "attach", "render"]
+__all__ = ["Trivia", "comment_of", "attach", "render", "stmt_key"]
 
 BLANK = ""  # a blank line in a list of leading or footer lines (a comment starts with '#', so is never empty)
 
@@ -84,7 +84,9 @@ class Trivia:
         return bool(self.leading or self.trailing or self.footer)
 
 
-def _stmt_key(st: "Stmt") -> tuple:
+def stmt_key(st: "Stmt") -> tuple:
+    """The key a statement's comments are kept under: an op by its first result, an input by its
+    name, the header and the outputs by their kind."""
     if st.kind == "op":
         return ("op", st.data["results"][0][0])
     if st.kind == "input":
@@ -130,22 +132,23 @@ def _gap(lines: list[str], lo: int, hi: int, pending: list[str], at_start: bool)
             pending.append(BLANK)  # a run of blank lines is one; none at the start of the file
 
 
-def attach(text: str, lines: list[str], rows: list[int], stmts: list["Stmt"]) -> Optional[Trivia]:
-    """The trivia of ``text`` (split into ``lines``), whose statements ``stmts`` stand on the
-    1-based line numbers ``rows``; every other line is blank or a comment.  ``None`` if there
-    is none to keep, as in big generated files (checked without a pass over the lines)."""
+def attach(text: str, lines: list[str], rows: list[int], keys: list[tuple]) -> Optional[Trivia]:
+    """The trivia of ``text`` (split into ``lines``), whose statements (their ``stmt_key``s
+    ``keys``) stand on the 1-based line numbers ``rows``; every other line is blank or a comment.
+    ``None`` if there is none to keep, as in big generated files (checked without a pass over
+    the lines)."""
     if "#" not in text and (not rows or rows[-1] - rows[0] + 1 == len(rows)):
         return None  # no comment, and no blank line between two statements
     trivia = Trivia()
     pending: list[str] = []
     prev = 0
-    for st, n in zip(stmts, rows):
+    for key, n in zip(keys, rows):
         if n > prev + 1:
             _gap(lines, prev, n - 1, pending, prev == 0)
         line = lines[n - 1]
         trailing = comment_of(line) if "#" in line else None
         if pending or trailing is not None:
-            trivia.add(_stmt_key(st), pending, trailing)
+            trivia.add(key, pending, trailing)
             pending = []
         prev = n
     _gap(lines, prev, len(lines), pending, prev == 0)

@@ -8,10 +8,10 @@ that one mistake does not cascade into a page of follow-on errors.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from .errors import Diagnostic, Span
-from .ir import VALUE_NAME, Graph, Op, OpError, _OpErrors
+from .ir import VALUE_NAME, Graph, Op, OpError, OpLoc, _OpErrors
 from .types import TensorType
 
 __all__ = ["verify_graph", "MAX_NAME_DIGITS"]
@@ -47,29 +47,31 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
 
     poisoned = dict(poisoned or {})
     types: dict[str, TensorType] = {}
-    where: dict[str, Optional[Span]] = {}  # first definition site
-    # every definition, for "used before it is defined (line N)" messages
-    later: dict[str, Optional[Span]] = {}
+    # Line numbers, not spans: an op's spans are made from its compact OpLoc only for a message.
+    where: dict[str, Optional[int]] = {}  # the line of each value's definition
+    later: dict[str, Optional[int]] = {}  # every op result's line, for "used before it is defined (line N)"
     for op in graph.ops:
-        for k, r in enumerate(op.results):
-            later.setdefault(r, op.loc.results[k] if op.loc and k < len(op.loc.results) else None)
+        line = op.loc.lineno if op.loc else None
+        for r in op.results:
+            later.setdefault(r, line)
 
-    def define(name: str, span: Optional[Span], t: Optional[TensorType]) -> None:
+    def define(name: str, line: Optional[int], span: Callable[[], Optional[Span]],
+               t: Optional[TensorType]) -> None:
         if not VALUE_NAME.match(name):
             shown = name if len(name) <= 40 else name[:20] + "..."
-            err(f"'{shown}' is not a value name; values are named t followed by a number (t0, t17)", span)
+            err(f"'{shown}' is not a value name; values are named t followed by a number (t0, t17)", span())
             return
         if len(name) > MAX_NAME_DIGITS + 1:
-            err(f"value name {name[:12]}... has {len(name) - 1} digits; at most {MAX_NAME_DIGITS}", span)
+            err(f"value name {name[:12]}... has {len(name) - 1} digits; at most {MAX_NAME_DIGITS}", span())
             return
         if name in where or name in poisoned:
-            prev = where.get(name) or poisoned.get(name)
-            at = f" (at line {prev.line})" if prev else ""
-            err(f"{name} is already defined{at}; each value is assigned exactly once", span)
+            prev = where.get(name) or (poisoned[name].line if poisoned.get(name) else None)
+            at = f" (at line {prev})" if prev else ""
+            err(f"{name} is already defined{at}; each value is assigned exactly once", span())
             return
-        where[name] = span
+        where[name] = line
         if t is None:
-            poisoned[name] = span
+            poisoned[name] = span()
         else:
             types[name] = t
 
@@ -79,10 +81,20 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
             err(f"input {inp.name}: its type has {why}", inp.type_span or inp.span)
             poisoned[inp.name] = inp.span
             continue
-        define(inp.name, inp.span, inp.type)
+        define(inp.name, inp.span.line if inp.span else None, lambda inp=inp: inp.span, inp.type)
 
     for op in graph.ops:
         loc = op.loc
+        line = loc.lineno if loc else None
+
+        op_spans: list = []  # the op's operand spans, made on first need
+
+        def operand_span(i: int, loc: Optional[OpLoc] = loc, cache: list = op_spans) -> Optional[Span]:
+            if not cache and loc is not None:
+                cache.append(loc.operands)
+            spans = cache[0] if cache else []
+            return spans[i] if i < len(spans) else None
+
         # operands: defined before use?
         operand_types: list[Optional[TensorType]] = []
         unknown = False
@@ -90,11 +102,10 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
             if v is None:
                 operand_types.append(None)
                 continue
-            span = loc.operands[i] if loc and i < len(loc.operands) else None
             if v in types:
-                dspan = where.get(v)
-                if span and dspan and dspan.line > span.line:
-                    err(f"{v} is used before it is defined (at line {dspan.line})", span)
+                dline = where.get(v)
+                if line and dline and dline > line:
+                    err(f"{v} is used before it is defined (at line {dline})", operand_span(i))
                     unknown = True
                 operand_types.append(types[v])
             elif v in poisoned:
@@ -104,10 +115,10 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
                 unknown = True
                 operand_types.append(None)
                 if v in later:
-                    at = f" (at line {later[v].line})" if later[v] else ""
-                    err(f"{v} is used before it is defined{at}", span)
+                    at = f" (at line {later[v]})" if later[v] else ""
+                    err(f"{v} is used before it is defined{at}", operand_span(i))
                 else:
-                    err(f"{v} is not defined", span)
+                    err(f"{v} is not defined", operand_span(i))
         result_types: Optional[list] = None
         try:
             if unknown:
@@ -133,22 +144,29 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
                         err(f"{op.results[k]}: declared type {g} does not match the inferred type {t}", span)
                         result_types = None
                         break
+        res_spans: list = []  # the op's result spans, made on first need
+
+        def result_span(k: int, loc: Optional[OpLoc] = loc, cache: list = res_spans) -> Optional[Span]:
+            if not cache and loc is not None:
+                cache.append(loc.results)
+            spans = cache[0] if cache else []
+            return spans[k] if k < len(spans) else None
+
         if result_types is not None:
             for k, t in enumerate(result_types):
                 why = t.limit_problem()
                 if why:
-                    span = loc.results[k] if loc and k < len(loc.results) else None
+                    span = result_span(k)
                     err(f"{op.op_name}: result {op.results[k]} would have {why}", span)
                     result_types = None
                     break
         mine: set[str] = set()
         for k, r in enumerate(op.results):
-            span = loc.results[k] if loc and k < len(loc.results) else None
             if r in mine:
-                err(f"{r} is assigned twice by the same op", span)
+                err(f"{r} is assigned twice by the same op", result_span(k))
                 continue
             mine.add(r)
-            define(r, span, result_types[k] if result_types is not None else None)
+            define(r, line, lambda k=k: result_span(k), result_types[k] if result_types is not None else None)
         if result_types is not None:
             op.result_types = list(result_types)
 
