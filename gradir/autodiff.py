@@ -407,7 +407,7 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     problems = []
     if isinstance(wrt, str):
         parts = [w.strip() for w in wrt.split(",")]
-        if any(not w for w in parts):
+        if any(not w for w in parts) and any(parts):
             problems.append(f"wrt {wrt!r} has an empty entry; write names separated by commas, like t0,t3")
         wrt = [w for w in parts if w]
     if not isinstance(wrt, Iterable):

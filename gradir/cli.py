@@ -222,18 +222,35 @@ _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = _extra_com
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)  # type: ignore[assignment]
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, --version (0) or a usage error (2): a return value, for callers of main()
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        try:
+            args = parser.parse_args(argv)
+            sys.stdout.flush()
+        except SystemExit as e:  # --help, --version (0) or a usage error (2): a return value, for callers
+            sys.stdout.flush()
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except StdoutError as e:  # --help or --version to a full disk
+        print(f"gradir: error: {e}", file=sys.stderr)
+        sys.stdout = real_stdout
+        _silence_stdout()
+        return 1
+    finally:
+        if sys.stdout is not real_stdout:
+            sys.stdout = real_stdout
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    real_stdout = sys.stdout
     sys.stdout = _GuardedStdout(real_stdout)  # type: ignore[assignment]
     terminate_cleanly()
     try:
-        check_output_paths(_paths(args, _INPUT_OPTIONS), _paths(args, _OUTPUT_OPTIONS))
+        inputs = _paths(args, _INPUT_OPTIONS)
+        stdin = [w for w, p in inputs if p == "-"]
+        if len(stdin) > 1 or any(w not in ("FILE",) for w in stdin):
+            raise UsageError("only FILE may be '-' (standard input), and only once"
+                             + (f"; {stdin[-1]} reads a file" if stdin[-1] != "FILE" else ""))
+        check_output_paths(inputs, _paths(args, _OUTPUT_OPTIONS))
         status = int(args.func(args) or 0)
         sys.stdout.flush()
         return status

@@ -231,7 +231,7 @@ def _plan_dot(graph: Graph, disable: list[str]) -> str:
     program = Program(graph)
     log = run_passes(program, disable=disable)
     plan = build_plan(program, log)
-    title = [", ".join(_title(graph)[:1] + [f"compiled: {len(plan.steps)} steps"])]
+    title = [", ".join(_title(graph)[:1] + [f"compiled: {len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'}"])]
     title += [f"{name}: {what}" for name, what in log] or ["no passes"]
     title.append(f"planned peak {_mb(plan.peak_bytes)}, naive total {_mb(plan.naive_bytes)}"
                  + ("" if plan.static else " ('?' dims not counted)"))

@@ -76,6 +76,10 @@ def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tupl
                     problems.append(Diagnostic(f"{wo} {po} is also the path of {wp}; each output needs its own "
                                                f"file", filename=po))
                     break
+    for wo, po in outs:  # a missing directory fails now, not after the run
+        parent = os.path.dirname(os.path.abspath(po))
+        if not os.path.isdir(parent):
+            problems.append(Diagnostic(f"{wo} {po}: directory {parent} does not exist", filename=po))
     if problems:
         raise GradirError(problems)
 

@@ -44,14 +44,21 @@ def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
         t = inp.type
         shape = tuple(2 if d is None else d for d in t.shape)
         dt = t.dtype.numpy
-        if dt.kind == "f":
-            a = scales.get(inp.name)
-            out[inp.name] = (rng.standard_normal(shape) if a is None else rng.uniform(-a, a, shape)).astype(dt)
-        elif dt.kind == "b":
-            out[inp.name] = rng.random(shape) < 0.5
-        else:
-            lo, hi = ranges.get(inp.name, (0, 9))
-            out[inp.name] = rng.integers(lo, hi + 1, size=shape).astype(dt)
+        try:
+            if dt.kind == "f":
+                a = scales.get(inp.name)
+                out[inp.name] = (rng.standard_normal(shape) if a is None else rng.uniform(-a, a, shape)).astype(dt)
+            elif dt.kind == "b":
+                out[inp.name] = rng.random(shape) < 0.5
+            else:
+                lo, hi = ranges.get(inp.name, (0, 9))
+                out[inp.name] = rng.integers(lo, hi + 1, size=shape).astype(dt)
+        except MemoryError:
+            from .fileio import human_bytes
+            n = int(np.prod(shape, dtype=object)) * dt.itemsize
+            raise InputError(Diagnostic(f"cannot generate input {inp.name} ({t.dtype} {list(shape)}, "
+                                        f"{human_bytes(n)}): out of memory", inp.span, graph.source,
+                                        filename=graph.source.filename if graph.source else None)) from None
     return out
 
 
@@ -155,6 +162,9 @@ def read_npz(path: str, what: str, npy_hint: str = "") -> dict[str, np.ndarray]:
         with data:
             for k in data.files:
                 arrays[k] = data[k]
+                if not isinstance(arrays[k], np.ndarray):  # NumPy hands back a member without the .npy magic
+                    raise InputError(Diagnostic(f"{what}: member '{k}' is not a NumPy array (no .npy header)",
+                                                filename=path))
     except MemoryError:
         header = None
         try:
@@ -163,6 +173,8 @@ def read_npz(path: str, what: str, npy_hint: str = "") -> dict[str, np.ndarray]:
         except Exception:  # only for a message
             pass
         raise _too_big(f"{what}: array '{k}'", path, header) from None
+    except InputError:
+        raise
     except _BAD_FILE as e:
         raise InputError(Diagnostic(f"{what}: cannot read array '{k}': {_bad_file_message(e)}",
                                     filename=path)) from None
@@ -399,7 +411,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="one input array (repeatable)")
     r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their value names")
     r.add_argument("--threads", type=threads_arg, default=None, metavar="N",
-                   help="worker threads (default: cores, max 2); results are the same bits for any N")
+                   help="worker threads, up to 1024 (default: the number of cores, at most 2); results are the "
+                        "same bits for any N")
     r.add_argument("--seed", type=seed_int, default=0, metavar="S", help="seed for generated inputs (default 0)")
     r.add_argument("--repeat", type=positive_int, default=1, metavar="N", help="run N times; report min/median time")
     r.add_argument("--trace", metavar="TRACE.json", help="write a Chrome trace-event file (one event per op)")
@@ -431,5 +444,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="switch passes off (repeatable, or comma-separated)")
     p.add_argument("--list-passes", action="store_true", help="list the compiler passes, in pipeline order")
     p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
-                   help="plan for N worker threads (default: cores, max 2)")
+                   help="plan for N worker threads, up to 1024 (default: the number of cores, at most 2)")
     p.set_defaults(func=cmd_plan)

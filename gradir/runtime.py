@@ -60,8 +60,9 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     if isinstance(graph_or_text, os.PathLike):
         graph = load(graph_or_text)
     elif isinstance(graph_or_text, str):
-        if "\n" not in graph_or_text and graph_or_text.strip() and os.path.isfile(graph_or_text):
-            graph = load(graph_or_text)
+        one_line = "\n" not in graph_or_text and graph_or_text.strip()
+        if one_line and (os.path.isfile(graph_or_text) or graph_or_text.strip().endswith(".gir")):
+            graph = load(graph_or_text)  # a path (a missing .gir file is "cannot read file", not a syntax error)
         else:
             graph = parse(graph_or_text, filename)
     elif isinstance(graph_or_text, Graph):

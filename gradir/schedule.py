@@ -86,12 +86,19 @@ class Plan:
                 notes.append("BLAS")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
-        if self.aliases:
+        merged = {o: self.aliases[o] for o in self.outputs if o in self.aliases}
+        if merged:  # aliases also record merged values that are not outputs: only outputs matter here
             lines.append("# outputs computed by merged values: "
-                         + ", ".join(f"{k} = {v}" for k, v in self.aliases.items()))
+                         + ", ".join(f"{k} = {_resolve(self.aliases, v)}" for k, v in merged.items()))
         lines.append(f"# memory: planned peak {_mb(self.peak_bytes)}, naive total {_mb(self.naive_bytes)}"
                      + ("" if self.static else " (values with '?' dims are not counted)"))
         return "\n".join(lines) + "\n"
+
+
+def _resolve(aliases: dict[str, str], v: str) -> str:
+    while v in aliases:
+        v = aliases[v]
+    return v
 
 
 def _mb(n: Optional[int]) -> str:

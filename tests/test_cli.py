@@ -193,7 +193,16 @@ def test_fmt_write_error_is_not_an_internal_error(tmp_path, capsys):
     src.write_text(GOOD)
     assert main(["fmt", str(src), "-o", "/nonexistent/dir/x.gir"]) == 1
     err = capsys.readouterr().err
-    assert "cannot write file" in err and "internal error" not in err
+    assert "directory /nonexistent/dir does not exist" in err and "internal error" not in err
+    (tmp_path / "ro").mkdir()
+    os.chmod(tmp_path / "ro", 0o500)
+    if os.access(tmp_path / "ro", os.W_OK):  # root writes anywhere: a file where a directory should be
+        target = str(tmp_path / "a.gir" / "x.gir")
+    else:
+        target = str(tmp_path / "ro" / "x.gir")
+    assert main(["fmt", str(src), "-o", target]) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and "internal error" not in err
 
 
 def test_pyproject_ships_every_subpackage():

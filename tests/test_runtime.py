@@ -494,8 +494,8 @@ def test_threads_must_be_positive():
     (["--repeat", "0"], 2, "expected a positive integer"),
     (["--seed", "-1"], 2, "expected a non-negative integer"),
     (["--threads", "0"], 2, "expected a positive integer"),
-    (["--trace", "/nonexistent/dir/t.json"], 1, "cannot write file"),
-    (["-o", "/nonexistent/dir/o.npz"], 1, "cannot write"),
+    (["--trace", "/nonexistent/dir/t.json"], 1, "directory /nonexistent/dir does not exist"),
+    (["-o", "/nonexistent/dir/o.npz"], 1, "directory /nonexistent/dir does not exist"),
 ])
 def test_run_argument_errors(tmp_path, capsys, argv, code, msg):
     f = _write(tmp_path, "g.gir", GRAPH)

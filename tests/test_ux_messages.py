@@ -10,6 +10,8 @@ from gradir.cli import build_parser, main
 from gradir.fileio import human_bytes
 from gradir.kernels import KERNELS, KernelInfo
 
+ROOT_SAMPLE = __import__("pathlib").Path(__file__).resolve().parent.parent / "samples" / "mlp_forward.gir"
+
 
 def test_human_bytes():
     assert [human_bytes(n) for n in (0, 16, 1023, 1024, 1536, 10 * 2**20, 3 * 2**30 + 2**29, 2**40 * 5)] == [
@@ -108,3 +110,68 @@ def test_run_disable_switches_a_pass_off(tmp_path, capsys):
     assert main(["run", str(g), "--disable", "cse", "-o", str(tmp_path / "o.npz")]) == 0
     assert main(["run", str(g), "--disable", "nope"]) == 2
     assert "unknown pass 'nope'" in capsys.readouterr().err
+
+
+def test_plan_lists_merged_values_only_for_outputs(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [2]\nt1 = Relu(t0)\nt2 = Relu(t0)\nt3 = Add(t1, t2)\noutput t3\n")
+    assert main(["plan", str(g)]) == 0
+    assert "outputs computed by merged values" not in capsys.readouterr().out
+    g.write_text("input t0 : Float32 [2]\nt1 = Relu(t0)\nt2 = Relu(t0)\noutput t1, t2\n")
+    assert main(["plan", str(g)]) == 0
+    assert "# outputs computed by merged values: t2 = t1" in capsys.readouterr().out
+
+
+def test_standard_input_is_read_once_and_only_as_file(tmp_path, capsys):
+    assert main(["run", "-", "--inputs", "-"]) == 2
+    assert "only FILE may be '-' (standard input), and only once; --inputs reads a file" in capsys.readouterr().err
+    assert main(["gradcheck", "-", "--backward", "-"]) == 2
+
+
+def test_an_output_in_a_missing_directory_fails_before_the_run(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [2]\nt1 = Relu(t0)\noutput t1\n")
+    assert main(["run", str(g), "-o", str(tmp_path / "nope" / "o.npz")]) == 1
+    cap = capsys.readouterr()
+    assert f"directory {tmp_path / 'nope'} does not exist" in cap.err and "L2 norm" not in cap.out
+
+
+def test_an_npz_member_without_a_npy_header_is_named(tmp_path, capsys):
+    import zipfile
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [2]\nt1 = Relu(t0)\noutput t1\n")
+    with zipfile.ZipFile(tmp_path / "in.npz", "w") as zf:
+        zf.writestr("t0.npy", b"not a npy")
+    assert main(["run", str(g), "--inputs", str(tmp_path / "in.npz")]) == 1
+    assert "--inputs: member 't0' is not a NumPy array (no .npy header)" in capsys.readouterr().err
+
+
+def test_generating_an_input_too_large_for_memory_names_it(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [100000000, 100000]\nt1 = Relu(t0)\noutput t1\n")
+    assert main(["run", str(g)]) == 1
+    assert "cannot generate input t0 (Float32 [100000000, 100000], 36.4 TiB): out of memory" in capsys.readouterr().err
+
+
+def test_compile_of_a_missing_gir_path_says_so():
+    with pytest.raises(gradir.ParseError, match="nosuch.gir: error: cannot read file"):
+        gradir.compile("nosuch.gir")
+
+
+def test_an_empty_wrt_is_one_error(tmp_path, capsys):
+    assert main(["grad", str(ROOT_SAMPLE), "--wrt", ""]) == 1
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "wrt is empty" in err
+
+
+def test_help_to_a_full_disk_is_exit_1():
+    import os
+    import subprocess
+    import sys
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    with open("/dev/full", "w") as full:
+        for argv in (["--help"], ["run", "--help"], ["--version"]):
+            r = subprocess.run([sys.executable, "-m", "gradir.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                               text=True)
+            assert r.returncode == 1 and "cannot write to standard output" in r.stderr, (argv, r.stderr)
