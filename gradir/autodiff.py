@@ -207,6 +207,11 @@ def _zeros_like(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [None]
 
 
+@rule("Constant")
+def _constant(e: Emitter, op: Op, cts: list, need: list) -> list:
+    return []  # no operands: nothing to differentiate (activity analysis never reaches it)
+
+
 @rule("Add")
 def _add(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [cts[0], cts[0]]

@@ -29,8 +29,8 @@ max(1, rms(x_i))) in every requested input, where the gradient is recomputed.  A
 unresolved after that is reported as ``kink``: not verified, and the check does not pass.  Directions
 checked at a shifted point are listed under the table.
 
-Everything runs in Float64: a Float32 graph is promoted (its Float32 inputs become Float64 and every
-type is inferred again), and Float32 input arrays are widened exactly.
+Everything runs in Float64: a Float32 graph is promoted (its Float32 inputs and Constants become Float64
+and every type is inferred again), and Float32 input arrays are widened exactly.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 import numpy as np
 
 from .errors import Diagnostic, GradirError, InputError
-from .ir import Graph, GraphInput
+from .ir import Graph, GraphInput, Op
 from .types import DType, format_shape
 
 __all__ = ["gradcheck", "GradcheckReport", "InputCheck", "DirectionCheck", "GradcheckError", "promote",
@@ -152,15 +152,24 @@ class GradcheckReport:
 
 
 def promote(graph: Graph) -> tuple[Graph, bool]:
-    """``graph`` with every Float32 input made Float64 and every type inferred again (the IR has no
-    constants or casts, so every float value then is Float64); returns (graph, whether it changed)."""
+    """``graph`` with every Float32 input made Float64 and every type inferred again (a Float32
+    Constant becomes Float64 too, and the IR has no casts, so every float value then is Float64);
+    returns (graph, whether it changed)."""
     if not any(i.type.dtype is DType.Float32 for i in graph.inputs):
         return graph, False
     inputs = [GraphInput(i.name, i.type.with_dtype(DType.Float64) if i.type.dtype is DType.Float32 else i.type,
                          i.span, i.type_span) for i in graph.inputs]
-    g = Graph(inputs, [op.copy(result_types=None) for op in graph.ops], graph.outputs, graph.name, graph.source)
+    g = Graph(inputs, [_promoted(op) for op in graph.ops], graph.outputs, graph.name, graph.source)
     g.output_spans, g.name_span = list(graph.output_spans), graph.name_span
     return g.validate(), True
+
+
+def _promoted(op: Op) -> Op:
+    """``op`` to be typed again; a declared Float32 type (a ``Constant``'s) becomes Float64 with the inputs."""
+    if not op.DECLARED_TYPE:
+        return op.copy(result_types=None)
+    return op.copy(result_types=[t.with_dtype(DType.Float64) if t is not None and t.dtype is DType.Float32 else t
+                                 for t in op.result_types or []] or None)
 
 
 def _fits_backward(fwd: Graph, bwd: Graph, wrt: list[str]) -> list[tuple[str, str]]:

@@ -50,7 +50,8 @@ class Operand:
 
 @dataclass(frozen=True)
 class Attr:
-    """An attribute: ``kind`` is one of int, float, str, bool, ints, floats, strs.
+    """An attribute: ``kind`` is one of int, float, str, bool, ints, floats, strs, or tensor (a number,
+    boolean or flat list of them, checked against the op's dtype by the op: see ``gradir.constants``).
 
     ``default`` is ``REQUIRED`` (must be given) or a value; ``None`` means
     "absent" (e.g. ``perm`` defaults to reversed axes).  ``choices``/``min``/
@@ -74,7 +75,8 @@ class Attr:
         return self.default is REQUIRED
 
     def describe(self) -> str:
-        kind = {"ints": "list of int", "floats": "list of float", "strs": "list of str"}.get(self.kind, self.kind)
+        kind = {"ints": "list of int", "floats": "list of float", "strs": "list of str",
+                "tensor": "number, true/false or flat list of them"}.get(self.kind, self.kind)
         parts = [kind]
         if self.choices:
             parts.append("one of " + ", ".join(format_attr_value(c) for c in self.choices))
@@ -116,6 +118,9 @@ class Attr:
         elif k == "bool":
             if not isinstance(value, bool):
                 raise ValueError(f"expects true or false, got {format_attr_value(value)}")
+        elif k == "tensor":
+            from .constants import coerce_value
+            value = coerce_value(value)
         else:  # pragma: no cover - programming error
             raise AssertionError(k)
         if k in ("int", "float", "str"):
@@ -256,12 +261,13 @@ class OpError(Exception):
     """Raised by a type rule; ``operand``/``attr``/``result`` say where to point."""
 
     def __init__(self, message: str, *, operand: int | None = None, attr: str | None = None,
-                 result: int | None = None) -> None:
+                 result: int | None = None, element: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.operand = operand
         self.attr = attr
         self.result = result
+        self.element = element  # with ``attr``: the index in a list value (-1: the whole value)
 
 
 class InferContext:
@@ -276,8 +282,20 @@ class InferContext:
     def name(self) -> str:
         return self.op.op_name
 
-    def fail(self, message: str, *, operand: int | None = None, attr: str | None = None) -> "None":
-        raise OpError(f"{self.name}: {message}", operand=operand, attr=attr)
+    def fail(self, message: str, *, operand: int | None = None, attr: str | None = None,
+             element: int | None = None) -> "None":
+        raise OpError(f"{self.name}: {message}", operand=operand, attr=attr, element=element)
+
+    def declared(self, k: int = 0) -> TensorType:
+        """Result ``k``'s type as written on the line, for ops whose type is not inferable
+        (``DECLARED_TYPE``): a missing one is an error saying it is required."""
+        given = self.op.result_types
+        t = given[k] if given is not None and k < len(given) else None
+        if t is None:
+            raise OpError(f"{self.name}: the result type is required on a {self.name} line (nothing to infer "
+                          f"it from), e.g. {self.op.results[0] if self.op.results else 't1'} = {self.name}(...) "
+                          f": Float32 [2, 3]")
+        return t
 
     def type(self, i: int) -> TensorType:
         t = self.types[i] if i < len(self.types) else None
@@ -391,6 +409,9 @@ class Op:
     abstract: ClassVar[bool] = True
     is_backward: ClassVar[bool] = False
     op_name: ClassVar[str] = "Op"
+    # the result types are part of the op (read by ``infer`` via ``ctx.declared``), not inferred:
+    # copies that drop the inferred types to infer them again keep these (``untyped``)
+    DECLARED_TYPE: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -648,6 +669,15 @@ class Op:
     def __hash__(self) -> int:
         return hash(self.key())
 
+    def kernel_attrs(self) -> dict[str, Any]:
+        """The keywords the op's kernel is called with: its attributes (hook: an op whose kernel
+        needs more, e.g. ``Constant`` its array, adds it)."""
+        return self.attrs
+
+    def untyped(self) -> "Op":
+        """A copy whose result types are inferred again (kept when they are declared, not inferred)."""
+        return self.copy() if self.DECLARED_TYPE else self.copy(result_types=None)
+
     def copy(self, **changes: Any) -> "Op":
         kw = dict(results=self.results, operands=self.operands, attrs=self.attrs,
                   result_types=self.result_types, loc=self.loc)
@@ -681,8 +711,8 @@ def _freeze(v: Any) -> Any:
         return tuple((k, _freeze(x)) for k, x in v.items())
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
-    if isinstance(v, float) and math.isnan(v):
-        return ("nan",)
+    if isinstance(v, float):  # bit-exact: 0.0 and -0.0 differ (and print differently); nan equals nan
+        return ("float", v.hex())
     return (type(v).__name__, v) if isinstance(v, (bool, int, float)) else v
 
 

@@ -280,7 +280,7 @@ class Executable:
         if hit is not None:
             return hit
         inputs = [GraphInput(i.name, TensorType(i.type.dtype, arrays[i.name].shape)) for i in self.graph.inputs]
-        g = Graph(inputs, [op.copy(result_types=None) for op in self.program.ops], self.program.live_outputs,
+        g = Graph(inputs, [op.untyped() for op in self.program.ops], self.program.live_outputs,
                   self.graph.name, self.graph.source)
         diags = g.diagnostics()
         if diags:
@@ -378,10 +378,10 @@ class _Run:
         start = time.perf_counter() if self.trace is not None else 0.0
         try:
             if len(st.results) == 1:
-                res = st.kernel.fn(*args, out=outs[0], **st.op.attrs)
+                res = st.kernel.fn(*args, out=outs[0], **st.op.kernel_attrs())
                 res = (res,)
             else:
-                res = st.kernel.fn(*args, out=tuple(outs), **st.op.attrs)
+                res = st.kernel.fn(*args, out=tuple(outs), **st.op.kernel_attrs())
         except GradirError:
             raise
         except Exception as e:  # a kernel failed: say where, with the operand shapes
@@ -625,7 +625,7 @@ def _codegen(plan: Plan, pool: _Pool):
             lines.append(f"        {res[0]} = _U{k}({', '.join(args)}{out})")
         else:
             env[f"_K{k}"] = st.kernel.fn
-            env[f"_A{k}"] = st.op.attrs
+            env[f"_A{k}"] = st.op.kernel_attrs()
             out = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
             call = f"_K{k}({', '.join(args + ['out=' + out, '**_A' + str(k)])})"
             if len(res) == 1:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .errors import Diagnostic, Span
+from .errors import Diagnostic, Source, Span
 from .ir import VALUE_NAME, Graph, Op, OpError, OpLoc, _OpErrors
 from .types import TensorType
 
@@ -21,7 +21,7 @@ __all__ = ["verify_graph", "MAX_NAME_DIGITS"]
 MAX_NAME_DIGITS = 18
 
 
-def _op_span(op: Op, e: OpError) -> Optional[Span]:
+def _op_span(op: Op, e: OpError, source: Optional[Source] = None) -> Optional[Span]:
     loc = op.loc
     if loc is None:
         return None
@@ -30,10 +30,39 @@ def _op_span(op: Op, e: OpError) -> Optional[Span]:
             return loc.operands[e.operand]
         return loc.name
     if e.attr is not None:
-        return loc.attrs.get(e.attr, loc.name)
+        span = loc.attrs.get(e.attr, loc.name)
+        if e.element is not None and source is not None and e.attr in loc.attrs:
+            return _list_span(source.line(span.line), span, e.element) or span
+        return span
     if e.result is not None and loc.results:
         return loc.results[e.result]
     return loc.name
+
+
+def _list_span(text: str, attr: Span, element: int) -> Optional[Span]:
+    """The span of element ``element`` of the list value of the attribute at ``attr`` (``-1``: the
+    whole ``[...]``), found in the line's text: spans are kept per attribute, not per list element,
+    and only a message needs one.  ``None`` if the value is not a list."""
+    start = text.find("=", attr.col - 1)
+    if start < 0:
+        return None
+    k = start + 1
+    while k < len(text) and text[k] in " \t":
+        k += 1
+    if not text.startswith("[", k):
+        return Span(attr.line, k + 1, max(k + 2, attr.end_col)) if element == -1 else None
+    close = text.find("]", k)
+    if close < 0:
+        return None
+    if element == -1:
+        return Span(attr.line, k + 1, close + 2)
+    pos = k + 1
+    for i, part in enumerate(text[k + 1:close].split(",")):
+        if i == element:
+            lead = len(part) - len(part.lstrip(" \t"))
+            return Span(attr.line, pos + lead + 1, pos + len(part.rstrip(" \t")) + 1)
+        pos += len(part) + 1
+    return None
 
 
 def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnostic]:
@@ -127,9 +156,9 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
                 result_types = op.check(operand_types)
         except _OpErrors as es:
             for e in es.errors:
-                err(e.message, _op_span(op, e))
+                err(e.message, _op_span(op, e, src))
         except OpError as e:
-            err(e.message, _op_span(op, e))
+            err(e.message, _op_span(op, e, src))
         # declared types
         if result_types is not None and op.result_types is not None:
             given = op.result_types

@@ -191,7 +191,29 @@ def _unsqueeze(draw):
     return [T(fdtype(draw), shp)], {"axes": [a - r if draw(st.booleans()) else a for a in axes]}
 
 
+_CONST_ELEMENTS = {
+    DType.Float32: st.one_of(st.floats(width=32), st.integers(-100, 100)),
+    DType.Float64: st.one_of(st.floats(), st.integers(-(2**53), 2**53)),
+    DType.Int32: st.integers(-(2**31), 2**31 - 1),
+    DType.Int64: st.integers(-(2**63), 2**63 - 1),
+    DType.Bool: st.booleans(),
+}
+
+
+def constant_example(draw) -> tuple[dict, TensorType]:
+    """A Constant's attributes and its (declared, required) type: a scalar fill or a full list."""
+    t = T(draw(st.sampled_from(list(DType))), shape(draw, 0, 3))
+    elem = _CONST_ELEMENTS[t.dtype]
+    if draw(st.booleans()):
+        return {"value": draw(elem)}, t
+    return {"value": draw(st.lists(elem, min_size=t.numel, max_size=t.numel))}, t
+
+
+# ops whose result type is declared, not inferred: draw -> (attrs, result type)
+DECLARED_EXAMPLES: dict[str, Callable] = {"Constant": constant_example}
+
 OP_EXAMPLES: dict[str, Callable] = {
+    "Constant": lambda d: ([], constant_example(d)[0]),  # no operands; its type is in DECLARED_EXAMPLES
     **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log"]},
     "Neg": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
     "Identity": lambda d: _unary(d, list(DType)),
@@ -227,6 +249,13 @@ def graphs(draw, max_ops: int = 6, unknown_dims: bool = True) -> Graph:
     available: dict[TensorType, list[str]] = {}
     for _ in range(n_ops):
         name = draw(st.sampled_from(names))
+        if name in DECLARED_EXAMPLES:
+            attrs, t = DECLARED_EXAMPLES[name](draw)
+            results = [f"t{next(counter)}"]
+            ops.append(OPS[name](results, [], attrs, [t]))
+            available.setdefault(t, []).append(results[0])
+            outputs.extend(r for r in results if draw(st.booleans()))
+            continue
         types, attrs = OP_EXAMPLES[name](draw)
         operands = []
         for t in types:

@@ -93,8 +93,8 @@ def test_free_spacing_comments_and_omitted_types_parse_the_same(g: Graph, data):
     lines = g.to_text().splitlines()
     out = []
     for line in lines:
-        if " = " in line and " : " in line and data.draw(st.booleans()):
-            line = line.split(" : ")[0]  # omit the types: inferred
+        if " = " in line and " : " in line and " = Constant(" not in line and data.draw(st.booleans()):
+            line = line.split(" : ")[0]  # omit the types: inferred (a Constant's are required)
         sp = data.draw(SPACING)
         line = line.replace(", ", "," + sp).replace(" = ", sp + "=" + sp)
         if data.draw(st.booleans()):

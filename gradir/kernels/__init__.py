@@ -11,7 +11,8 @@ Calling convention (every kernel follows it):
 * ``out`` is ``None`` or a preallocated, C-contiguous array of the result's shape
   and dtype (a tuple of them for multi-result ops, entries may be ``None``).
   When given, the kernel writes into it and returns it.
-* ``attrs`` are the op's attributes by name, with defaults filled in.
+* ``attrs`` are ``op.kernel_attrs()``: the op's attributes by name, with defaults filled in
+  (``Constant`` passes its cached ``array`` instead of its text value).
 * A result never shares memory with an operand (no views), unless ``out`` is
   that operand: the runtime recycles a dead operand's buffer, which must not
   still back a live result.  A test checks every kernel for this.
@@ -67,4 +68,4 @@ def get_kernel(name: str) -> KernelInfo | None:
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
-from . import activation, lstm, math, shape  # noqa: E402,F401
+from . import activation, constant, lstm, math, shape  # noqa: E402,F401

@@ -31,7 +31,8 @@ def common_subexpression_elimination(p: Program) -> str:
         operands = [rename.get(v, v) if v is not None else None for v in op.operands]
         if operands != op.operands:
             op = op.copy(operands=operands)
-        key = (op.op_name, tuple(operands), _freeze(op.attrs))
+        # the types too: a Constant's is part of the op (elsewhere operands and attributes determine it)
+        key = (op.op_name, tuple(operands), _freeze(op.attrs), tuple(op.result_types or ()))
         first = seen.get(key)
         if first is not None:
             merged += 1
