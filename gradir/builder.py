@@ -21,8 +21,10 @@ expected versus given.
 
 Operators on values: ``a + b``, ``a - b``, ``a * b``, ``a / b`` (``Add``, ``Sub``,
 ``Mul``, ``Div`` with broadcasting), ``a @ b`` (``MatMul``), ``-a`` (``Neg``);
-``a * 2.0``, ``2.0 * a`` and ``a / 2.0`` become ``Scale`` (the IR has no
-constants, so ``a + 1.0`` is an error that says so).
+``a * 2.0``, ``2.0 * a`` and ``a / 2.0`` become ``Scale`` on floating-point values (one
+element-wise op); any other Python number meets a value through a rank-0 ``Constant`` of the
+value's dtype (``a + 1.0``, ``1 - a``, ``2 * i`` for an integer ``i``).  ``b.constant(array)``
+makes a ``Constant`` from a NumPy array (or ``b.constant(0.5, "Float32", [2, 3])`` a fill).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ import inspect
 import re
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
+import numpy as np
+
+from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
 from .errors import Diagnostic, VerifyError
 from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, _OpErrors, format_attr_value
 from .types import DType, TensorType
@@ -75,11 +80,15 @@ class Value:
 
     # -- operators -------------------------------------------------------------
     def _binary(self, op: str, other: Any, symbol: str, reverse: bool = False) -> "Value":
-        if not isinstance(other, Value):
+        if _is_number(other):
+            shown = format_attr_value(other)
+            expr = f"{shown} {symbol} {self.name}" if reverse else f"{self.name} {symbol} {shown}"
+            other = self.builder._constant(other, TensorType(self.dtype, ()), expr)
+        elif not isinstance(other, Value):
             expr = (f"{_describe(other)} {symbol} {self.name}" if reverse else
                     f"{self.name} {symbol} {_describe(other)}")
-            raise self.builder._error(f"{expr}: both sides of {symbol} must be gradir values (the IR has no "
-                                      "constants: make it a graph input with b.input(...))")
+            raise self.builder._error(f"{expr}: both sides of {symbol} must be gradir values or Python numbers "
+                                      "(make an array a Constant with b.constant(array), or an input)")
         a, b = (other, self) if reverse else (self, other)
         return self.builder._apply(op, (a, b), {}, f"{a.name} {symbol} {b.name}")
 
@@ -105,17 +114,17 @@ class Value:
         return self._binary("Sub", other, "-", reverse=True)
 
     def __mul__(self, other: Any) -> "Value":
-        if _is_number(other):
+        if _is_number(other) and self.dtype.is_float:
             return self._scale(other, "*")
         return self._binary("Mul", other, "*")
 
     def __rmul__(self, other: Any) -> "Value":
-        if _is_number(other):
+        if _is_number(other) and self.dtype.is_float:
             return self._scale(other, "*")
         return self._binary("Mul", other, "*", reverse=True)
 
     def __truediv__(self, other: Any) -> "Value":
-        if _is_number(other):
+        if _is_number(other) and self.dtype.is_float:
             return self._scale(other, "/", invert=True)
         return self._binary("Div", other, "/")
 
@@ -208,6 +217,63 @@ class GraphBuilder:
                 raise self._error(f"output(): {v.name} is already an output; each value is listed once")
             self._outputs.append(v.name)
 
+    def constant(self, value: Any, dtype: Union[str, DType, None] = None, shape: Optional[Iterable] = None) -> Value:
+        """A ``Constant``: ``b.constant(np.array(...))`` (dtype and shape from the array), or a Python
+        number filling ``shape`` (default: a scalar) or a nested list, with ``dtype`` given:
+        ``b.constant(0.5, "Float32", [2, 3])``, ``b.constant([[1, 2], [3, 4]], "Int64")``."""
+        call = f"constant({_describe(value)})"
+        if isinstance(value, (np.ndarray, np.generic)):
+            if dtype is not None or shape is not None:
+                raise self._error(f"{call}: an array brings its own dtype and shape; convert it (astype, "
+                                  "reshape) instead of passing dtype or shape")
+            try:
+                DType.from_numpy(value.dtype)
+            except ValueError:
+                raise self._error(f"{call}: NumPy dtype {value.dtype} has no gradir dtype (Float32, Float64, "
+                                  "Int32, Int64, Bool)") from None
+            if value.size > MAX_CONSTANT_ELEMENTS:
+                raise self._error(f"{call}: the array has {value.size:,} elements; a Constant holds at most "
+                                  f"{MAX_CONSTANT_ELEMENTS:,} (pass larger data as a graph input)")
+            try:
+                v, t = value_from_array(np.asarray(value))
+            except ConstantValueError as e:
+                raise self._error(f"{call}: {e}") from None
+            return self._constant(v, t, call, checked=True)
+        if dtype is None:
+            raise self._error(f"{call}: give the dtype of a Python value, e.g. b.constant(0.5, \"Float32\") "
+                              "(an array brings its own)")
+        try:
+            if isinstance(value, (list, tuple)):
+                if shape is not None:
+                    raise self._error(f"{call}: a list gives the shape itself; pass shape only with a number")
+                nested = np.array(value, dtype=object)  # the shape of a nested list
+                value = list(nested.reshape(-1))
+                if any(isinstance(v, (list, tuple)) for v in value):
+                    raise self._error(f"{call}: the nested list is ragged (its rows differ in length)")
+                t = TensorType(dtype, nested.shape)
+            else:
+                t = TensorType(dtype, list(shape) if shape is not None else [])
+        except (ValueError, TypeError) as e:
+            raise self._error(f"{call}: {e}") from None
+        return self._constant(value, t, call)
+
+    def _constant(self, value: Any, t: TensorType, call: str, checked: bool = False) -> Value:
+        """Add ``Constant(value) : t`` (its type is declared, not inferred: no ``_apply``)."""
+        if not checked:
+            try:
+                value = canonical_value(coerce_value(value), t)
+            except ValueError as e:
+                raise self._error(f"{call}: {e}") from None
+        op = OPS["Constant"]([self._fresh()], [], {"value": value}, [t])
+        try:
+            op.check([])
+        except (OpError, _OpErrors) as e:
+            errs = e.errors if isinstance(e, _OpErrors) else [e]
+            raise self._error([f"{call}: {x.message}" for x in errs]) from None
+        self._ops.append(op)
+        self._types[op.results[0]] = t
+        return Value(self, op.results[0], t)
+
     def build(self) -> Graph:
         """The validated ``Graph`` (a copy: the builder may keep growing)."""
         if not self._outputs:
@@ -236,7 +302,7 @@ class GraphBuilder:
         if not isinstance(v, Value):
             hint = ""
             if _is_number(v):
-                hint = " (the IR has no constants: make it a graph input with b.input(...))"
+                hint = f" (make it a Constant: b.constant({v!r}, DTYPE))"
             raise self._error(f"{where}: {what} must be a gradir Value, got {_describe(v)}{hint}")
         if v.builder is not self:
             raise self._error(f"{where}: {what} {v.name} belongs to a different GraphBuilder")

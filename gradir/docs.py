@@ -14,6 +14,7 @@ FAMILIES = [
     ("Arithmetic, MatMul, layout and reductions", "math", None),
     ("LSTM", "lstm", None),
     ("Shape helpers used by derived gradients", "shape", None),
+    ("Constants (see format.md: the type is required)", "constant", None),
 ]
 
 

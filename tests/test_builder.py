@@ -168,7 +168,8 @@ def test_mistakes_name_the_op_the_operand_and_expected_vs_given():
     assert "LeakyRelu(t0, alpha=\"big\"): LeakyRelu: attribute alpha expects a number, got \"big\"" in \
         _err(lambda: b.LeakyRelu(x, alpha="big"))
     assert "Relu(3): operand X must be a gradir Value, got 3 (int)" in _err(lambda: b.Relu(3))
-    assert "the IR has no constants" in _err(lambda: x + 1.0)
+    assert "t0 + 1e+39: value 1e+39 does not fit Float32" in _err(lambda: x + 1e39)
+    assert "t0 + 'a' (str): both sides of + must be gradir values or Python numbers" in _err(lambda: x + "a")
     other = GraphBuilder().input("Float32", [4, 16])
     assert "Add(t0, t0): operand B t0 belongs to a different GraphBuilder" in _err(lambda: b.Add(x, other))
     assert "unknown dtype 'Float33'" in _err(lambda: b.input("Float33", [2]))

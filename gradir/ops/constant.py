@@ -21,7 +21,7 @@ __all__ = ["ConstantOp"]
 
 
 class ConstantOp(Op):
-    """A tensor whose value is in the text: a number that fills the declared type, or a flat list."""
+    """A tensor written in the text: a number filling the declared (required) type, or a flat row-major list."""
 
     OPERANDS = ()
     ATTRS = (Attr("value", "tensor", doc=f"a number (or true/false) filling the type, or a flat row-major list "

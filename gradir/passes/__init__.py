@@ -73,9 +73,10 @@ def register_pass(name: str, doc: str) -> Callable:
     return deco
 
 
-from . import basic, fusion  # noqa: E402,F401  (register the passes)
+from . import basic, constfold, fusion  # noqa: E402,F401  (register the passes)
 
-DEFAULT_PASSES = ["cse", "dce", "fuse-lstm-cell-grads"]
+# folding first: cse then merges equal folded values, and dce drops the Constants only they read
+DEFAULT_PASSES = ["fold-constants", "cse", "dce", "fuse-lstm-cell-grads"]
 
 
 def run_passes(program: Program, names: Optional[list[str]] = None,
