@@ -310,6 +310,9 @@ class GraphBuilder:
     def _apply(self, op_name: str, operands: Sequence[Optional[Value]], attrs: dict,
                call: Optional[str]) -> Union[Value, tuple[Value, ...]]:
         cls = OPS[op_name]
+        if cls.DECLARED_TYPE:  # its type is not inferable from operands: the builder has a method that takes it
+            raise self._error(f"{op_name}: its type is declared, not inferred; use b.constant(array) or "
+                              f"b.constant(value, dtype, shape)")
         if call is None:
             shown = [("_" if v is None else v.name if isinstance(v, Value) else repr(v)) for v in operands]
             shown += [f"{k}={format_attr_value(v) if not isinstance(v, Value) else v.name}" for k, v in attrs.items()]

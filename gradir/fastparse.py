@@ -10,6 +10,7 @@ from lark).  A Hypothesis test checks the two paths agree.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple, Optional
 
@@ -17,7 +18,7 @@ from .errors import Diagnostic, Source, Span
 from .types import MAX_ELEMENTS, DType, TensorType, format_shape
 
 __all__ = ["Stmt", "TypeSyntax", "FastType", "Fallback", "fast_line", "type_from_syntax", "MAX_ELEMENTS",
-           "MAX_INT_DIGITS", "int_literal", "dim_literal"]
+           "MAX_INT_DIGITS", "int_literal", "float_literal", "dim_literal"]
 
 
 class TypeSyntax(NamedTuple):
@@ -74,6 +75,15 @@ def int_literal(text: str, span: Optional[Span]) -> tuple:
     return (int(text), span, None)
 
 
+def float_literal(text: str, span: Optional[Span]) -> tuple:
+    """An attribute's float literal as (value, span, error): one beyond a 64-bit float (``1e309``) is an
+    error, not a silent ``inf`` (``inf`` is written ``inf``)."""
+    value = float(text)
+    if math.isinf(value) and "inf" not in text:
+        return (None, span, f"number {text[:24]} is beyond the range of a 64-bit float (write inf for infinity)")
+    return (value, span, None)
+
+
 def dim_literal(text: str) -> "int | str":
     """A dimension's value; a literal too long to convert is kept as its text (``type_from_syntax``
     reports it)."""
@@ -89,7 +99,7 @@ def _fast_scalar(text: str, line: int, col: int) -> tuple:
     if _RE_INT.fullmatch(text):
         return int_literal(text, span)
     if _RE_FLOAT.fullmatch(text):
-        return (float(text), span, None)
+        return float_literal(text, span)
     if text == "true":
         return (True, None, None)
     if text == "false":
@@ -108,7 +118,8 @@ def _fast_value(text: str, line: int, col: int) -> tuple:
         for part in inner.split(", "):
             items.append(_fast_scalar(part, line, c))
             c += len(part) + 2
-        return (tuple(i[0] for i in items), items[0][1], None)
+        bad = next((i for i in items if i[2]), None)  # as the lark path: the first element's error, located
+        return (tuple(i[0] for i in items), bad[1] if bad else items[0][1], bad[2] if bad else None)
     return _fast_scalar(text, line, col)
 
 

@@ -24,7 +24,8 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
-from .fastparse import Fallback, Stmt, TypeSyntax, dim_literal, fast_line, int_literal, type_from_syntax
+from .fastparse import (Fallback, Stmt, TypeSyntax, dim_literal, fast_line, float_literal, int_literal,
+                        type_from_syntax)
 from .ir import OPS, Graph, GraphInput, OpLoc
 from .trivia import attach, stmt_key
 
@@ -90,7 +91,7 @@ class _Build(Transformer):
         return int_literal(str(tok), _span(tok))
 
     def float(self, tok: Token) -> tuple:
-        return (float(tok), _span(tok), None)
+        return float_literal(str(tok), _span(tok))
 
     def string(self, tok: Token) -> tuple:
         try:
@@ -109,7 +110,9 @@ class _Build(Transformer):
         err = next((i[2] for i in items if i[2]), None)
         if any(isinstance(i[0], (tuple, list)) for i in items):
             err = err or "nested lists are not allowed as attribute values"
-        span = next((i[1] for i in items if i[1] is not None), None)
+        # an element's error points at that element
+        span = next((i[1] for i in items if i[2] and i[1] is not None), None) if err else None
+        span = span or next((i[1] for i in items if i[1] is not None), None)
         return (tuple(i[0] for i in items), span, err)
 
     def types(self, *ts: TypeSyntax) -> list:

@@ -106,6 +106,8 @@ def test_the_documented_limit_is_accepted_and_one_more_is_not():
     ("t1 = Constant(value=true) : Float64 [2]", "1:21", "value true is a boolean; Float64 constants need numbers"),
     ("t1 = Constant(value=1) : Float32 [?, 2]", "1:1", "the type of a Constant must have a known shape"),
     ("t1 = Constant(value=\"a\") : Float32 [2]", "1:15", "attribute value expects a number, true/false"),
+    ("t1 = Constant(value=[1, 1e309]) : Float64 [2]", "1:25", "number 1e309 is beyond the range of a 64-bit float"),
+    ("t1 = Constant(value=[1,-1e309]) : Float64 [2]", "1:24", "number -1e309 is beyond the range of a 64-bit"),
     ("t1 = Constant() : Float32 [2]", "1:6", "attribute 'value' (number, true/false or flat list of them) is "
                                             "required"),
 ])
@@ -299,6 +301,7 @@ def test_builder_constant_from_arrays_and_python_values():
     (lambda b: b.constant([[1], [2, 3]], "Int32"), "the nested list is ragged"),
     (lambda b: b.constant([3000000000], "Int32"), "value element 0: 3000000000 does not fit Int32"),
     (lambda b: b.constant(np.zeros(2), "Float32"), "an array brings its own dtype and shape"),
+    (lambda b: b.Constant(value=1.0), "Constant: its type is declared, not inferred; use b.constant(array)"),
     (lambda b: b.input("Int32", [2]) + 1.5, "t0 + 1.5: value 1.5 is not an integer; Int32 constants need integers"),
 ])
 def test_builder_constant_errors(make, message):
