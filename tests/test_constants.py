@@ -7,6 +7,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gradir
 from gradir import GraphBuilder
@@ -61,6 +63,19 @@ def test_fmt_prints_floats_shortest_for_their_dtype():
     a = gradir.compile(text).run({})["t0"]
     b = gradir.compile(_fmt(text)).run({})["t0"]
     assert a.tobytes() == b.tobytes() and a[0] == np.float32(0.1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(width=32) | st.floats(-3.4e38, 3.4e38), min_size=1, max_size=8))
+def test_float32_printing_round_trips_the_bits(xs):
+    text = f"t0 = Constant(value=[{', '.join(repr(x) for x in xs)}]) : Float32 [{len(xs)}]\noutput t0\n"
+    printed = _fmt(text)
+    assert _fmt(printed) == printed
+    want = np.array(xs, np.float64).astype(np.float32)
+    got = gradir.compile(printed).run({})["t0"]
+    assert got.tobytes() == want.tobytes() or (np.isnan(want) == np.isnan(got)).all()
+    for x, shown in zip(want, printed.split("[", 1)[1].split("]")[0].split(", ")):
+        assert shown == str(x) or (np.isnan(x) and shown == "nan") or float(shown) == float(str(x))
 
 
 def test_scalar_and_list_forms_are_kept_as_written():
