@@ -323,3 +323,14 @@ def test_builder_constant_errors(make, message):
     with pytest.raises(gradir.BuilderError) as e:
         make(GraphBuilder())
     assert message in str(e.value)
+
+
+def test_the_kernel_returns_a_fresh_array_never_the_cached_one():
+    from gradir.kernels import KERNELS
+    op = gradir.parse("t0 = Constant(value=[1, 2]) : Int32 [2]\noutput t0\n").ops[0]
+    cached = op.kernel_attrs()["array"]
+    assert not cached.flags.writeable and op.kernel_attrs()["array"] is cached  # made once per op
+    fresh = KERNELS["Constant"].fn(out=None, **op.kernel_attrs())
+    assert fresh.flags.writeable and not np.shares_memory(fresh, cached)
+    out = np.empty(2, np.int32)
+    assert KERNELS["Constant"].fn(out=out, **op.kernel_attrs()) is out and out.tolist() == [1, 2]
