@@ -123,11 +123,11 @@ def test_large_lstm_beside_a_matmul_identical_across_threads(monkeypatch, share)
     only where nobody holds it above one).  ``share``: BLAS threads per op that the runtime
     holds, 1 on two cores, 2 as on four."""
     from gradir import runtime
-    from gradir.kernels import lstm as lstm_mod
+    from gradir.kernels.lstm import common as lstm_common
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
     monkeypatch.setattr(runtime, "_BLAS_SHARE", share)
     S, B, I, H = 3, 16, 4, 260
-    assert B >= lstm_mod._SPLIT_MIN_ROWS and B * 4 * H > lstm_mod._WHOLE_LOOP_MAX
+    assert B >= lstm_common.SPLIT_MIN_ROWS and B * 4 * H > lstm_common.WHOLE_LOOP_MAX
     text = f"""input t0 : Float32 [{S}, {B}, {I}]
 input t1 : Float32 [1, {4 * H}, {I}]
 input t2 : Float32 [1, {4 * H}, {H}]
