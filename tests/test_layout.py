@@ -240,3 +240,10 @@ def test_no_module_over_the_budget_but_the_known_ones() -> None:
 @pytest.mark.xfail(OVER_BUDGET != set(), strict=True, reason=f"modules still over {MAX_LINES} lines: {OVER_BUDGET}")
 def test_no_module_over_the_budget() -> None:
     assert _over_budget() == set()
+
+
+def test_every_package_is_installed() -> None:
+    """``pyproject.toml`` lists the packages setuptools installs: a new subpackage must be there."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert {name for name in MODULES if _is_package(name)} == listed - {"gradir.grammar"}
