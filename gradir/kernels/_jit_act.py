@@ -1,7 +1,7 @@
 """Compiled Float32 activation kernels (see ``gradir.kernels.jit``).
 
 Each kernel is one fused loop computing the formula of the NumPy Float32 path in
-``activation.py`` (same clips, same ``exp2`` arguments, same order of operations where
+``activation/`` (same clips, same ``exp2`` arguments, same order of operations where
 it matters), element by element, vectorized and without the GIL.  Element-wise kernels
 take same-length 1-D arrays ``(o, *operands, *scalars)``; row kernels take 2-D
 ``[rows, n]`` arrays and reduce each row in float64, in one fixed order.
@@ -14,7 +14,8 @@ row (softmax gradients) into a private buffer and copies it out.  (Always going 
 the private buffer was fine on one CPU (Intel, AVX-512) but 1.2-4x slower than the plain
 loop on another (AMD Zen 3).)  The softmax forwards always compute each row into a
 private buffer (they need its sum before writing).  An ``o`` that *partly* overlaps an
-operand is never passed in (``activation._elementwise``/``_rows`` compute apart then).
+operand is never passed in (``activation.blocks``' ``run_elementwise``/``run_rows``
+compute apart then).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _ZERO = _F(0.0)
 _ONE = _F(1.0)
 _TWO = _F(2.0)
 
-# the constants of activation.py, rounded to float32 exactly as NumPy does when a Python
+# the constants of activation/numerics.py, rounded to float32 exactly as NumPy does when a Python
 # float meets a float32 array
 _K = math.sqrt(2.0 / math.pi)
 _C = 0.044715
