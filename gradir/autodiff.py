@@ -41,16 +41,12 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
 
-from .errors import Diagnostic, GradirError, Source
+from .errors import AutodiffError, Diagnostic, Source
 from .ir import OPS, Graph, GraphInput, Op
 from .types import TensorType, format_shape
 
 __all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "AutodiffError", "register_cli",
            "grad_text"]
-
-
-class AutodiffError(GradirError):
-    """The graph cannot be differentiated as asked (an op without a rule, a bad ``wrt``, ...)."""
 
 
 Rule = Callable[["Emitter", Op, list, list], Sequence[Optional[str]]]
@@ -394,7 +390,7 @@ class Derivation:
                 f"# Outputs: the gradients {grads}.\n")
 
 
-def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
+def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     types = {i.name: i.type for i in graph.inputs}
     if wrt is None:
         names = [i.name for i in graph.inputs if i.type.dtype.is_float]
@@ -445,7 +441,7 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
         raise ArgumentError(f"grad() takes a Graph, IR text or a path, not {type(graph).__name__}")
     if not graph.types:
         graph.validate()
-    wrt_names = _parse_wrt(graph, wrt)
+    wrt_names = parse_wrt(graph, wrt)
     types = dict(graph.types)
     producer: dict[str, Op] = {}
     for op in graph.ops:
@@ -574,7 +570,7 @@ def cmd_grad(args: argparse.Namespace) -> int:
 
 def register_cli(sub: argparse._SubParsersAction) -> None:
     """Add ``gradir grad`` to the CLI's subcommands."""
-    from .cli import add_command
+    from .subcommands import add_command
     p = add_command(sub, "grad", help="derive the backward (vector-Jacobian) graph of a forward graph",
                     description="Derive the backward graph of FILE. Its inputs are FILE's inputs followed "
                                 "by one cotangent per output of FILE; its outputs are the gradients "

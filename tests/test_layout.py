@@ -28,17 +28,13 @@ GENERATED: set[str] = set()
 # What is left to do (issue "Layout"), each checked by an ``xfail(strict=True)`` test that passes once
 # the list is empty, and by a test that nothing outside the list breaks the rule meanwhile.
 OVER_BUDGET = {"gradir.runtime", "gradir.autodiff", "gradir.ir"}
-LAZY_CYCLES = [["gradir.autodiff", "gradir.cli", "gradir.dot", "gradir.gradcheck", "gradir.runcli"],
-               ["gradir.ir", "gradir.trivia", "gradir.verify"]]
+LAZY_CYCLES = [["gradir.ir", "gradir.trivia", "gradir.verify"]]
 PRIVATE_USES = {"gradir.builder": ["from gradir.ir import _OpErrors"],
-                "gradir.dot": ["from gradir.ir import _attr_equal", "from gradir.schedule import _mb"],
-                "gradir.gradcheck": ["from gradir.autodiff import _parse_wrt"],
+                "gradir.dot": ["from gradir.ir import _attr_equal"],
                 "gradir.passes.basic": ["from gradir.ir import _freeze"],
                 "gradir.runtime": ["from gradir.syntax import _no_gc"],
                 "gradir.verify": ["from gradir.ir import _OpErrors"]}
-EXCEPTIONS_ELSEWHERE = {"gradir.autodiff": ["AutodiffError"], "gradir.builder": ["BuilderError"],
-                        "gradir.fastparse": ["Fallback"], "gradir.fileio": ["Terminated"],
-                        "gradir.gradcheck": ["GradcheckError"], "gradir.ir": ["OpError", "_OpErrors"]}
+EXCEPTIONS_ELSEWHERE = {"gradir.fastparse": ["Fallback"], "gradir.ir": ["OpError", "_OpErrors"]}
 
 
 def _modules() -> dict[str, Path]:
