@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gradir"
 MAX_LINES = 500
-GENERATED: set[str] = set()
+GENERATED = {"gradir.kernels._jit_act"}  # its element-wise kernels are written by scripts/gen_jit_act.py
 
 # What is left to do (issue "Layout"), each checked by an ``xfail(strict=True)`` test that passes once
 # the list is empty, and by a test that nothing outside the list breaks the rule meanwhile.
@@ -243,3 +243,15 @@ def test_every_package_is_installed() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     assert {name for name in MODULES if _is_package(name)} == listed - {"gradir.grammar"}
+
+
+def test_the_written_jit_act_kernels_are_current() -> None:
+    """``scripts/gen_jit_act.py`` writes ``_jit_act.py``'s element-wise kernels (as ``gradir ops
+    --markdown`` writes docs/ops.md): an edit by hand, or to its table, shows here."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gen_jit_act", ROOT.parent / "scripts" / "gen_jit_act.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    text = gen.TARGET.read_text(encoding="utf-8")
+    assert gen.render(text) == text, "run python scripts/gen_jit_act.py"
+    assert text.count("@njit(**ELEMENTWISE)\ndef ") >= len(gen.KERNELS)

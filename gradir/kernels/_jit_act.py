@@ -106,9 +106,10 @@ def _fast_gelu_e(x):  # type: ignore[no-untyped-def]
 
 # -- element-wise kernels: a scalar function per op, run by a plain loop ----------------------
 
-# Each kernel spells out its two loops: a factory (a closure over the scalar function) or
-# generated source would make numba recompile every kernel in every process, since its
-# disk cache keeps neither (measured: closures miss the cache in a new process).
+# Each kernel spells out its two loops (scripts/gen_jit_act.py writes them into this file): a
+# factory (a closure over the scalar function) or source generated at import would make numba
+# recompile every kernel in every process, since its disk cache keeps neither (measured:
+# closures miss the cache in a new process).
 TILE = 1024
 
 
@@ -191,6 +192,9 @@ def _gelu1(x):  # type: ignore[no-untyped-def]
 def _fast_gelu1(x):  # type: ignore[no-untyped-def]
     z, q, e = _fast_gelu_e(x)
     return (-_X32_FAST if x < -_X32_FAST else x) / (e + _ONE)
+
+
+# -- element-wise kernels: written by scripts/gen_jit_act.py from its KERNELS (do not edit) ---------
 
 
 @njit(**ELEMENTWISE)
@@ -383,6 +387,9 @@ def fast_gelu(o, x):  # type: ignore[no-untyped-def]
             tmp[k] = _fast_gelu1(x_[k])
         for k in range(t1 - t0):
             o_[k] = tmp[k]
+
+
+# -- end of the written kernels ----------------------------------------------------------------
 
 
 # -- row kernels (softmax families) ------------------------------------------------------------
