@@ -200,9 +200,9 @@ def _silence_stdout() -> None:
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from . import autodiff, dot, runcli
+    from . import dot, gradcli, runcli
     from .gradcheck import register as register_gradcheck
-    return [runcli.register, autodiff.register_cli, register_gradcheck, dot.register]
+    return [runcli.register, gradcli.register, register_gradcheck, dot.register]
 
 
 # Later layers (runtime, autodiff) add their subcommands here.
