@@ -1,8 +1,9 @@
 """The package's layout, checked on its source (an AST walk over ``gradir/``, nothing imported).
 
-* No import cycles.  Every ``import`` counts, the lazy ones inside functions too: a cycle
-  through a function-level import still ties the modules together (neither can be understood,
-  tested or moved without the other), it only hides the knot from Python's import machinery.
+* No import cycles.  Every ``import`` counts, the lazy ones inside functions (and under ``if
+  TYPE_CHECKING:``) too: a cycle through a function-level import still ties the modules together
+  (neither can be understood, tested or moved without the other), it only hides the knot from
+  Python's import machinery.  Cycles among the imports that run at import time are checked apart.
   Importing a module imports the packages above it first, so ``from .kernels import jit`` is an
   edge to ``gradir.kernels`` as well as to ``gradir.kernels.jit``.  The one edge not counted is
   a module's own ancestor packages (``from . import kernel`` in a kernel family): Python runs them
@@ -82,13 +83,22 @@ def _targets(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
     return out
 
 
+def _import_nodes(node: ast.AST, lazy: bool) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements under ``node``: with ``lazy``, all of them; otherwise those that run
+    when the module is imported (not in a function, nor under ``if TYPE_CHECKING:``)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [node]
+    if not lazy and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return []
+    if not lazy and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        return [n for child in node.orelse for n in _import_nodes(child, lazy)]
+    return [n for child in ast.iter_child_nodes(node) for n in _import_nodes(child, lazy)]
+
+
 def _imports(name: str, lazy: bool) -> set[str]:
-    tree = TREES[name]
-    nodes = ast.walk(tree) if lazy else iter(tree.body)
     out = set()
-    for node in nodes:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            out |= _targets(name, node)
+    for node in _import_nodes(TREES[name], lazy):
+        out |= _targets(name, node)
     return {t for t in out if t != name}
 
 
@@ -136,6 +146,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_walk_sees_the_package() -> None:
     assert {"gradir", "gradir.kernels.jit", "gradir.errors"} <= MODULES.keys()
     assert "gradir.errors" in _graph(lazy=False)["gradir.runtime"]
+    assert "gradir.runtime" not in _graph(lazy=False)["gradir.runcli"]  # imported in functions only
+    assert "gradir.runtime" in _graph(lazy=True)["gradir.runcli"]
+    assert _resolve("gradir.kernels.lstm.cell", 2, None) == "gradir.kernels"
+    assert _resolve("gradir.kernels", 1, "jit") == "gradir.kernels.jit"
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_import_cycles_among_module_level_imports() -> None:
