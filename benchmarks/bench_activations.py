@@ -1,4 +1,4 @@
-"""Benchmark the activation kernels (gradir/kernels/activation.py) against a memory floor
+"""Benchmark the activation kernels (gradir/kernels/activation/) against a memory floor
 and PyTorch.
 
     python benchmarks/bench_activations.py [--size 4096] [--threads 2] [--repeats 9]

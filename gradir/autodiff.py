@@ -35,22 +35,15 @@ same graph twice gives identical text.
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
 
-from .errors import Diagnostic, GradirError, Source
+from .errors import AutodiffError, Diagnostic, Source
 from .ir import OPS, Graph, GraphInput, Op
 from .types import TensorType, format_shape
 
-__all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "AutodiffError", "register_cli",
-           "grad_text"]
-
-
-class AutodiffError(GradirError):
-    """The graph cannot be differentiated as asked (an op without a rule, a bad ``wrt``, ...)."""
+__all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "AutodiffError", "grad_text"]
 
 
 Rule = Callable[["Emitter", Op, list, list], Sequence[Optional[str]]]
@@ -399,7 +392,7 @@ class Derivation:
                 f"# Outputs: the gradients {grads}.\n")
 
 
-def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
+def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     types = {i.name: i.type for i in graph.inputs}
     if wrt is None:
         names = [i.name for i in graph.inputs if i.type.dtype.is_float]
@@ -450,7 +443,7 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
         raise ArgumentError(f"grad() takes a Graph, IR text or a path, not {type(graph).__name__}")
     if not graph.types:
         graph.validate()
-    wrt_names = _parse_wrt(graph, wrt)
+    wrt_names = parse_wrt(graph, wrt)
     types = dict(graph.types)
     producer: dict[str, Op] = {}
     for op in graph.ops:
@@ -561,34 +554,3 @@ def grad_text(graph: Graph, wrt: Optional[Iterable[str]] = None) -> str:
     """The derived graph as a file: a header comment, then canonical text (what ``gradir grad`` writes)."""
     d = derive(graph, wrt)
     return d.header() + d.graph.to_text()
-
-
-# ---------------------------------------------------------------------------
-# CLI: gradir grad FILE [--wrt t0,t3] [-o OUT.gir]
-# ---------------------------------------------------------------------------
-def cmd_grad(args: argparse.Namespace) -> int:
-    from .syntax import load
-    text = grad_text(load(args.file), args.wrt)
-    if args.output:
-        from .fileio import write_file
-        write_file(args.output, text.encode("utf-8"))
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-def register_cli(sub: argparse._SubParsersAction) -> None:
-    """Add ``gradir grad`` to the CLI's subcommands."""
-    from .cli import add_command
-    p = add_command(sub, "grad", help="derive the backward (vector-Jacobian) graph of a forward graph",
-                    description="Derive the backward graph of FILE. Its inputs are FILE's inputs followed "
-                                "by one cotangent per output of FILE; its outputs are the gradients "
-                                "w.r.t. --wrt (default: every floating-point input), in that order. "
-                                "The result runs with `gradir run`.",
-                    examples=["gradir grad samples/mlp_forward.gir -o mlp.grad.gir",
-                              "gradir grad samples/mlp_forward.gir --wrt t1,t3 | gradir run -"])
-    p.add_argument("file", metavar="FILE", help="forward graph (.gir); '-' reads standard input")
-    p.add_argument("--wrt", metavar="t0,t3", help="comma-separated input names to differentiate with respect "
-                                                  "to (default: every floating-point input)")
-    p.add_argument("-o", "--output", metavar="OUT", help="write to OUT (atomically) instead of standard output")
-    p.set_defaults(func=cmd_grad)

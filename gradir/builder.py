@@ -36,17 +36,13 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
-from .errors import Diagnostic, VerifyError
+from .errors import BuilderError, Diagnostic, VerifyError
 from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, _OpErrors, format_attr_value
 from .types import DType, TensorType
 
 __all__ = ["GraphBuilder", "Value", "BuilderError"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-class BuilderError(VerifyError):
-    """A mistake in a ``GraphBuilder`` call (raised at that call)."""
 
 
 class Value:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .errors import GradirError, StdoutError, UsageError
 from .fileio import Terminated, check_output_paths, terminate_cleanly, write_file
+from .subcommands import add_command
 
 __all__ = ["main"]
 
@@ -96,17 +97,6 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
-
-
-def add_command(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
-                examples: Sequence[str]) -> argparse.ArgumentParser:
-    """A subcommand whose ``--help`` shows a description and examples (``$ gradir ...`` lines)."""
-    import textwrap
-    # paragraphs written as one line are wrapped; ones with line breaks are laid out already
-    text = "\n\n".join(p if "\n" in p else textwrap.fill(p, 96) for p in description.split("\n\n"))
-    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
-    return sub.add_parser(name, help=help, description=text, epilog=epilog,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,9 +200,9 @@ def _silence_stdout() -> None:
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from . import autodiff, dot, runcli
+    from . import dot, gradcli, runcli
     from .gradcheck import register as register_gradcheck
-    return [runcli.register, autodiff.register_cli, register_gradcheck, dot.register]
+    return [runcli.register, gradcli.register, register_gradcheck, dot.register]
 
 
 # Later layers (runtime, autodiff) add their subcommands here.

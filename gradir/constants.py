@@ -24,7 +24,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .types import DType, TensorType
+from .errors import ConstantValueError
+from .types import DType, TensorType, format_attr_value
 
 __all__ = ["MAX_CONSTANT_ELEMENTS", "ConstantValueError", "coerce_value", "canonical_value", "value_array",
            "value_from_array"]
@@ -34,20 +35,11 @@ MAX_CONSTANT_ELEMENTS = 65536
 _INT_RANGE = {DType.Int32: (-(1 << 31), (1 << 31) - 1), DType.Int64: (-(1 << 63), (1 << 63) - 1)}
 
 
-class ConstantValueError(ValueError):
-    """A value that does not suit its type; ``element`` is the list index at fault (``None``: the value)."""
-
-    def __init__(self, message: str, element: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.element = element
-
-
 def _is_scalar(v: Any) -> bool:
     return isinstance(v, (bool, np.bool_)) or (isinstance(v, numbers.Real) and not isinstance(v, str))
 
 
 def _show(v: Any) -> str:
-    from .ir import format_attr_value
     return format_attr_value(v)
 
 

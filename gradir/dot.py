@@ -226,14 +226,15 @@ def _graph_dot(graph: Graph) -> str:
 
 
 def _plan_dot(graph: Graph, disable: list[str]) -> str:
+    from .fileio import human_bytes
     from .passes import Program, run_passes
-    from .schedule import _mb, build_plan
+    from .schedule import build_plan
     program = Program(graph)
     log = run_passes(program, disable=disable)
     plan = build_plan(program, log)
     title = [", ".join(_title(graph)[:1] + [f"compiled: {len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'}"])]
     title += [f"{name}: {what}" for name, what in log] or ["no passes"]
-    title.append(f"planned peak {_mb(plan.peak_bytes)}, naive total {_mb(plan.naive_bytes)}"
+    title.append(f"planned peak {human_bytes(plan.peak_bytes)}, naive total {human_bytes(plan.naive_bytes)}"
                  + ("" if plan.static else " ('?' dims not counted)"))
     w = _Writer(graph, plan.types, title)
     w.count_uses((st.op for st in plan.steps), plan.live_outputs)
@@ -350,7 +351,7 @@ def cmd_dot(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``gradir dot`` to the CLI's subcommands."""
-    from .cli import add_command
+    from .subcommands import add_command
     p = add_command(
         sub, "dot", help="draw a graph (or, with --plan, its compiled schedule) as Graphviz DOT, SVG or PNG",
         description="Write FILE's graph as Graphviz DOT (to standard output unless -o, --svg or --png is\n"

@@ -15,7 +15,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
-           "RenderError"]
+           "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "Terminated", "ConstantValueError"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -171,6 +171,30 @@ class StdoutError(Exception):
 
 class RenderError(GradirError):
     """A picture could not be drawn: Graphviz's ``dot`` is missing, failed or timed out."""
+
+
+class AutodiffError(GradirError):
+    """The graph cannot be differentiated as asked (an op without a rule, a bad ``wrt``, ...)."""
+
+
+class BuilderError(VerifyError):
+    """A mistake in a ``GraphBuilder`` call (raised at that call)."""
+
+
+class GradcheckError(GradirError):
+    """The check cannot be set up as asked (a backward graph that does not fit the forward graph, ...)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so temporary files are removed on the way out."""
+
+
+class ConstantValueError(ValueError):
+    """A value that does not suit its type; ``element`` is the list index at fault (``None``: the value)."""
+
+    def __init__(self, message: str, element: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.element = element
 
 
 def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:

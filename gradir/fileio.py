@@ -18,7 +18,7 @@ import tempfile
 import threading
 from typing import Iterable, Optional, Sequence
 
-from .errors import Diagnostic, GradirError
+from .errors import Diagnostic, GradirError, Terminated
 
 __all__ = ["write_file", "check_output_paths", "human_bytes", "terminate_cleanly", "Terminated"]
 
@@ -170,10 +170,6 @@ def _write_atomic_raw(path: str, data: bytes, mode: Optional[int]) -> None:
         raise
     finally:
         _PENDING.discard(tmp)
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived: unwinds like Ctrl-C, so temporary files are removed on the way out."""
 
 
 def terminate_cleanly() -> None:

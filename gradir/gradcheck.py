@@ -43,7 +43,7 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import Diagnostic, GradirError, InputError
+from .errors import Diagnostic, GradcheckError, GradirError, InputError
 from .ir import Graph, GraphInput, Op
 from .types import DType, format_shape
 
@@ -56,10 +56,6 @@ STEP = 1e-3  # h relative to max(1, rms(x_i)): the extrapolation is O(h^4), the 
 # The tries of one direction: (point, step divisor); point 0 is the given one, k > 0 is shifted by 10^(k-4).
 TRIES = ((0, 1), (0, 10), (0, 100), (0, 1000), (1, 10), (2, 100))
 SAFETY = 2.0  # fd is trusted when SAFETY x its estimated error is within the tolerance
-
-
-class GradcheckError(GradirError):
-    """The check cannot be set up as asked (a backward graph that does not fit the forward graph, ...)."""
 
 
 @dataclass
@@ -238,7 +234,7 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
     one.  ``seed`` also draws the cotangents and directions.  Returns a ``GradcheckReport`` (``.ok``,
     ``.table()``); see the module docstring for the method.
     """
-    from .autodiff import _parse_wrt, derive
+    from .autodiff import parse_wrt, derive
     from .runtime import compile
     if isinstance(graph, str):
         from .syntax import parse
@@ -257,7 +253,7 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
             backward = parse(backward)
         if not backward.types:
             backward.validate()
-        wrt_names = _parse_wrt(graph, wrt)
+        wrt_names = parse_wrt(graph, wrt)
         cotangents = _fits_backward(graph, backward, wrt_names)
     g64, promoted = promote(graph)
     bwd = promote(backward)[0]
@@ -383,7 +379,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``gradir gradcheck`` to the CLI's subcommands."""
     from .compare import tolerance
     from .runcli import pair_arg, positive_int, seed_int, threads_arg
-    from .cli import add_command
+    from .subcommands import add_command
     p = add_command(
         sub, "gradcheck", help="check derived gradients against float64 finite differences",
         description="Derive the backward graph of FORWARD.gir (or take --backward), run it, and check every\n"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Op
 import numpy as np
 
 from .errors import ArgumentError, Diagnostic, Source, Span, VerifyError, errors_of
-from .types import DType, Dim, TensorType
+from .types import DType, Dim, TensorType, format_attr_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from .trivia import Trivia
@@ -144,27 +144,6 @@ class Attr:
             return f"must be >= {format_attr_value(self.min)}, got {format_attr_value(value)}"
         return (f"must be in {format_attr_value(self.min)}..{format_attr_value(self.max)}, "
                 f"got {format_attr_value(value)}")
-
-
-def format_attr_value(v: Any) -> str:
-    """Canonical text of an attribute value (floats: shortest round-trip repr)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(format_attr_value(x) for x in v) + "]"
-    if v is None:
-        return "none"
-    return repr(v)
 
 
 class OpLoc:

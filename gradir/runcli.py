@@ -395,7 +395,7 @@ def pair_arg(text: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from .cli import add_command
+    from .subcommands import add_command
     r = add_command(sub, "run", help="compile and run a graph; print a summary of the outputs",
                     description="Compile FILE and run it. Inputs come from --inputs/--input; with none, every "
                                 "input is generated from --seed (a demo run, said on stderr). Prints each "

@@ -1,4 +1,5 @@
-"""The executor: dataflow over a thread pool, buffer reuse, tracing, numerics checks.
+"""Compiling and running graphs: ``compile``, and ``Executable`` with its input checks (the
+executors, buffer reuse, tracing and numerics checks are in ``gradir.executor``).
 
 ``compile(graph)`` validates, runs the passes and builds the plan once;
 ``Executable.run(inputs)`` may then be called many times.  With one thread the
@@ -11,31 +12,22 @@ identical for every thread count.
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 import os
-import sys
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import ArgumentError, Diagnostic, ExecutionError, GradirError, InputError
+from . import kernels  # noqa: F401  (importing the package registers every kernel family)
+from .errors import ArgumentError, Diagnostic, InputError
+from .executor import BufferPool, Run, describe, dtype_name, straight_line_code
 from .ir import Graph, GraphInput
-from .kernels import parallel  # importing the package registers every kernel family
 from .passes import Program, run_passes
-from .schedule import Plan, Step, build_plan
-from .types import DType, TensorType, format_shape
+from .schedule import Plan, build_plan
+from .types import TensorType, format_shape
 
 __all__ = ["compile", "Executable", "default_threads"]
 
-# GIL switch interval while ops run concurrently (seconds): 0.5 ms gave the best median
-# two-thread speed-up here (1.49x vs 1.37x at Python's default 5 ms; 0.1 ms was worse).
-SWITCH_INTERVAL = 0.0005
-# BLAS threads per op in a graph where two BLAS ops may run at once (two share the cores).
-_BLAS_SHARE = max(1, (os.cpu_count() or 1) // 2)
 
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 2))
@@ -124,27 +116,6 @@ def _warm_kernels(plan: Plan) -> None:
             st.kernel.warm(t.dtype.numpy)
 
 
-class _Pool:
-    """Freed intermediate buffers, reused for later results of the same dtype and shape."""
-
-    def __init__(self) -> None:
-        self._free: dict[tuple, list[np.ndarray]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, dtype: np.dtype, shape: tuple) -> Optional[np.ndarray]:
-        with self._lock:
-            lst = self._free.get((dtype, shape))
-            return lst.pop() if lst else None
-
-    def give(self, arr: np.ndarray) -> None:
-        if arr.base is not None or not arr.flags.c_contiguous or not arr.flags.writeable:
-            return
-        with self._lock:
-            lst = self._free.setdefault((arr.dtype, arr.shape), [])
-            if len(lst) < 4:
-                lst.append(arr)
-
-
 class Executable:
     """A compiled graph: ``run(inputs)`` / ``exe(**inputs)`` -> dict of outputs."""
 
@@ -159,7 +130,7 @@ class Executable:
         # of check_inputs, checked without building any message
         self._static_inputs = [(i.name, i.type.dtype.numpy, tuple(i.type.shape)) for i in graph.inputs
                                if None not in i.type.shape]
-        self._pool = _Pool()
+        self._pool = BufferPool()
         self._shape_cache: dict[tuple, dict[str, TensorType]] = {}
         self._lock = threading.Lock()
 
@@ -170,7 +141,7 @@ class Executable:
         back to the buffer pool."""
         fn = getattr(self, "_codegen_fn", None)
         if fn is None:
-            fn = self._codegen_fn = _codegen(self.plan, self._pool)
+            fn = self._codegen_fn = straight_line_code(self.plan, self._pool)
         return fn
 
     @property
@@ -230,18 +201,18 @@ class Executable:
             if a.dtype != want.dtype.numpy and a.dtype.newbyteorder("=") == want.dtype.numpy:
                 a = a.astype(want.dtype.numpy)  # the same numbers in the other byte order (a big-endian .npy)
             if a.dtype != want.dtype.numpy:
-                problems.append((f"input {name}: expected {want}, got {_describe(a)} (dtype "
-                                 f"{_dtype_name(a.dtype)} instead of {want.dtype})", name))
+                problems.append((f"input {name}: expected {want}, got {describe(a)} (dtype "
+                                 f"{dtype_name(a.dtype)} instead of {want.dtype})", name))
                 continue
             if a.ndim != want.rank:
-                problems.append((f"input {name}: expected {want}, got {_describe(a)} (rank {a.ndim} instead of "
+                problems.append((f"input {name}: expected {want}, got {describe(a)} (rank {a.ndim} instead of "
                                  f"{want.rank})",
                                  name))
                 continue
             bad = [k for k, (d, w) in enumerate(zip(a.shape, want.shape)) if w is not None and d != w]
             if bad or 0 in a.shape:
                 k = bad[0] if bad else a.shape.index(0)
-                problems.append((f"input {name}: expected {want}, got {_describe(a)} (dimension {k} is "
+                problems.append((f"input {name}: expected {want}, got {describe(a)} (dimension {k} is "
                                  f"{a.shape[k]})",
                                  name))
                 continue
@@ -306,380 +277,10 @@ class Executable:
         arrays, types = self.check_inputs(inputs)
         if check_numerics:
             self._check_input_numerics(arrays)
-        run = _Run(self, arrays, types, check_numerics, trace)
+        run = Run(self, arrays, types, check_numerics, trace)
         values = run.execute()
         out = {}
         for name in self.plan.outputs:
             v = self.program.resolve(name)
             out[name] = values[v]
         return out
-
-
-_OOM = "out of memory"
-
-
-def _exc_text(e: Exception) -> str:
-    """A kernel's ValueError is a message for the user; anything else also names its type."""
-    if type(e) is ValueError:
-        return str(e)
-    if isinstance(e, MemoryError):
-        return _OOM
-    return f"{type(e).__name__}: {e}"
-
-
-def _dtype_name(dt: np.dtype) -> str:
-    """A dtype in words: gradir's name where it has one (``float16``, ``big-endian Int32`` otherwise)."""
-    native = dt.newbyteorder("=") if dt.byteorder in "<>" else dt
-    try:
-        name = DType.from_numpy(native).value
-    except ValueError:
-        name = native.name
-    return f"{'big' if dt.byteorder == '>' else 'little'}-endian {name}" if native != dt else name
-
-
-def _describe(a: Any) -> str:
-    if isinstance(a, _Planned):
-        return str(a.type)
-    return f"{_dtype_name(a.dtype)} {format_shape(a.shape)}"
-
-
-class _Planned:
-    def __init__(self, t: Optional[TensorType]) -> None:
-        self.type = t
-
-
-class _Run:
-    """One execution of a plan."""
-
-    def __init__(self, exe: Executable, arrays: dict, types: dict, check_numerics: bool,
-                 trace: Optional[list]) -> None:
-        self.exe = exe
-        self.plan = exe.plan
-        self.values: dict[str, np.ndarray] = dict(arrays)
-        self.types = types
-        self.check_numerics = check_numerics
-        self.trace = trace
-        self.t0 = time.perf_counter()
-        self.inputs = set(arrays)
-        self.lock = threading.Lock()
-        self.pending = dict(exe.plan.readers)  # dataflow: readers not yet done, per value
-
-    # one step
-    def run_step(self, st: Step, dataflow: bool = False) -> None:
-        values = self.values
-        args = [None if v is None else values[v] for v in st.operands]
-        outs: list[Optional[np.ndarray]] = []
-        for j, r in enumerate(st.results):
-            if j in st.inplace:
-                outs.append(args[st.inplace[j]])
-                continue
-            t = self.types.get(r)
-            outs.append(self.exe._pool.take(t.dtype.numpy, t.shape) if t is not None and t.is_static else None)
-        start = time.perf_counter() if self.trace is not None else 0.0
-        try:
-            if len(st.results) == 1:
-                res = st.kernel.fn(*args, out=outs[0], **st.op.kernel_attrs())
-                res = (res,)
-            else:
-                res = st.kernel.fn(*args, out=tuple(outs), **st.op.kernel_attrs())
-        except GradirError:
-            raise
-        except Exception as e:  # a kernel failed: say where, with the operand shapes
-            raise self._error(st, _exc_text(e), args) from e
-        if self.trace is not None:
-            end = time.perf_counter()
-            self.trace.append({"name": st.op.op_name, "cat": "op", "ph": "X", "pid": os.getpid(),
-                               "tid": threading.get_ident() % 100000, "ts": (start - self.t0) * 1e6,
-                               "dur": (end - start) * 1e6,
-                               "args": {"results": ", ".join(st.results),
-                                        "line": st.op.loc.line.line if st.op.loc else None}})
-        if len(res) != len(st.results):  # pragma: no cover - kernel bug
-            raise self._error(st, f"kernel returned {len(res)} results, expected {len(st.results)}", args)
-        for r, a, want in zip(st.results, res, outs):
-            if not isinstance(a, np.ndarray):  # NumPy returns scalars for rank-0 results
-                a = np.asarray(a)
-            t = self.types.get(r)
-            if t is not None and (a.shape != t.shape if t.is_static else a.ndim != t.rank) or \
-                    (t is not None and a.dtype != t.dtype.numpy):
-                raise self._error(st, f"kernel produced {_describe(a)} for {r}, expected {t}", args)
-            if self.check_numerics and a.dtype.kind == "f" and not np.isfinite(a).all():
-                bad = np.argwhere(~np.isfinite(a))[0]
-                what = "NaN" if np.isnan(a[tuple(bad)]) else "Inf"
-                raise self._error(st, f"produced {what} in {r} at index {list(map(int, bad))} "
-                                      f"(--check-numerics)", args, numerics=True)
-            values[r] = a
-        if not dataflow:  # schedule order: free after the last use in the schedule
-            for v in st.free_after:
-                self._free(st, v)
-            return
-        # steps finish in any order: free a value when its last reader is done
-        keep = self.plan.keep
-        for r in st.results:
-            if r not in self.pending and r not in keep:
-                self._free(st, r)  # never read
-        with self.lock:
-            dead = []
-            for v in set(o for o in st.operands if o is not None):
-                self.pending[v] -= 1
-                if self.pending[v] == 0 and v not in keep:
-                    dead.append(v)
-        for v in dead:
-            self._free(st, v)
-
-    def _free(self, st: Step, v: str) -> None:
-        a = self.values.pop(v, None)
-        if a is not None and v not in self.inputs and not any(st.operands[i] == v for i in st.inplace.values()):
-            self.exe._pool.give(a)
-
-    def _fail(self, k: int, e: BaseException) -> None:
-        """Re-raise an exception from the generated code as a located ExecutionError."""
-        if isinstance(e, GradirError) or k < 0 or not isinstance(e, Exception):
-            raise e
-        st = self.plan.steps[k]
-        # operand arrays are gone from the generated function's locals: report their planned types
-        args = [_Planned(self.types.get(v)) if v is not None else None for v in st.operands]
-        raise self._error(st, _exc_text(e), args) from e
-
-    def _error(self, st: Step, msg: str, args: list, numerics: bool = False) -> ExecutionError:
-        """The cause first, then where: ``CAUSE; in Op on line N, operands t2 Float32 [2, 4]``
-        (with the source line under it when the graph came from text)."""
-        op = st.op
-        if msg == _OOM:
-            msg = self._oom_message(st)
-        shapes = ", ".join(f"{v} {_describe(a)}" for v, a in zip(st.operands, args) if v is not None)
-        span = op.loc.results[0] if op.loc and op.loc.results else None
-        text = msg + (f"; in {op.op_name} on line {span.line}" if span is not None else f"; in {op.to_string()}")
-        if not numerics and shapes:
-            text += f", operands {shapes}"
-        if span is not None:
-            span = type(span)(span.line, span.col, len(op.to_string()) + span.col)
-        return ExecutionError(Diagnostic(text, span, self.exe.graph.source if span else None,
-                                         filename=self.exe._file))
-
-    def _oom_message(self, st: Step) -> str:
-        from .fileio import human_bytes
-        made = [f"{r} ({t}, {human_bytes(t.nbytes)})" for r in st.results
-                for t in [self.types.get(r)] if t is not None and t.nbytes is not None]
-        peak = self.plan.peak_bytes
-        return (f"out of memory while computing {', '.join(made) or ', '.join(st.results)}"
-                + (f"; the plan's peak is {human_bytes(peak)} of live values" if peak else ""))
-
-    def execute(self) -> dict[str, np.ndarray]:
-        # NaN/Inf are results, not warnings: --check-numerics reports them properly
-        with np.errstate(all="ignore"):
-            return self._execute()
-
-    def _execute(self) -> dict[str, np.ndarray]:
-        exe = self.exe
-        threads = exe.threads
-        # Several BLAS ops may run at once: hold BLAS (process-wide, counted) to a share of the
-        # cores.  The share depends on the graph, never on ``threads`` (also with one thread):
-        # OpenBLAS's GEMMs round differently for each thread count, and a graph's results are
-        # the same bits whatever ``threads`` is.
-        blas = parallel.blas_limit(_BLAS_SHARE) if self.plan.blas_concurrency else contextlib.nullcontext()
-        prev = parallel.get_threads()
-        with blas:
-            parallel.set_threads(threads)
-            try:
-                if self.trace is None and not self.check_numerics and self.types is self.plan.types and (
-                        threads <= 1 or not self.plan.heavy_concurrency):
-                    self.values = exe._straight_line()(self)  # nothing to overlap: generated straight-line code
-                elif threads <= 1 or len(self.plan.steps) < 2:
-                    for st in self.plan.steps:
-                        self.run_step(st)
-                else:
-                    # Kernels release the GIL for each of many short ufunc calls; with the default 5 ms
-                    # switch interval one worker can starve the other (a GIL convoy, seen in traces).
-                    with _short_switch_interval():
-                        self._dataflow(threads)
-            finally:
-                parallel.set_threads(prev)
-        return self.values
-
-    def _dataflow(self, threads: int) -> None:
-        """Run the steps on ``threads`` workers (this thread and ``threads - 1`` pool threads).
-
-        Each worker takes a ready step, runs it, marks its dependents and takes the next
-        one itself: a chain of steps stays on one worker with no hand-over (a thread
-        wake-up costs 50-300 us on these VMs).  Tiny ready steps go first (they unblock
-        others at once); then the lowest schedule index (memory-friendly, deterministic
-        choice).  Never more than ``threads`` steps compute at once.
-        """
-        steps = self.plan.steps
-        n = len(steps)
-        waiting = [len(st.deps) for st in steps]
-        dependents: list[list[int]] = [[] for _ in steps]
-        for st in steps:
-            for d in st.deps:
-                dependents[d].append(st.index)
-        ready = [st.index for st in steps if waiting[st.index] == 0]
-        cond = threading.Condition()
-        finished = 0
-        active = 0
-        error: Optional[BaseException] = None
-
-        def take() -> Optional[int]:  # with cond held
-            if not ready:
-                return None
-            ready.sort(reverse=True)  # lowest schedule index last: popped first
-            tiny = next((i for i in range(len(ready) - 1, -1, -1) if steps[ready[i]].tiny), None)
-            return ready.pop(-1 if tiny is None else tiny)
-
-        def worker() -> None:
-            nonlocal finished, active, error
-            k: Optional[int] = None
-            while True:
-                with cond:
-                    if k is not None:  # the step just run is done: release its dependents
-                        finished += 1
-                        active -= 1
-                        for d in dependents[k]:
-                            waiting[d] -= 1
-                            if waiting[d] == 0:
-                                ready.append(d)
-                        if len(ready) > 1 or finished == n:
-                            cond.notify_all()
-                    while True:
-                        if error is not None or finished == n:
-                            cond.notify_all()
-                            return
-                        k = take()
-                        if k is not None:
-                            active += 1
-                            break
-                        if active == 0:  # pragma: no cover - a cycle would be a planner bug
-                            error = ExecutionError("internal error: the schedule deadlocked")
-                            continue
-                        cond.wait()
-                try:
-                    with np.errstate(all="ignore"), parallel.limit(1 if steps[k].concurrent else threads):
-                        self.run_step(steps[k], dataflow=True)
-                except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
-                    with cond:
-                        error = error or e
-                        active -= 1
-                        cond.notify_all()
-                    return
-
-        pool = _executor(threads)
-        helpers = []
-        try:
-            for _ in range(threads - 1):
-                helpers.append(pool.submit(worker))
-        except RuntimeError as e:  # the system refused another thread ("can't start new thread")
-            with cond:
-                error = error or ExecutionError(Diagnostic(
-                    f"cannot start worker thread {len(helpers) + 2} of {threads}: {e}; run with fewer threads",
-                    filename=self.exe._file))
-                cond.notify_all()
-        try:
-            worker()
-        except BaseException as e:  # e.g. Ctrl-C outside a step: stop the helpers too
-            with cond:
-                error = error or e
-                cond.notify_all()
-            raise
-        finally:
-            for f in helpers:
-                # a helper still queued (the pool is busy with other runs) has nothing left
-                # to do: drop it; a started one is waited for, so no worker writes after we return
-                if not f.cancel():
-                    f.result()
-        if error is not None:
-            raise error
-
-
-def _codegen(plan: Plan, pool: _Pool):
-    env: dict[str, Any] = {"_P": pool.take, "_G": pool.give}
-    local: dict[str, str] = {}
-    lines = ["def _run(_R):", "    _V = _R.values", "    _s = -1", "    try:"]
-    for name in plan.inputs:
-        local[name] = f"v{len(local)}"
-        lines.append(f"        {local[name]} = _V[{name!r}]")
-    inputs = set(plan.inputs)
-    for st in plan.steps:
-        k = st.index
-        args = []
-        for v in st.operands:
-            args.append("None" if v is None else local[v])
-        res = []
-        for r in st.results:
-            local[r] = f"v{len(local)}"
-            res.append(local[r])
-        lines.append(f"        _s = {k}")
-        outs = []
-        for j, r in enumerate(st.results):
-            if j in st.inplace:
-                outs.append(args[st.inplace[j]])
-            elif not st.tiny and plan.types.get(r) is not None and plan.types[r].is_static:
-                t = plan.types[r]
-                env[f"_T{k}_{j}"] = (t.dtype.numpy, t.shape)
-                outs.append(f"_P(*_T{k}_{j})")
-            else:
-                outs.append("None")
-        uf = st.kernel.ufunc
-        rank0 = plan.types.get(st.results[0]) is None or plan.types[st.results[0]].rank == 0
-        if st.tiny and uf is not None and len(st.results) == 1 and not st.op.attrs and not rank0:
-            env[f"_U{k}"] = uf
-            out = f", out={outs[0]}" if outs[0] != "None" else ""
-            lines.append(f"        {res[0]} = _U{k}({', '.join(args)}{out})")
-        else:
-            env[f"_K{k}"] = st.kernel.fn
-            env[f"_A{k}"] = st.op.kernel_attrs()
-            out = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
-            call = f"_K{k}({', '.join(args + ['out=' + out, '**_A' + str(k)])})"
-            if len(res) == 1:
-                lines.append(f"        {res[0]} = {call}")
-            else:
-                lines.append(f"        {', '.join(res)}, = {call}")
-        for v in st.free_after:
-            donated = any(st.operands[i] == v for i in st.inplace.values())
-            if not st.tiny and not donated and v not in inputs:
-                lines.append(f"        _G({local[v]})")
-            lines.append(f"        del {local[v]}")
-    ret = ", ".join(f"{v!r}: {local[v]}" for v in dict.fromkeys(plan.live_outputs))
-    lines.append(f"        return {{{ret}}}")
-    lines.append("    except BaseException as _e:")
-    lines.append("        _R._fail(_s, _e)")
-    src = "\n".join(lines) + "\n"
-    code = builtins.compile(src, "<gradir straight-line plan>", "exec")
-    exec(code, env)
-    return env["_run"]
-
-
-_EXECUTORS: dict[int, ThreadPoolExecutor] = {}
-_EXEC_LOCK = threading.Lock()
-
-
-_SWITCH_LOCK = threading.Lock()
-_switch_users = 0
-_switch_saved = 0.0
-
-
-class _short_switch_interval:
-    """Lower the GIL switch interval while any dataflow run is active (counted, so runs
-    that overlap in several threads restore the process's own value exactly once)."""
-
-    def __enter__(self) -> None:
-        global _switch_users, _switch_saved
-        with _SWITCH_LOCK:
-            if _switch_users == 0:
-                _switch_saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(_switch_saved, SWITCH_INTERVAL))
-            _switch_users += 1
-
-    def __exit__(self, *exc: object) -> None:
-        global _switch_users
-        with _SWITCH_LOCK:
-            _switch_users -= 1
-            if _switch_users == 0:
-                sys.setswitchinterval(_switch_saved)
-
-
-def _executor(threads: int) -> ThreadPoolExecutor:
-    with _EXEC_LOCK:
-        ex = _EXECUTORS.get(threads)
-        if ex is None:
-            ex = _EXECUTORS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gradir")
-        return ex
-

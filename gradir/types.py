@@ -7,10 +7,11 @@ time).  Rank 0 prints as ``scalar``.
 from __future__ import annotations
 
 import enum
+import json
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -180,3 +181,24 @@ class TensorType:
 
     def __repr__(self) -> str:
         return f"TensorType({self.dtype.value!r}, {list(self.shape)!r})"
+
+
+def format_attr_value(v: Any) -> str:
+    """Canonical text of an attribute value (floats: shortest round-trip repr)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(format_attr_value(x) for x in v) + "]"
+    if v is None:
+        return "none"
+    return repr(v)

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import OPS, DType, Graph, GraphInput, TensorType
-from gradir.autodiff import RULES, AutodiffError, derive, grad, grad_text, register_cli
+from gradir.autodiff import RULES, AutodiffError, derive, grad, grad_text
+from gradir.gradcli import register as register_cli
 from strategies import OP_EXAMPLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

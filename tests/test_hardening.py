@@ -213,12 +213,12 @@ def test_threads_have_an_upper_bound(tmp_path, capsys):
 
 
 def test_a_thread_the_system_refuses_is_an_execution_error(monkeypatch):
-    from gradir import runtime, schedule
+    from gradir import executor, schedule
     monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
     exe = gradir.compile("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = Exp(t0)\nt3 = Exp(t1)\n"
                          "t4 = Add(t2, t3)\noutput t4\n", threads=3)
     assert exe.plan.heavy_concurrency
-    pool = runtime._executor(3)
+    pool = executor._executor(3)
     real = pool.submit
     calls = []
 

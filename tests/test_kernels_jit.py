@@ -257,7 +257,7 @@ def test_compile_builds_the_lstm_kernels_so_runs_compile_nothing() -> None:
     code = """
 import numpy as np, gradir
 from gradir.kernels import jit
-from gradir.kernels import lstm as L
+from gradir.kernels.lstm import common as L
 lstm = jit.load("lstm")
 names = ("bptt", "bptt_step", "forward_step", "cell_forward", "cell_backward", "cell_forward_small",
          "cell_grads_small")
@@ -265,13 +265,13 @@ gemm = jit.load("gemm")  # called from Python too (the forward's steps, LSTMGrad
 exes = [gradir.compile(open(f"samples/{s}.gir").read()) for s in ("lstm_bptt", "lstm_cell_backward")]
 before = [len(getattr(lstm, n).signatures) for n in names] + [len(gemm.gemm.signatures)]
 rng = np.random.default_rng(0)
-whole = L._WHOLE_LOOP_MAX
+whole = L.WHOLE_LOOP_MAX
 for exe in exes:
     inputs = {i.name: rng.standard_normal(i.type.shape).astype(np.float32) for i in exe.graph.inputs}
     exe.run(inputs)
-    L._WHOLE_LOOP_MAX = 0  # the per-step path too
+    L.WHOLE_LOOP_MAX = 0  # the per-step path too
     exe.run(inputs)
-    L._WHOLE_LOOP_MAX = whole
+    L.WHOLE_LOOP_MAX = whole
 after = [len(getattr(lstm, n).signatures) for n in names] + [len(gemm.gemm.signatures)]
 print(before, after)
 """

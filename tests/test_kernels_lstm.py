@@ -15,7 +15,10 @@ from lstm_reference import lstm_cell_ref, lstm_loss, lstm_training_ref
 
 import gradir.kernels._jit_gemm as jit_gemm
 import gradir.kernels.lstm as lstm_mod
-from gradir.kernels import jit
+from gradir.kernels import jit, parallel
+from gradir.kernels.lstm import backward as lstm_backward
+from gradir.kernels.lstm import cell as lstm_cell_mod
+from gradir.kernels.lstm import common as lstm_common
 from gradir.kernels.lstm import (
     grad_lstm_cell_input,
     grad_lstm_cell_input_fused,
@@ -156,7 +159,7 @@ def cell_path(request, monkeypatch):
         return
     monkeypatch.setattr(jit, "_on", True)
     if request.param == "compiled_large":
-        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)
+        monkeypatch.setattr(lstm_common, "WHOLE_LOOP_MAX", 0)
     yield request.param
 
 
@@ -250,9 +253,9 @@ def test_compiled_cell_kernels_agree_with_numpy(monkeypatch, dtype, large):
     ufuncs, forward and every gradient, into fresh and into given (strided) outputs."""
     monkeypatch.setattr(jit, "_on", True)
     if large:
-        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)
+        monkeypatch.setattr(lstm_common, "WHOLE_LOOP_MAX", 0)
     # large Float64 cells take NumPy's ufuncs (libm's scalar tanh loses to NumPy's SIMD one)
-    assert (lstm_mod._cell_jit(np.dtype(dtype), 24, 40) is None) == (large and dtype == np.float64)
+    assert (lstm_cell_mod._cell_jit(np.dtype(dtype), 24, 40) is None) == (large and dtype == np.float64)
     rng = np.random.default_rng(8)
     nb, I, H = 24, 20, 40
     ops = cell_operands(rng, nb=nb, I=I, H=H, dtype=dtype)
@@ -407,9 +410,9 @@ def test_chunking_agrees(monkeypatch, direction, kernel_path):
     fwd = run_forward(ops, H, direction)
     base = run_grad(ops, fwd, up, H, direction)
     for steps_per_chunk in (1, 2, 4):
-        monkeypatch.setattr(lstm_mod, "_CHUNK_BYTES", steps_per_chunk * nb * 4 * H * 8)
-        monkeypatch.setattr(lstm_mod, "_COPY_BYTES", steps_per_chunk * nb * H * 8)
-        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)  # compiled path: one call per step
+        monkeypatch.setattr(lstm_backward, "_CHUNK_BYTES", steps_per_chunk * nb * 4 * H * 8)
+        monkeypatch.setattr(lstm_backward, "_COPY_BYTES", steps_per_chunk * nb * H * 8)
+        monkeypatch.setattr(lstm_common, "WHOLE_LOOP_MAX", 0)  # compiled path: one call per step
         got = run_grad(ops, fwd, up, H, direction)
         for g, b in zip(got, base):
             np.testing.assert_allclose(g, b, rtol=1e-12, atol=1e-13)
@@ -472,7 +475,7 @@ def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
     monkeypatch.setattr(parallel, "run_two", spy)
     rng = np.random.default_rng(5)
     S, nb, I, H = 3, 16, 2, 260  # nb·4H = 16640 > _WHOLE_LOOP_MAX, nb >= _SPLIT_MIN_ROWS
-    assert nb * 4 * H > lstm_mod._WHOLE_LOOP_MAX and nb >= lstm_mod._SPLIT_MIN_ROWS
+    assert nb * 4 * H > lstm_common.WHOLE_LOOP_MAX and nb >= lstm_common.SPLIT_MIN_ROWS
     D = 2 if direction == "bidirectional" else 1
     ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True, dtype=np.float32)
     up = upstream(rng, S, nb, H, D, "all", dtype=np.float32)
@@ -509,14 +512,14 @@ def force_path(monkeypatch, path):
     packed-panel GEMM, as on CPUs where it beats BLAS), ``halves_blas`` (two half-batch loops,
     BLAS per step, as on the others)."""
     if path in ("per_step", "halves", "halves_blas"):
-        monkeypatch.setattr(lstm_mod, "_WHOLE_LOOP_MAX", 0)  # large-problem paths
+        monkeypatch.setattr(lstm_common, "WHOLE_LOOP_MAX", 0)  # large-problem paths
     if path in ("halves", "halves_blas"):
-        monkeypatch.setattr(lstm_mod, "_SPLIT_MIN_ROWS", 2)  # two half-batch step loops
-        monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", True)  # as where BLAS threads sleep soon
-        monkeypatch.setattr(lstm_mod, "_BLOCK_ELEMENTS", 1)  # one step per compiled call
+        monkeypatch.setattr(lstm_common, "SPLIT_MIN_ROWS", 2)  # two half-batch step loops
+        monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where BLAS threads sleep soon
+        monkeypatch.setattr(lstm_backward, "_BLOCK_ELEMENTS", 1)  # one step per compiled call
         monkeypatch.setattr(jit_gemm, "FAST_LARGE", path == "halves")
     elif path == "per_step":
-        monkeypatch.setattr(lstm_mod.parallel, "_idle_sleep", False)  # OpenBLAS's default spin
+        monkeypatch.setattr(parallel, "_idle_sleep", False)  # OpenBLAS's default spin
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -529,7 +532,7 @@ def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, path):
     tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
     force_path(monkeypatch, path)
     if path == "whole":
-        monkeypatch.setattr(lstm_mod, "_BLOCK_ELEMENTS", 2 * nb * 4 * H)  # two steps per compiled call
+        monkeypatch.setattr(lstm_backward, "_BLOCK_ELEMENTS", 2 * nb * 4 * H)  # two steps per compiled call
     for with_sl, with_p, with_h0, which in itertools.product([False, True], [False, True], [False, True],
                                                              ["all", "final"]):
         ops = make_layer(rng, S, nb, I, H, direction, with_sl=with_sl, with_p=with_p, with_h0=with_h0,
@@ -743,7 +746,7 @@ def test_lstm_grad_survives_the_switch_turned_off_during_a_call(monkeypatch):
     H = 5
     ops, up, fwd = f32_layer(14, 4, 6, 3, H, "bidirectional")
     expected = run_grad(ops, fwd, up, H, "bidirectional")
-    steps = lstm_mod._compiled_steps
+    steps = lstm_backward._compiled_steps
 
     def switched_off_meanwhile(jl, k):
         jit.set_enabled(False)  # as another thread's jit.disabled() would
@@ -758,7 +761,7 @@ def test_lstm_grad_survives_the_switch_turned_off_during_a_call(monkeypatch):
         return r
 
     for wrapper in (switched_off_meanwhile, off_after_steps):
-        monkeypatch.setattr(lstm_mod, "_compiled_steps", wrapper)
+        monkeypatch.setattr(lstm_backward, "_compiled_steps", wrapper)
         try:
             got = run_grad(ops, fwd, up, H, "bidirectional")
         finally:

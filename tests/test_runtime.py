@@ -122,12 +122,12 @@ def test_large_lstm_beside_a_matmul_identical_across_threads(monkeypatch, share)
     run beside it: the same bits for 1, 2 and 4 threads (the kernels take BLAS to one thread
     only where nobody holds it above one).  ``share``: BLAS threads per op that the runtime
     holds, 1 on two cores, 2 as on four."""
-    from gradir import runtime
-    from gradir.kernels import lstm as lstm_mod
+    from gradir import executor
+    from gradir.kernels.lstm import common as lstm_common
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
-    monkeypatch.setattr(runtime, "_BLAS_SHARE", share)
+    monkeypatch.setattr(executor, "_BLAS_SHARE", share)
     S, B, I, H = 3, 16, 4, 260
-    assert B >= lstm_mod._SPLIT_MIN_ROWS and B * 4 * H > lstm_mod._WHOLE_LOOP_MAX
+    assert B >= lstm_common.SPLIT_MIN_ROWS and B * 4 * H > lstm_common.WHOLE_LOOP_MAX
     text = f"""input t0 : Float32 [{S}, {B}, {I}]
 input t1 : Float32 [1, {4 * H}, {I}]
 input t2 : Float32 [1, {4 * H}, {H}]
@@ -674,7 +674,7 @@ def test_an_interrupt_between_steps_stops_the_dataflow_helpers(monkeypatch):
     import threading
     import types
 
-    from gradir import runtime, schedule
+    from gradir import executor, schedule
 
     monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
     exe = gradir.compile("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = Exp(t0)\n"
@@ -693,7 +693,7 @@ def test_an_interrupt_between_steps_stops_the_dataflow_helpers(monkeypatch):
     shim = types.ModuleType("threading_shim")
     shim.__dict__.update(threading.__dict__)
     shim.Condition = Cond
-    monkeypatch.setattr(runtime, "threading", shim)
+    monkeypatch.setattr(executor, "threading", shim)
     outcome: list[str] = []
     x = np.ones((64, 64), np.float32)
 

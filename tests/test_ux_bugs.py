@@ -132,8 +132,8 @@ def test_lstm_other_activations_are_still_refused():
 
 
 def test_the_lstm_kernel_itself_takes_any_case():
-    from gradir.kernels.lstm import _check_layer_attrs
-    assert _check_layer_attrs("LSTMGrad", "forward", ["Sigmoid", "Tanh", "Tanh"], None, 0) == 1
+    from gradir.kernels.lstm.common import check_layer_attrs
+    assert check_layer_attrs("LSTMGrad", "forward", ["Sigmoid", "Tanh", "Tanh"], None, 0) == 1
 
 
 # -- 5. the public API raises GradirError only ----------------------------------------------------

@@ -1,7 +1,7 @@
 """Compiled Float32 activation kernels (see ``gradir.kernels.jit``).
 
 Each kernel is one fused loop computing the formula of the NumPy Float32 path in
-``activation.py`` (same clips, same ``exp2`` arguments, same order of operations where
+``activation/`` (same clips, same ``exp2`` arguments, same order of operations where
 it matters), element by element, vectorized and without the GIL.  Element-wise kernels
 take same-length 1-D arrays ``(o, *operands, *scalars)``; row kernels take 2-D
 ``[rows, n]`` arrays and reduce each row in float64, in one fixed order.
@@ -14,7 +14,8 @@ row (softmax gradients) into a private buffer and copies it out.  (Always going 
 the private buffer was fine on one CPU (Intel, AVX-512) but 1.2-4x slower than the plain
 loop on another (AMD Zen 3).)  The softmax forwards always compute each row into a
 private buffer (they need its sum before writing).  An ``o`` that *partly* overlaps an
-operand is never passed in (``activation._elementwise``/``_rows`` compute apart then).
+operand is never passed in (``activation.blocks``' ``run_elementwise``/``run_rows``
+compute apart then).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _ZERO = _F(0.0)
 _ONE = _F(1.0)
 _TWO = _F(2.0)
 
-# the constants of activation.py, rounded to float32 exactly as NumPy does when a Python
+# the constants of activation/numerics.py, rounded to float32 exactly as NumPy does when a Python
 # float meets a float32 array
 _K = math.sqrt(2.0 / math.pi)
 _C = 0.044715
@@ -105,9 +106,10 @@ def _fast_gelu_e(x):  # type: ignore[no-untyped-def]
 
 # -- element-wise kernels: a scalar function per op, run by a plain loop ----------------------
 
-# Each kernel spells out its two loops: a factory (a closure over the scalar function) or
-# generated source would make numba recompile every kernel in every process, since its
-# disk cache keeps neither (measured: closures miss the cache in a new process).
+# Each kernel spells out its two loops (scripts/gen_jit_act.py writes them into this file): a
+# factory (a closure over the scalar function) or source generated at import would make numba
+# recompile every kernel in every process, since its disk cache keeps neither (measured:
+# closures miss the cache in a new process).
 TILE = 1024
 
 
@@ -190,6 +192,9 @@ def _gelu1(x):  # type: ignore[no-untyped-def]
 def _fast_gelu1(x):  # type: ignore[no-untyped-def]
     z, q, e = _fast_gelu_e(x)
     return (-_X32_FAST if x < -_X32_FAST else x) / (e + _ONE)
+
+
+# -- element-wise kernels: written by scripts/gen_jit_act.py from its KERNELS (do not edit) ---------
 
 
 @njit(**ELEMENTWISE)
@@ -382,6 +387,9 @@ def fast_gelu(o, x):  # type: ignore[no-untyped-def]
             tmp[k] = _fast_gelu1(x_[k])
         for k in range(t1 - t0):
             o_[k] = tmp[k]
+
+
+# -- end of the written kernels ----------------------------------------------------------------
 
 
 # -- row kernels (softmax families) ------------------------------------------------------------

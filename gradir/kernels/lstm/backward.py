@@ -1,0 +1,240 @@
+"""LSTMGrad: exact backpropagation through time of LSTMTraining, its step loops compiled
+(``_jit_lstm.py``) or by NumPy's ufuncs (``bptt.py``), then large GEMMs over all steps."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+from .. import jit, parallel
+from . import common
+from .bptt import Direction, Grad, sum_dR
+from .common import (Steps, check_dtype, check_layer_attrs, expect, result, seq_lengths, split_wanted, this_thread,
+                     view)
+
+__all__ = ["lstm_grad", "release_scratch"]
+
+# Target size of a chunk of da in the backward (its working set then fits L2; measured best).
+_CHUNK_BYTES = 1 << 19
+# Bound on each chunk of H_{t-1} copied (into spent rows of da) for dR when HAll is not a 2-D
+# view (D = 2).
+_COPY_BYTES = 8 << 20
+
+
+# The backward's [S, B, D, 4H] scratch is reused between calls on the same thread: a
+# fresh 26 MB buffer costs ~2-3 ms of page faults (measured here; docs/performance.md).  Buffers above
+# _SCRATCH_MAX_BYTES are not kept; ``release_scratch()`` drops the calling thread's buffer.
+_SCRATCH_MAX_BYTES = 256 << 20
+_scratch_local = threading.local()
+
+
+def _scratch(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _SCRATCH_MAX_BYTES:
+        return np.empty(shape, dtype)
+    buf = getattr(_scratch_local, "buf", None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = _scratch_local.buf = np.empty(nbytes, np.uint8)
+    return view(buf[:nbytes].view(dtype), shape)
+
+
+def release_scratch() -> None:
+    """Free the LSTMGrad scratch buffer kept by the calling thread."""
+    _scratch_local.buf = None
+
+
+# Elements of ``da`` (steps x rows x 4H) per compiled call of the step loop (about 16 ms of work
+# per call at 100,64,256,256): between calls a Ctrl-C stops the loops.
+_BLOCK_ELEMENTS = 1 << 21
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
+    """``out = a·b``, or ``out += a·b`` through ``tmp`` (shaped like ``out``) when it is given."""
+    if tmp is None:
+        np.matmul(a, b, out=out)
+    else:
+        np.matmul(a, b, out=tmp)
+        np.add(out, tmp, out=out)
+
+
+def _matmul_halves(two: bool):  # type: ignore[no-untyped-def]
+    """A ``_matmul`` that computes the top and bottom halves of ``out``'s rows as two GEMMs,
+    on two threads when ``two`` (BLAS held to one thread by the caller), else one after the other."""
+    def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
+        m = a.shape[0] // 2
+        if m == 0:
+            _matmul(a, b, out, tmp)
+            return
+        t0, t1 = (None, None) if tmp is None else (tmp[:m], tmp[m:])
+        parallel.run_two(lambda stop: _matmul(a[:m], b, out[:m], t0), lambda stop: _matmul(a[m:], b, out[m:], t1),
+                         concurrent=two)
+    return mm
+
+
+def _packed_halves(jg: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray, two: bool) -> None:
+    """``out = a·b`` by the packed-panel kernel (``_jit_gemm``): ``b`` packed once, the top and
+    bottom halves of ``out``'s rows on two threads when ``two``.  At dX's shape (6400x1024 by
+    1024x256) 188 GFLOP/s on two cores, OpenBLAS 174-176 as two single-threaded halves.
+    ``a`` and ``out`` need unit column strides."""
+    bp = jg.pack(b)
+    m = a.shape[0] // 2
+    parallel.run_two(lambda stop: jg.gemm(a[:m], bp, out[:m]), lambda stop: jg.gemm(a[m:], bp, out[m:]),
+                     concurrent=two)
+
+
+def _rev(k: Grad, d: int) -> bool:
+    """Whether direction ``d`` of the layer runs backward in time (reverse, or bidirectional's second)."""
+    return k.direction == "reverse" or d == 1
+
+
+def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
+    """The step loops of every direction by the compiled kernels; returns dB's 4H sums ``[D·4H]``."""
+    jg = jl.gemm_module
+    S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
+    dummy = np.zeros((1, 1, 1, 1), dt)
+    dummy3 = dummy[0]
+    has_dHA, has_dHF, has_dCF = k.dHAll is not None, k.dHFinal is not None, k.dCFinal is not None
+    # operands as C-contiguous arrays that numba types as writeable (jit.readable: no copy)
+    dHA = jit.readable(np.ascontiguousarray(k.dHAll)) if has_dHA else dummy
+    dHF = jit.readable(np.ascontiguousarray(k.dHFinal)) if has_dHF else dummy3
+    dCF = jit.readable(np.ascontiguousarray(k.dCFinal)) if has_dCF else dummy3
+    c0 = jit.readable(np.ascontiguousarray(k.C0)) if k.C0 is not None else np.zeros((D, nb, h), dt)
+    P = jit.readable(np.ascontiguousarray(k.P)) if k.P is not None else np.zeros((D, 3 * h), dt)
+    iofc, CAll, R = (jit.readable(a) for a in (k.iofc, k.CAll, k.R))
+    lengths = k.steps.lengths if k.steps.lengths is not None else np.full(nb, S, np.intp)
+    alive = k.steps.alive
+    da = k.dab
+    if alive < S:
+        da[alive:] = 0
+    dP = k.dP2 = np.zeros((D, 3 * h), dt)
+    db = np.zeros((D, 4 * h), dt)
+    # The whole loop compiled, its GEMMs by the packed-R kernel (single-threaded): small
+    # problems, and the two half-batch loops of large ones where that kernel beats BLAS
+    # (``_jit_gemm.FAST_LARGE``).  Otherwise a compiled call per step, then NumPy's BLAS.
+    whole = ((nb * 4 * h <= common.WHOLE_LOOP_MAX or (k.split and jg.FAST_LARGE))
+             and not getattr(this_thread, "per_step", False))
+    firsts = [lengths - 1 if _rev(k, d) else np.zeros(nb, np.intp) for d in range(D)]
+    lasts = [np.zeros(nb, np.intp) if _rev(k, d) else lengths - 1 for d in range(D)]
+    Rp = [jg.pack(R[d]) for d in range(D)] if whole else []
+    # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
+    block = max(1, _BLOCK_ELEMENTS // max(1, nb * 4 * h))
+
+    def chain(r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event) -> None:
+        """Backward through time of batch rows r0..r1-1 (independent of the other rows)."""
+        dH = np.empty((r1 - r0, h), dt)
+        dC = np.empty((r1 - r0, h), dt)
+        for d in range(D):
+            rev, first = _rev(k, d), firsts[d]
+            args = (iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, lasts[d])
+            dH.fill(0)
+            dC.fill(0)
+            if whole:
+                for k0 in range(0, alive, block):
+                    if stop.is_set():
+                        return
+                    jl.bptt(rev, d, r0, k0, k0 + block, *args, Rp[d], da, dH, dC, dP, db, k.dH0, k.dC0)
+                continue
+            Rd = R[d]
+            prev = -1
+            for n in range(alive):
+                if stop.is_set():
+                    return
+                t = n if rev else alive - 1 - n
+                tp = t + 1 if rev else t - 1
+                if tp < 0 or tp >= S:
+                    tp = t
+                jl.bptt_step(t, tp, prev, d, r0, *args, da, dH, dC, dP, db, k.dH0, k.dC0)
+                np.matmul(da[t, r0:r1, d], Rd, out=dH)
+                prev = t
+            rows = first[r0:r1] == prev
+            k.dH0[d, r0:r1][rows] = dH[rows]
+            k.dC0[d, r0:r1][rows] = dC[rows]
+
+    if not k.split:
+        chain(0, nb, dP, db, threading.Event())
+        return view(db, (D * 4 * h,))
+    # Two chains of half the batch rows each (see lstm_grad).
+    m = nb // 2
+    dP1, db1 = np.zeros_like(dP), np.zeros_like(db)
+    parallel.run_two(lambda stop: chain(0, m, dP, db, stop), lambda stop: chain(m, nb, dP1, db1, stop),
+                     concurrent=k.two)
+    dP += dP1
+    db += db1
+    return view(db, (D * 4 * h,))
+
+
+def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None = None,
+              H0: np.ndarray | None = None, C0: np.ndarray | None = None,
+              HAll: np.ndarray | None = None, CAll: np.ndarray | None = None,
+              iofc: np.ndarray | None = None, dHAll: np.ndarray | None = None,
+              dHFinal: np.ndarray | None = None, dCFinal: np.ndarray | None = None,
+              P: np.ndarray | None = None, *, out: Any = None, hidden_size: int,
+              direction: str = "forward", activations: Any = None, clip: float | None = None,
+              input_forget: int = 0) -> tuple[np.ndarray, ...]:
+    """Exact BPTT of LSTMTraining; returns ``(dX, dW, dR, dB, dH0, dC0, dP)``."""
+    D = check_layer_attrs("LSTMGrad", direction, activations, clip, input_forget)
+    for name, v in (("HAll", HAll), ("CAll", CAll), ("iofc", iofc)):
+        if v is None:
+            raise ValueError(f"LSTMGrad: operand {name} is required")
+    dt = check_dtype("LSTMGrad", X, W, R, H0, C0, HAll, CAll, iofc, dHAll, dHFinal, dCFinal, P)
+    X, W, R, HAll, CAll, iofc = (np.ascontiguousarray(a) for a in (X, W, R, HAll, CAll, iofc))
+    S, nb, I = X.shape
+    h = hidden_size
+    expect("LSTMGrad", ("W", W, (D, 4 * h, I)), ("R", R, (D, 4 * h, h)), ("H0", H0, (D, nb, h)),
+            ("C0", C0, (D, nb, h)), ("HAll", HAll, (S, D, nb, h)), ("CAll", CAll, (S, D, nb, h)),
+            ("iofc", iofc, (S, D, nb, 4 * h)), ("dHAll", dHAll, (S, D, nb, h)), ("dHFinal", dHFinal, (D, nb, h)),
+            ("dCFinal", dCFinal, (D, nb, h)), ("P", P, (D, 3 * h)))
+    res = [result(out, j, shape, dt) for j, shape in enumerate(
+        [(S, nb, I), (D, 4 * h, I), (D, 4 * h, h), (D, 8 * h), (D, nb, h), (D, nb, h), (D, 3 * h)])]
+    dX, dW, dR, dB, dH0, dC0, dP = res
+    steps = Steps(seq_lengths("LSTMGrad", SL, S, nb), S, dt)
+    k = Grad(S=S, nb=nb, I=I, h=h, D=D, dtype=dt, direction=direction, steps=steps, X=X, R=R,
+              H0=H0, C0=C0, HAll=HAll, CAll=CAll, iofc=iofc, dHAll=dHAll, dHFinal=dHFinal,
+              dCFinal=dCFinal, P=P, dR=dR, dH0=dH0, dC0=dC0, chunk_bytes=_CHUNK_BYTES,
+              copy_bytes=_COPY_BYTES,
+              dab=_scratch((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
+
+    jl = jit.load("lstm")
+    # Large problems on the compiled path (B >= common.SPLIT_MIN_ROWS) run as two halves: the batch
+    # rows split into two independent step loops, and every big GEMM split into the two halves
+    # of its result's rows, with BLAS held to one thread.  The halves run on two threads when
+    # BLAS could have used two (the cores it would have used); then neither core waits while
+    # the other does a step's element-wise work (step loops 29 vs 33 ms with BLAS per step;
+    # ~22 ms with the packed-panel kernel, which also does dX, where it beats BLAS).  Every
+    # GEMM is single-threaded either way, so the bits do not depend on the threads (OpenBLAS's
+    # multi-threaded GEMMs round differently from its single-threaded ones).  Only when BLAS's
+    # own threads sleep soon after a call (``parallel.blas_idle_threads_sleep``): OpenBLAS's
+    # default 0.1 s of spinning takes a core from the loops (53 vs 31 ms; LSTMGrad after
+    # LSTMTraining 139-144 ms).  And not where the runtime holds BLAS to more than one thread
+    # for ops running beside this one (machines with 4+ cores): one thread here would be one
+    # thread for them too, and change their bits.
+    with parallel.own_blas_threads(split_wanted(jl, nb, h)) as blas:
+        k.split = blas.ok
+        k.two = k.split and blas.threads >= 2
+        k.mm = _matmul_halves(k.two) if k.split else _matmul
+        if jl is not None:
+            db = _compiled_steps(jl, k)
+            dP[...] = view(k.dP2, (D, 3 * h))
+        else:
+            for d in range(D):
+                direc = Direction(k, d)
+                direc.run()
+                dP[d] = view(direc.dP, (3 * h,))
+        da2 = view(k.dab, (S * nb, D * 4 * h))
+        dX2 = view(dX, (S * nb, I))
+        if k.split and jl is not None and jl.gemm_module.FAST_LARGE and dX2.strides[1] == dt.itemsize:
+            _packed_halves(jl.gemm_module, da2, view(W, (D * 4 * h, I)), dX2, k.two)  # W packed once
+        else:
+            k.mm(da2, view(W, (D * 4 * h, I)), dX2)  # sums both directions
+        k.mm(da2.T, view(X, (S * nb, I)), view(dW, (D * 4 * h, I)))
+        if jl is None:
+            # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
+            db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
+        for d in range(D):
+            sum_dR(k, d, _rev(k, d))
+            dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
+            dB[d, 4 * h:] = db[d * 4 * h: (d + 1) * 4 * h]
+    return dX, dW, dR, dB, dH0, dC0, dP
