@@ -54,7 +54,6 @@ RULES: dict[str, Rule] = {}
 NO_RULE_REASON = "it is a gradient op (gradir derives first-order gradients only)"
 
 # Ops that broadcast their operands (their cotangents may need ReduceSumTo).
-BROADCASTING = {"Add", "Sub", "Mul", "Div", "MatMul", "BroadcastTo"}
 
 
 def rule(*names: str) -> Callable[[Rule], Rule]:
@@ -148,7 +147,7 @@ def _x(op: Op, i: int = 0) -> str:
 def _act_of_x(e: Emitter, op: Op, cts: list, need: list) -> list:
     """ORT gradients that read the forward input X."""
     attrs = {"alpha": op.attrs["alpha"]} if "alpha" in op.attrs else {}
-    return [e.op(op.op_name + "Grad", cts[0], _x(op), **attrs)]
+    return [e.op(op.GRADIENT, cts[0], _x(op), **attrs)]
 
 
 @rule("LeakyRelu")
@@ -156,18 +155,18 @@ def _leaky_relu(e: Emitter, op: Op, cts: list, need: list) -> list:
     # LeakyReluGrad tests `Y > 0`.  For alpha > 0, Y > 0 exactly where X > 0, so ORT's
     # convention of passing Y is equivalent to passing X; for alpha <= 0 only X gives
     # the right mask.  Passing X is right for every alpha and spares recomputing Y.
-    return [e.LeakyReluGrad(cts[0], _x(op), alpha=op.attrs["alpha"])]
+    return [e.op(op.GRADIENT, cts[0], _x(op), alpha=op.attrs["alpha"])]
 
 
 @rule("Sigmoid", "Tanh")
 def _act_of_y(e: Emitter, op: Op, cts: list, need: list) -> list:
     """ORT gradients that read the forward output Y."""
-    return [e.op(op.op_name + "Grad", cts[0], op.results[0])]
+    return [e.op(op.GRADIENT, cts[0], op.results[0])]
 
 
 @rule("Softmax", "LogSoftmax")
 def _softmax(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.op(op.op_name + "Grad_13", cts[0], op.results[0], axis=op.attrs["axis"])]
+    return [e.op(op.GRADIENT, cts[0], op.results[0], axis=op.attrs["axis"])]
 
 
 @rule("Identity")
@@ -504,7 +503,7 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
                 continue
             vt, ctt = types[v], types[ct]
             assert vt.dtype == ctt.dtype, (op.to_string(), v, ct)
-            if ctt.shape != vt.shape or (op.op_name in BROADCASTING and None in vt.shape):
+            if ctt.shape != vt.shape or (op.BROADCASTS and None in vt.shape):
                 ct = e.ReduceSumTo(ct, v)
             contrib.setdefault(v, []).append(ct)
 

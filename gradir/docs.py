@@ -68,6 +68,29 @@ def ops_text(names: Iterable[str] = ()) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def op_traits(c: type) -> list[str]:
+    """The traits an op declares, in words (docs/ops.md)."""
+    out = []
+    if c.ELEMENTWISE:
+        out.append("element-wise" + (" with broadcasting" if c.ELEMENTWISE == "broadcast" else ""))
+    if c.FORMULA:
+        out.append(f"formula `{c.FORMULA}`")
+    if c.LINEAR_IN:
+        names = ", ".join(c.OPERANDS[min(i, len(c.OPERANDS) - 1)].name for i in c.LINEAR_IN)
+        out.append(f"linear in {names}" + (" together" if c.LINEAR_JOINTLY and len(c.LINEAR_IN) > 1 else ""))
+    if c.BROADCASTS and c.ELEMENTWISE != "broadcast":
+        out.append("broadcasts")
+    if c.REDUCTION:
+        out.append("reduction")
+    if c.SHAPE_ONLY:
+        out.append("moves elements only")
+    if c.GRADIENT:
+        out.append(f"its gradient is `{c.GRADIENT}`")
+    if c.FUSES_INTO:
+        out.append(f"siblings fuse into `{c.FUSES_INTO[0]}`")
+    return out
+
+
 def ops_markdown(names: Iterable[str] = ()) -> str:
     """The op reference page (docs/ops.md is this text; a test keeps it current); with
     ``names``, only those ops' sections (under their family headings)."""
@@ -92,6 +115,10 @@ def ops_markdown(names: Iterable[str] = ()) -> str:
                 out.append("")
             out.append(f"`{c.signature()}`")
             out.append("")
+            traits = op_traits(c)
+            if traits:
+                out.append("Traits: " + "; ".join(traits) + ".")
+                out.append("")
             if c.OPERANDS:
                 out.append("| operand | optional | notes |")
                 out.append("|---|---|---|")

@@ -392,6 +392,26 @@ class Op:
     # copies that drop the inferred types to infer them again keep these (``untyped``)
     DECLARED_TYPE: ClassVar[bool] = False
 
+    # -- traits: what passes, autodiff and the builder ask of an op, as data (docs/ops.md lists them) --
+    # "same": the operands and the result share one shape, element by element; "broadcast": the same
+    # after NumPy broadcasting of the operands.
+    ELEMENTWISE: ClassVar[Optional[str]] = None
+    # The scalar formula of an element-wise op (a Python expression in the operand and attribute names
+    # and the functions of ``gradir.traits.FORMULA_FUNCTIONS``), from which a fusion pass can generate a
+    # loop; a test checks it against the kernel.
+    FORMULA: ClassVar[Optional[str]] = None
+    BROADCASTS: ClassVar[bool] = False  # operand shapes broadcast (so a gradient may need ReduceSumTo)
+    # The operands the result is linear in, the others held fixed: each on its own (Mul, MatMul: bilinear),
+    # or with LINEAR_JOINTLY all of them together (Add, Sub: f(2a, 2b) = 2 f(a, b), but not in a alone).
+    LINEAR_IN: ClassVar[tuple[int, ...]] = ()
+    LINEAR_JOINTLY: ClassVar[bool] = False
+    REDUCTION: ClassVar[bool] = False  # sums (or averages) over axes
+    SHAPE_ONLY: ClassVar[bool] = False  # moves, views or repeats elements; computes nothing
+    GRADIENT: ClassVar[Optional[str]] = None  # the ONNX Runtime gradient op this forward op's rule emits
+    # (fused op, the attribute that tells siblings apart, the fused op's list attribute): siblings over
+    # the same operands and other attributes fuse into one op (the fusion pass)
+    FUSES_INTO: ClassVar[Optional[tuple[str, str, str]]] = None
+
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         if cls.__dict__.get("abstract", False):

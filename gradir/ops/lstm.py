@@ -86,6 +86,8 @@ def _cell_grad_types(ctx: InferContext, indices: tuple) -> list[TensorType]:
 class GradLSTMCellInputOp(BackwardOp):
     """Gradient of LSTMCell w.r.t. one input: 0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias."""
 
+    FUSES_INTO = ("GradLSTMCellInputFused", "input_index", "input_indices")
+
     def demo_scale(self, operand: int) -> Optional[float]:
         return _weight_scale(self, operand, (5, 6, 7))
 

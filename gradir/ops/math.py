@@ -53,17 +53,39 @@ class _Binary(Op):
 class AddOp(_Binary):
     """A + B with NumPy broadcasting."""
 
+    ELEMENTWISE = "broadcast"
+    BROADCASTS = True
+    FORMULA = "A + B"
+    LINEAR_IN = (0, 1)
+    LINEAR_JOINTLY = True
+
 
 class SubOp(_Binary):
     """A - B with NumPy broadcasting."""
+
+    ELEMENTWISE = "broadcast"
+    BROADCASTS = True
+    FORMULA = "A - B"
+    LINEAR_IN = (0, 1)
+    LINEAR_JOINTLY = True
 
 
 class MulOp(_Binary):
     """A * B with NumPy broadcasting."""
 
+    ELEMENTWISE = "broadcast"
+    BROADCASTS = True
+    FORMULA = "A * B"
+    LINEAR_IN = (0, 1)
+
 
 class DivOp(_Binary):
     """A / B with NumPy broadcasting (floating point)."""
+
+    ELEMENTWISE = "broadcast"
+    BROADCASTS = True
+    FORMULA = "A / B"
+    LINEAR_IN = (0,)
 
     DTYPES = FLOAT_DTYPES
 
@@ -71,25 +93,43 @@ class DivOp(_Binary):
 class NegOp(UnaryOp):
     """-x."""
 
+    ELEMENTWISE = "same"
+    FORMULA = "-X"
+    LINEAR_IN = (0,)
+
     DTYPES = NUMERIC_DTYPES
 
 
 class ExpOp(UnaryOp):
     """exp(x)."""
 
+    ELEMENTWISE = "same"
+    FORMULA = "exp(X)"
+
 
 class LogOp(UnaryOp):
     """Natural logarithm."""
 
+    ELEMENTWISE = "same"
+    FORMULA = "log(X)"
+
 
 class IdentityOp(UnaryOp):
     """x, unchanged."""
+
+    ELEMENTWISE = "same"
+    FORMULA = "X"
+    LINEAR_IN = (0,)
+    SHAPE_ONLY = True
 
     DTYPES = ALL_DTYPES
 
 
 class MatMulOp(Op):
     """NumPy matmul: batched over leading dims (broadcast), 1-D operands promoted."""
+
+    BROADCASTS = True
+    LINEAR_IN = (0, 1)
 
     OPERANDS = (Operand("A"), Operand("B"))
     RESULTS = ("C",)
@@ -128,6 +168,9 @@ def _check_perm(p: tuple) -> Optional[str]:
 class TransposeOp(Op):
     """Permute axes; default reverses them."""
 
+    SHAPE_ONLY = True
+    LINEAR_IN = (0,)
+
     OPERANDS = (Operand("X"),)
     ATTRS = (Attr("perm", "ints", None, check=_check_perm, doc="result axis k is input axis perm[k]"),)
 
@@ -152,6 +195,9 @@ def _check_reshape(s: tuple) -> Optional[str]:
 
 class ReshapeOp(Op):
     """Same elements, new shape (one -1 entry is inferred)."""
+
+    SHAPE_ONLY = True
+    LINEAR_IN = (0,)
 
     OPERANDS = (Operand("X"),)
     ATTRS = (Attr("shape", "ints", check=_check_reshape, doc="new shape; one -1 allowed"),)
@@ -208,15 +254,25 @@ class _Reduce(Op):
 class ReduceSumOp(_Reduce):
     """Sum over `axes` (default all)."""
 
+    REDUCTION = True
+    LINEAR_IN = (0,)
+
 
 class ReduceMeanOp(_Reduce):
     """Mean over `axes` (default all)."""
+
+    REDUCTION = True
+    LINEAR_IN = (0,)
 
     DTYPES = FLOAT_DTYPES
 
 
 class SumOp(Op):
     """Element-wise sum of n >= 1 operands of identical type (gradient accumulation)."""
+
+    ELEMENTWISE = "same"
+    LINEAR_IN = (0,)
+    LINEAR_JOINTLY = True
 
     OPERANDS = (Operand("X", variadic=True),)
     RESULTS = ("Y",)

@@ -44,6 +44,9 @@ def _broadcasts_to(small: tuple, big: tuple) -> bool:
 class ReduceSumToOp(Op):
     """Sum X over the axes along which Like's shape was broadcast to X's: the result has Like's shape."""
 
+    REDUCTION = True
+    LINEAR_IN = (0,)
+
     OPERANDS = (Operand("X", doc="the broadcast tensor (e.g. a gradient)"),
                 Operand("Like", doc="any dtype; only its shape is read, which must broadcast to X's"))
     RESULTS = ("Y",)
@@ -61,6 +64,10 @@ class ReduceSumToOp(Op):
 
 class BroadcastToOp(Op):
     """X broadcast (NumPy rules) to the shape of Like: the transpose of ReduceSumTo."""
+
+    SHAPE_ONLY = True
+    BROADCASTS = True
+    LINEAR_IN = (0,)
 
     OPERANDS = (Operand("X"), Operand("Like", doc="any dtype; only its shape is read"))
     RESULTS = ("Y",)
@@ -85,6 +92,9 @@ def _check_unique(v: tuple) -> Optional[str]:
 class UnsqueezeOp(Op):
     """Insert size-1 axes; `axes` are positions in the result (negative counts from its end)."""
 
+    SHAPE_ONLY = True
+    LINEAR_IN = (0,)
+
     OPERANDS = (Operand("X"),)
     ATTRS = (Attr("axes", "ints", check=_check_unique, doc="positions of the new axes in the result"),)
 
@@ -106,11 +116,18 @@ class UnsqueezeOp(Op):
 class ScaleOp(UnaryOp):
     """factor * X, for a constant factor (e.g. the 1/n of a mean's gradient)."""
 
+    ELEMENTWISE = "same"
+    FORMULA = "factor * X"
+    LINEAR_IN = (0,)
+
     ATTRS = (Attr("factor", "float", doc="the constant multiplier"),)
     DTYPES = FLOAT_DTYPES
 
 
 class ZerosLikeOp(UnaryOp):
     """Zeros of X's type (X's values are not read): a gradient that no path reaches."""
+
+    ELEMENTWISE = "same"
+    FORMULA = "zeros_like(X)"
 
     DTYPES = NUMERIC_DTYPES
