@@ -14,6 +14,7 @@ from .builder import BuilderError, GraphBuilder
 from .dot import to_dot
 from .gradcheck import GradcheckReport, gradcheck
 from .runtime import Executable, compile
+from . import reference as _reference  # noqa: F401,E402  (registers the reference backend)
 from .syntax import load, parse
 from .types import DType, TensorType
 

@@ -36,6 +36,11 @@ SWITCH_INTERVAL = 0.0005
 _BLAS_SHARE = max(1, (os.cpu_count() or 1) // 2)
 
 
+def blas_share() -> int:
+    """BLAS threads per op in a graph where two BLAS ops may run at once (patched in tests)."""
+    return _BLAS_SHARE
+
+
 class BufferPool:
     """Freed intermediate buffers, reused for later results of the same dtype and shape."""
 
@@ -219,7 +224,7 @@ class Run:
         # cores.  The share depends on the graph, never on ``threads`` (also with one thread):
         # OpenBLAS's GEMMs round differently for each thread count, and a graph's results are
         # the same bits whatever ``threads`` is.
-        blas = parallel.blas_limit(_BLAS_SHARE) if self.plan.blas_concurrency else contextlib.nullcontext()
+        blas = parallel.blas_limit(blas_share()) if self.plan.blas_concurrency else contextlib.nullcontext()
         prev = parallel.get_threads()
         with blas:
             parallel.set_threads(threads)

@@ -287,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     disable = _disabled_passes(args)
     graph = load(args.file)
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
-    exe = compile(graph, threads=args.threads, disable=disable)
+    exe = compile(graph, threads=args.threads, disable=disable, backend=args.backend)
     if args.inputs is None and not args.input:
         inputs, generated = complete_inputs(graph, {}, args.seed)
         print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
@@ -420,6 +420,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="check the inputs, then stop at the first op producing NaN or Inf and name it")
     r.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="switch compiler passes off (repeatable, or comma-separated; see plan --list-passes)")
+    from .backends import BACKENDS
+    r.add_argument("--backend", choices=sorted(BACKENDS), default="cpu",
+                   help="what runs the compiled schedule: cpu (the thread pool, default) or reference (one step "
+                        "after another, fresh arrays; the same bits)")
     from .compare import tolerance
     r.add_argument("--save-inputs", metavar="IN.npz", help="save the inputs used (given or generated), to repeat "
                                                            "the run or check it elsewhere")

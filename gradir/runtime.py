@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Union
 import numpy as np
 
 from . import kernels  # noqa: F401  (importing the package registers every kernel family)
+from .backends import get_backend, register_backend
 from .errors import ArgumentError, Diagnostic, InputError
 from .executor import BufferPool, Run, describe, dtype_name, straight_line_code
 from .ir import Graph, GraphInput
@@ -35,7 +36,7 @@ def default_threads() -> int:
 
 def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optional[int] = None, *,
             passes: Optional[list[str]] = None, disable: Optional[list[str]] = None,
-            filename: str = "<string>") -> "Executable":
+            filename: str = "<string>", backend: str = "cpu") -> "Executable":
     """Validate, optimize and plan a graph; returns an ``Executable``.
 
     ``graph_or_text`` is a ``Graph``, IR text, or the path of a ``.gir`` file (a
@@ -43,7 +44,9 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     as by ``gradir.load``, never parsed as IR).  ``threads`` (default: the number of
     cores, at most 2) bounds the worker threads.  ``passes``/``disable`` choose the
     compiler passes (see ``gradir.passes.PASSES``; a comma-separated string works too).
-    Bad arguments raise ``gradir.ArgumentError``.
+    ``backend`` names what runs the schedule (``gradir.backends``: ``"cpu"``, the thread-pool
+    executor, or ``"reference"``, one step after another).  Bad arguments raise
+    ``gradir.ArgumentError``.
     """
     from .syntax import load, parse
     _check_threads(threads)
@@ -63,13 +66,13 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
             graph.validate()
     else:
         raise ArgumentError(f"compile() takes a Graph, IR text or a path, not {type(graph_or_text).__name__}")
+    lower = get_backend(backend)
     from .syntax import _no_gc
     with _no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
         program = Program(graph)
         log = run_passes(program, passes, disable)
         plan = build_plan(program, log)
-    _warm_kernels(plan)
-    return Executable(graph, program, plan, threads)
+    return lower.lower(graph, program, plan, threads)
 
 
 # More worker threads than this only costs memory (each has a stack) and start-up time; a graph's
@@ -100,7 +103,7 @@ def _pass_list(names: object, what: str) -> Optional[list[str]]:
     return out
 
 
-def _warm_kernels(plan: Plan) -> None:
+def warm_kernels(plan: Plan) -> None:
     """Build the compiled kernels this plan will call (see ``gradir.kernels``), so that no
     run pays for compiling them; with numba's disk cache warm, this only loads them."""
     seen: set[tuple[str, Any]] = set()
@@ -284,3 +287,16 @@ class Executable:
             v = self.program.resolve(name)
             out[name] = values[v]
         return out
+
+
+class _Cpu:
+    """The default backend: the thread-pool executor (``Executable``)."""
+
+    name = "cpu"
+
+    def lower(self, graph: Graph, program: Program, plan: Plan, threads: Optional[int]) -> Executable:
+        warm_kernels(plan)
+        return Executable(graph, program, plan, threads)
+
+
+register_backend(_Cpu())

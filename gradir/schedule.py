@@ -31,9 +31,10 @@ __all__ = ["Step", "Plan", "build_plan"]
 
 @dataclass
 class Step:
+    """One op of the schedule: plain data (it pickles); its CPU kernel is looked up, not held."""
+
     index: int
     op: Op
-    kernel: KernelInfo
     operands: list[Optional[str]]  # padded with None to the op's full operand count
     results: list[str]
     deps: set[int] = field(default_factory=set)  # steps that must finish first
@@ -42,6 +43,11 @@ class Step:
     blas_concurrent: bool = False  # another BLAS step may run at the same time
     tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
     concurrent: bool = False  # another non-tiny step may run at the same time
+
+    @property
+    def kernel(self) -> KernelInfo:
+        """The CPU backend's kernel for this op (``gradir.kernels``)."""
+        return KERNELS[self.op.op_name]
 
 
 @dataclass
@@ -140,7 +146,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
         op = ops[k]
         n = max(len(op.OPERANDS), len(op.operands))
         operands = list(op.operands) + [None] * (n - len(op.operands))
-        st = Step(pos, op, KERNELS[op.op_name], operands, list(op.results))
+        st = Step(pos, op, operands, list(op.results))
         for v in op.operands:
             if v is None:
                 continue

@@ -15,7 +15,7 @@ import networkx as nx
 
 from ..ir import Graph, Op
 
-__all__ = ["Program", "Pass", "PASSES", "DEFAULT_PASSES", "run_passes", "register_pass"]
+__all__ = ["Program", "Pass", "PASSES", "DEFAULT_PASSES", "run_passes", "register_pass", "lint"]
 
 
 class Program:
@@ -89,8 +89,39 @@ def run_passes(program: Program, names: Optional[list[str]] = None,
         from ..errors import ArgumentError
         raise ArgumentError(f"unknown pass '{unknown[0]}'; passes are: {', '.join(PASSES)}")
     log = []
+    problem = lint(program)
+    if problem:
+        from ..errors import CompileError
+        raise CompileError(f"the graph is not valid before the passes: {problem}")
     for n in names:
         if n in disable:
             continue
         log.append((n, PASSES[n].fn(program)))
+        problem = lint(program)
+        if problem:  # a bug in the pass: name it, rather than fail later somewhere else
+            from ..errors import CompileError
+            raise CompileError(f"the compiler pass '{n}' left an invalid graph: {problem} "
+                               f"(a bug in gradir; --disable {n} works around it)")
     return log
+
+
+def lint(program: Program) -> Optional[str]:
+    """The first structural problem of ``program`` (None if none), in one linear pass: every value
+    defined once and before it is read, every op with its result types, every output defined.
+    (Types were inferred once, at verification; passes keep them on the ops they make.)"""
+    defined = set(program.inputs)
+    for k, op in enumerate(program.ops):
+        for v in op.operands:
+            if v is not None and v not in defined:
+                return f"op {k} ({op.op_name}) reads {v} before any op defines it"
+        for r in op.results:
+            if r in defined:
+                return f"{r} is defined twice (again by op {k}, {op.op_name})"
+            defined.add(r)
+            if r not in program.types:
+                return f"{r} (op {k}, {op.op_name}) has no type"
+    for o in program.outputs:
+        v = program.resolve(o)
+        if v not in defined:
+            return f"output {o} is computed by {v}, which no op defines"
+    return None

@@ -1,0 +1,63 @@
+"""The backend seam: a compiled schedule is plain data that pickles, a second backend runs every
+sample through it with the same bits, and a pass that breaks the graph is named."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import gradir
+from gradir.backends import BACKENDS
+from gradir.passes import PASSES, register_pass
+from gradir.runcli import demo_inputs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_the_schedule_pickles(path):
+    plan = gradir.compile(path).plan
+    again = pickle.loads(pickle.dumps(plan))
+    assert again.describe() == plan.describe()
+    assert [s.op for s in again.steps] == [s.op for s in plan.steps]
+    assert [s.kernel.name for s in again.steps] == [s.kernel.name for s in plan.steps]
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_the_reference_backend_gives_the_same_bits(path):
+    g = gradir.load(path)
+    feeds = demo_inputs(g, seed=3)
+    ref = gradir.compile(g, backend="reference").run(feeds)
+    for threads in (1, 2):
+        got = gradir.compile(g, threads=threads).run(feeds)
+        assert list(got) == list(ref)
+        for k in ref:
+            assert got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape
+            assert got[k].tobytes() == ref[k].tobytes(), (path, k, threads)
+
+
+def test_backends_are_named_and_checked():
+    assert {"cpu", "reference"} <= set(BACKENDS)
+    exe = gradir.compile("input t0 : Float32 [2]\nt1 = Relu(t0)\noutput t1\n", backend="reference")
+    np.testing.assert_array_equal(exe.run({"t0": np.array([-1, 2], np.float32)})["t1"], [0, 2])
+    with pytest.raises(gradir.ArgumentError, match="unknown backend 'gpu'; the backends are cpu, reference"):
+        gradir.compile("input t0 : Float32 [2]\noutput t0\n", backend="gpu")
+
+
+def test_a_pass_that_breaks_the_graph_is_named(monkeypatch):
+    @register_pass("drop-first-op", "a broken pass (test only)")
+    def drop(p):
+        p.ops = p.ops[1:]
+        return "dropped one op"
+    try:
+        with pytest.raises(gradir.CompileError, match="the compiler pass 'drop-first-op' left an invalid graph: "
+                                                      "op 0 \\(Exp\\) reads t1 before any op defines it"):
+            gradir.compile("input t0 : Float32 [2]\nt1 = Relu(t0)\nt2 = Exp(t1)\noutput t2\n",
+                           passes=["cse", "drop-first-op"])
+    finally:
+        del PASSES["drop-first-op"]
