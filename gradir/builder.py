@@ -37,7 +37,7 @@ import numpy as np
 
 from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
 from .errors import BuilderError, Diagnostic, VerifyError
-from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, _OpErrors, format_attr_value
+from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, OpErrors, format_attr_value
 from .types import DType, TensorType
 
 __all__ = ["GraphBuilder", "Value", "BuilderError"]
@@ -263,8 +263,8 @@ class GraphBuilder:
         op = OPS["Constant"]([self._fresh()], [], {"value": value}, [t])
         try:
             op.check([])
-        except (OpError, _OpErrors) as e:
-            errs = e.errors if isinstance(e, _OpErrors) else [e]
+        except (OpError, OpErrors) as e:
+            errs = e.errors if isinstance(e, OpErrors) else [e]
             raise self._error([f"{call}: {x.message}" for x in errs]) from None
         self._ops.append(op)
         self._types[op.results[0]] = t
@@ -332,7 +332,7 @@ class GraphBuilder:
         try:
             op = cls([f"t{self._next + k}" for k in range(n)], names, attrs)
             types = op.check([None if v is None else self._types[v] for v in op.operands])
-        except _OpErrors as e:  # arity, attributes
+        except OpErrors as e:  # arity, attributes
             raise self._error([f"{call}: {x.message}" for x in e.errors]) from None
         except OpError as e:  # a type rule: show the operand types it saw
             given = ", ".join(f"{v} : {self._types[v]}" for v in dict.fromkeys(n for n in names if n is not None))

@@ -29,7 +29,7 @@ import sys
 from typing import Iterable, Optional, Sequence
 
 from .errors import ArgumentError, Diagnostic, RenderError, UsageError
-from .ir import Graph, Op, _attr_equal, format_attr_value
+from .ir import Graph, Op, attr_equal, format_attr_value
 
 __all__ = ["to_dot", "render", "register"]
 
@@ -108,7 +108,7 @@ def _key_attrs(op: Op) -> list[str]:
         if a.name not in op.attrs:
             continue
         v = op.attrs[a.name]
-        if a.required or not _attr_equal(v, a.default):
+        if a.required or not attr_equal(v, a.default):
             out.append(_clip(f"{a.name}={format_attr_value(v)}"))
     return out
 

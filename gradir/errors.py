@@ -15,7 +15,8 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
-           "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "Terminated", "ConstantValueError"]
+           "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "Terminated", "ConstantValueError", "OpError", "OpErrors",
+           "FastPathFallback"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -195,6 +196,31 @@ class ConstantValueError(ValueError):
     def __init__(self, message: str, element: Optional[int] = None) -> None:
         super().__init__(message)
         self.element = element
+
+
+class OpError(Exception):
+    """Raised by a type rule; ``operand``/``attr``/``result`` say where to point."""
+
+    def __init__(self, message: str, *, operand: int | None = None, attr: str | None = None,
+                 result: int | None = None, element: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.operand = operand
+        self.attr = attr
+        self.result = result
+        self.element = element  # with ``attr``: the index in a list value (-1: the whole value)
+
+
+class OpErrors(Exception):
+    """Several ``OpError``s of one op's signature check, raised together."""
+
+    def __init__(self, errors: list[OpError]) -> None:
+        super().__init__("; ".join(e.message for e in errors))
+        self.errors = errors
+
+
+class FastPathFallback(Exception):
+    """The parser's fast path does not take this line (not in canonical form): lark parses it."""
 
 
 def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:

@@ -14,7 +14,7 @@ import math
 import re
 from typing import NamedTuple, Optional
 
-from .errors import Diagnostic, Source, Span
+from .errors import FastPathFallback as Fallback, Diagnostic, Source, Span
 from .types import MAX_ELEMENTS, DType, TensorType, format_shape
 
 __all__ = ["Stmt", "TypeSyntax", "FastType", "Fallback", "fast_line", "type_from_syntax", "MAX_ELEMENTS",
@@ -54,10 +54,6 @@ _RE_FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-
                        r"|inf|nan)")
 _RE_RESULT = re.compile(r"t[0-9]+")
 _KEYWORDS = frozenset({"graph", "input", "output", "true", "false", "scalar", "_"})
-
-
-class Fallback(Exception):
-    """The line is not in canonical form: lark must parse it."""
 
 
 # Integer literals longer than this are refused before any int() conversion: Python's int(str) is

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Op
 
 import numpy as np
 
-from .errors import ArgumentError, Diagnostic, Source, Span, VerifyError, errors_of
+from .errors import ArgumentError, OpError, OpErrors, Diagnostic, Source, Span, VerifyError, errors_of
 from .types import DType, Dim, TensorType, format_attr_value
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -234,19 +234,6 @@ class OpLoc:
 
     def __repr__(self) -> str:
         return f"OpLoc(line={self._cols[0]}, name={self.name}, results={self.results}, operands={self.operands})"
-
-
-class OpError(Exception):
-    """Raised by a type rule; ``operand``/``attr``/``result`` say where to point."""
-
-    def __init__(self, message: str, *, operand: int | None = None, attr: str | None = None,
-                 result: int | None = None, element: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.operand = operand
-        self.attr = attr
-        self.result = result
-        self.element = element  # with ``attr``: the index in a list value (-1: the whole value)
 
 
 class InferContext:
@@ -503,7 +490,7 @@ class Op:
     def check_signature(self) -> None:
         """Check operand count, ``_`` placement, attributes and result count.
 
-        Raises ``_OpErrors`` with every problem found.  On success the attributes
+        Raises ``OpErrors`` with every problem found.  On success the attributes
         are coerced and stored back, complete (defaults filled in, declared order).
         """
         errors: list[OpError] = []
@@ -571,12 +558,12 @@ class Op:
                     f"({', '.join(self.result_names(self.attrs))}), but {len(self.results)} "
                     f"{'are' if len(self.results) != 1 else 'is'} assigned", result=0))
         if errors:
-            raise _OpErrors(errors)
+            raise OpErrors(errors)
 
     def check(self, operand_types: Sequence[Optional[TensorType]]) -> list[TensorType]:
         """Validate this op given its operand types; return the result types.
 
-        Raises ``OpError`` (a type problem) or ``_OpErrors`` (signature problems).
+        Raises ``OpError`` (a type problem) or ``OpErrors`` (signature problems).
         """
         self.check_signature()
         sig = self.OPERANDS
@@ -623,8 +610,8 @@ class Op:
                                 f"an omitted one; got {len(operand_types)}")
         try:
             types = self.check(operand_types)
-        except (OpError, _OpErrors) as e:
-            errs = e.errors if isinstance(e, _OpErrors) else [e]
+        except (OpError, OpErrors) as e:
+            errs = e.errors if isinstance(e, OpErrors) else [e]
             raise VerifyError([Diagnostic(x.message) for x in errs]) from None
         return types
 
@@ -640,7 +627,7 @@ class Op:
             if a.name not in resolved:
                 continue
             v = resolved[a.name]
-            if not a.required and _attr_equal(v, a.default):
+            if not a.required and attr_equal(v, a.default):
                 continue
             args.append(f"{a.name}={format_attr_value(v)}")
         # attributes not in the signature (invalid op) still print, for error messages
@@ -659,7 +646,7 @@ class Op:
 
     def key(self) -> tuple:
         """Structural identity (op type, results, operands, attributes, types)."""
-        return (self.op_name, tuple(self.results), tuple(self.operands), _freeze(self.resolved_attrs()),
+        return (self.op_name, tuple(self.results), tuple(self.operands), freeze(self.resolved_attrs()),
                 tuple(self.result_types) if self.result_types else None)
 
     def __eq__(self, other: object) -> bool:
@@ -691,25 +678,19 @@ class BackwardOp(Op):
     is_backward = True
 
 
-class _OpErrors(Exception):
-    def __init__(self, errors: list[OpError]) -> None:
-        super().__init__("; ".join(e.message for e in errors))
-        self.errors = errors
-
-
-def _attr_equal(a: Any, b: Any) -> bool:
+def attr_equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_attr_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(attr_equal(x, y) for x, y in zip(a, b))
     if type(a) is bool or type(b) is bool:
         return type(a) is type(b) and a == b
     return a == b
 
 
-def _freeze(v: Any) -> Any:
+def freeze(v: Any) -> Any:
     if isinstance(v, dict):
-        return tuple((k, _freeze(x)) for k, x in v.items())
+        return tuple((k, freeze(x)) for k, x in v.items())
     if isinstance(v, (list, tuple)):
-        return tuple(_freeze(x) for x in v)
+        return tuple(freeze(x) for x in v)
     if isinstance(v, float):  # bit-exact: 0.0 and -0.0 differ (and print differently); nan equals nan
         return ("float", v.hex())
     return (type(v).__name__, v) if isinstance(v, (bool, int, float)) else v

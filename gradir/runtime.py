@@ -67,8 +67,8 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     else:
         raise ArgumentError(f"compile() takes a Graph, IR text or a path, not {type(graph_or_text).__name__}")
     lower = get_backend(backend)
-    from .syntax import _no_gc
-    with _no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
+    from .syntax import no_gc
+    with no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
         program = Program(graph)
         log = run_passes(program, passes, disable)
         plan = build_plan(program, log)

@@ -257,7 +257,7 @@ def _statements(text: str, *, fast: bool = True, source: Optional[Source] = None
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector: parsing allocates millions of small,
     acyclic objects, and its repeated full-heap scans made big files quadratic."""
     enabled = gc.isenabled()
@@ -275,7 +275,7 @@ def parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool =
                             + ("; to read a file use gradir.load(path)" if isinstance(text, os.PathLike) else ""))
     if not isinstance(filename, str):
         raise ArgumentError(f"parse(): filename must be a str, not {type(filename).__name__}")
-    with _no_gc():
+    with no_gc():
         return _parse(text, filename, verify=verify)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from .errors import Diagnostic, Source, Span
-from .ir import VALUE_NAME, Graph, Op, OpError, OpLoc, _OpErrors
+from .ir import VALUE_NAME, Graph, Op, OpError, OpLoc, OpErrors
 from .types import TensorType
 
 __all__ = ["verify_graph", "MAX_NAME_DIGITS"]
@@ -154,7 +154,7 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
                 op.check_signature()
             else:
                 result_types = op.check(operand_types)
-        except _OpErrors as es:
+        except OpErrors as es:
             for e in es.errors:
                 err(e.message, _op_span(op, e, src))
         except OpError as e:

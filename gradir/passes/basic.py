@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir import _freeze
+from ..ir import freeze
 from . import Program, register_pass
 
 
@@ -32,7 +32,7 @@ def common_subexpression_elimination(p: Program) -> str:
         if operands != op.operands:
             op = op.copy(operands=operands)
         # the types too: a Constant's is part of the op (elsewhere operands and attributes determine it)
-        key = (op.op_name, tuple(operands), _freeze(op.attrs), tuple(op.result_types or ()))
+        key = (op.op_name, tuple(operands), freeze(op.attrs), tuple(op.result_types or ()))
         first = seen.get(key)
         if first is not None:
             merged += 1
