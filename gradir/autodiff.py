@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
 
-from .errors import Diagnostic, GradirError, Source
+from .errors import Diagnostic, GradirError, Source, shown
 from .ir import OPS, Graph, GraphInput, Op
 from .types import TensorType, format_shape
 
@@ -408,7 +408,7 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     if isinstance(wrt, str):
         parts = [w.strip() for w in wrt.split(",")]
         if any(not w for w in parts):
-            problems.append(f"wrt {wrt!r} has an empty entry; write names separated by commas, like t0,t3")
+            problems.append(f"wrt {shown(wrt)} has an empty entry; write names separated by commas, like t0,t3")
         wrt = [w for w in parts if w]
     if not isinstance(wrt, Iterable):
         from .errors import ArgumentError
@@ -416,7 +416,7 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     names = list(wrt)
     for k, w in enumerate(names):
         if not isinstance(w, str):
-            problems.append(f"wrt entries are input names like 't0', got {w!r}")
+            problems.append(f"wrt entries are input names like 't0', got {shown(w)}")
         elif w not in types:
             problems.append(f"wrt: {w} is not an input of the graph (its inputs are "
                             f"{', '.join(types) or 'none'})")

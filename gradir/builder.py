@@ -31,7 +31,7 @@ import inspect
 import re
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from .errors import Diagnostic, VerifyError
+from .errors import Diagnostic, VerifyError, shown
 from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, _OpErrors, format_attr_value
 from .types import DType, TensorType
 
@@ -142,10 +142,7 @@ def _is_number(x: Any) -> bool:
 def _describe(x: Any) -> str:
     if isinstance(x, Value):
         return f"{x.name} ({x.type})"
-    text = repr(x)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return f"{text} ({type(x).__name__})"
+    return f"{shown(x, 40)} ({type(x).__name__})"
 
 
 class GraphBuilder:
@@ -156,7 +153,7 @@ class GraphBuilder:
 
     def __init__(self, name: Optional[str] = None) -> None:
         if name is not None and not (isinstance(name, str) and _IDENT.match(name)):
-            raise BuilderError(f"GraphBuilder: graph name {name!r} is not an identifier "
+            raise BuilderError(f"GraphBuilder: graph name {shown(name)} is not an identifier "
                                "(letters, digits and _, not starting with a digit)")
         self.name = name
         self._inputs: list[GraphInput] = []
@@ -184,12 +181,13 @@ class GraphBuilder:
             t = dtype
         else:
             if shape is None:
-                raise self._error(f"input({dtype!r}): the shape is missing, e.g. input({str(dtype)!r}, [4, 16]) "
-                                   "(use [] for a scalar)")
+                example = shown(dtype.value if isinstance(dtype, DType) else dtype)
+                raise self._error(f"input({shown(dtype)}): the shape is missing, e.g. input({example}, [4, 16]) "
+                                  "(use [] for a scalar)")
             try:
                 t = TensorType(dtype, list(shape))
             except (ValueError, TypeError) as e:
-                raise self._error(f"input({dtype!r}, {shape!r}): {e}") from None
+                raise self._error(f"input({shown(dtype)}, {shown(shape)}): {e}") from None
         v = Value(self, self._fresh(), t)
         self._inputs.append(GraphInput(v.name, t))
         self._types[v.name] = t

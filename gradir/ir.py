@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Op
 
 import numpy as np
 
-from .errors import ArgumentError, Diagnostic, Source, Span, VerifyError, errors_of
+from .errors import ArgumentError, Diagnostic, Source, Span, VerifyError, errors_of, shown
 from .types import DType, Dim, TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -615,7 +615,7 @@ def _items(value: Any, what: str, ok: Callable[[Any], bool], want: str) -> list:
     out = list(value)
     for v in out:
         if not ok(v):
-            raise ArgumentError(f"{what} must be a list of {want}, got {v!r} in it")
+            raise ArgumentError(f"{what} must be a list of {want}, got {shown(v)} in it")
     return out
 
 

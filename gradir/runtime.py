@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import ArgumentError, Diagnostic, ExecutionError, GradirError, InputError
+from .errors import ArgumentError, Diagnostic, ExecutionError, GradirError, InputError, shown
 from .ir import Graph, GraphInput
 from .kernels import parallel  # importing the package registers every kernel family
 from .passes import Program, run_passes
@@ -86,9 +86,9 @@ MAX_THREADS = 1024
 
 def _check_threads(threads: object) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ArgumentError(f"threads must be a positive integer or None, got {threads!r}")
+        raise ArgumentError(f"threads must be a positive integer or None, got {shown(threads)}")
     if threads is not None and threads > MAX_THREADS:
-        raise ArgumentError(f"threads must be at most {MAX_THREADS}, got {threads}")
+        raise ArgumentError(f"threads must be at most {MAX_THREADS}, got {shown(threads)}")
 
 
 def _pass_list(names: object, what: str) -> Optional[list[str]]:
@@ -103,7 +103,7 @@ def _pass_list(names: object, what: str) -> Optional[list[str]]:
         raise ArgumentError(f"{what} must be a list of pass names, got {type(names).__name__}") from None
     bad = [n for n in out if not isinstance(n, str)]
     if bad:
-        raise ArgumentError(f"{what} must be a list of pass names, got {bad[0]!r} in it")
+        raise ArgumentError(f"{what} must be a list of pass names, got {shown(bad[0])} in it")
     return out
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
+import gradir
 from gradir.cli import main
 from gradir.compare import compare_outputs
 
@@ -26,3 +28,58 @@ def test_compare_of_a_rank_0_output(tmp_path, capsys):
     cap = capsys.readouterr()
     assert "internal error" not in cap.err and "1 of 1 output does not match" in cap.err
     assert re.search(r"^t1\s+scalar\s+1e\+06\s+1\s+\(\)\s.*FAIL \(1 of 1 element\)$", cap.out, re.M), cap.out
+
+
+GIR = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\nt3 = Tanh(t2)\noutput t3\n"
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"rtol": None}, "rtol must be a finite number >= 0, got None"),
+    ({"atol": np.ones(3)}, "atol must be a finite number >= 0, got array([1., 1., 1.])"),
+    ({"rtol": 1j}, "rtol must be a finite number >= 0, got 1j"),
+    ({"rtol": 10 ** 400}, "rtol must be a finite number >= 0, got 1" + "0" * 56 + "..."),
+    ({"atol": float("nan")}, "atol must be a finite number >= 0, got nan"),
+    ({"rtol": True}, "rtol must be a finite number >= 0, got True"),
+    ({"directions": 0}, "directions must be a positive integer, got 0"),
+    ({"directions": 2.0}, "directions must be a positive integer, got 2.0"),
+    ({"seed": -1}, "seed must be a non-negative integer, got -1"),
+    ({"seed": None}, "seed must be a non-negative integer, got None"),
+    ({"inputs": [1, 2]}, "inputs must be a mapping of input names to arrays, or None, got list"),
+    ({"generate_missing": np.array([1, 2])}, "generate_missing must be True or False, got array([1, 2])"),
+    ({"backward": []}, "gradcheck(): backward must be a Graph, IR text or a path, not list"),
+    ({"threads": 10 ** 5000}, "threads must be at most 1024, got an int of 16610 bits"),
+])
+def test_gradcheck_arguments_are_checked(kwargs, msg):
+    """``gradcheck`` with a bad argument raised ValueError, TypeError, AttributeError, OverflowError
+    (an int over Python's 4300-digit str limit in a message) or compared an array with ``<=``."""
+    with pytest.raises(gradir.ArgumentError) as e:
+        gradir.gradcheck(GIR, **kwargs)
+    assert str(e.value) == msg
+
+
+@pytest.mark.parametrize("graph", [None, [], 3])
+def test_gradcheck_of_something_not_a_graph(graph):
+    with pytest.raises(gradir.ArgumentError, match=f"gradcheck\\(\\): graph must be a Graph, IR text or a path, "
+                                                   f"not {type(graph).__name__}"):
+        gradir.gradcheck(graph)
+
+
+def test_gradcheck_takes_numpy_scalars_paths_and_ints(tmp_path):
+    f = tmp_path / "g.gir"
+    f.write_text(GIR)
+    assert gradir.gradcheck(f, rtol=np.float32(1e-4), atol=0, seed=3, directions=1).ok
+
+
+def test_messages_about_huge_ints_do_not_fail_themselves():
+    """An int past Python's 4300-digit limit for str() made the message about it raise ValueError."""
+    huge = 10 ** 5000
+    with pytest.raises(gradir.ArgumentError, match="threads must be a positive integer or None, got an int of"):
+        gradir.compile(GIR, threads=-huge)
+    with pytest.raises(gradir.ArgumentError, match="disable must be a list of pass names, got an int of"):
+        gradir.compile(GIR, disable=[huge])
+    with pytest.raises(gradir.ArgumentError, match="Graph outputs must be a list of value names, got an int of"):
+        gradir.Graph([], [], [huge])
+    with pytest.raises(gradir.AutodiffError, match="wrt entries are input names like 't0', got an int of"):
+        gradir.grad(GIR, wrt=[huge])
+    with pytest.raises(gradir.BuilderError, match="graph name an int of 16610 bits is not an identifier"):
+        gradir.GraphBuilder(huge)
