@@ -612,7 +612,10 @@ def _items(value: Any, what: str, ok: Callable[[Any], bool], want: str) -> list:
     """``value`` as a list whose items pass ``ok``, or an ``ArgumentError`` naming ``what``."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ArgumentError(f"{what} must be a list of {want}, got {type(value).__name__}")
-    out = list(value)
+    try:
+        out = list(value)
+    except TypeError:  # an Iterable that does not iterate: a 0-d NumPy array
+        raise ArgumentError(f"{what} must be a list of {want}, got {shown(value)}") from None
     for v in out:
         if not ok(v):
             raise ArgumentError(f"{what} must be a list of {want}, got {shown(v)} in it")

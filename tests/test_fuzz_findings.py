@@ -83,3 +83,20 @@ def test_messages_about_huge_ints_do_not_fail_themselves():
         gradir.grad(GIR, wrt=[huge])
     with pytest.raises(gradir.BuilderError, match="graph name an int of 16610 bits is not an identifier"):
         gradir.GraphBuilder(huge)
+
+
+def test_graph_of_a_0d_array_and_to_dot_argument_checks():
+    """``Graph(np.array(1))`` iterated a 0-d array (TypeError); ``to_dot(g, plan=True, disable=1)``
+    iterated an int and ``disable=[{}]`` hashed a dict; ``plan=np.ones(2)`` had no truth value."""
+    with pytest.raises(gradir.ArgumentError, match=r"Graph inputs must be a list of GraphInput .*, got array\(1\)"):
+        gradir.Graph(np.array(1))
+    g = gradir.parse(GIR)
+    for disable, msg in [(1, "to_dot\\(\\): disable must be a list of pass names, got int"),
+                         ([{}], "to_dot\\(\\): disable must be a list of pass names, got \\{\\} in it"),
+                         (["nope"], "unknown pass 'nope'")]:
+        with pytest.raises(gradir.ArgumentError, match=msg):
+            gradir.to_dot(g, plan=True, disable=disable)
+    with pytest.raises(gradir.ArgumentError, match="to_dot\\(\\): plan must be True or False, got array"):
+        gradir.to_dot(g, plan=np.ones(2))
+    text = gradir.to_dot(g, plan=True, disable="cse, dce")  # a comma-separated str, as compile takes
+    assert text == gradir.to_dot(g, plan=True, disable=["cse", "dce"]) and "cse:" not in text
