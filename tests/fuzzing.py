@@ -483,23 +483,28 @@ ARRAY_DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.b
 ARRAYS = hnp.arrays(ARRAY_DTYPES, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4))
 
 
+class CallersError(Exception):
+    """Raised by ``_Weird``'s methods: the caller's own code failing, which may pass through gradir."""
+
+
 class _Weird:
-    """An object that fails at everything a careless caller might try."""
+    """An object whose every protocol method fails: gradir may let that failure through (it is the
+    caller's), but must not fail in any other way because of it."""
 
     def __len__(self) -> int:
-        raise RuntimeError("no len")
+        raise CallersError("no len")
 
     def __iter__(self):
-        raise RuntimeError("no iter")
+        raise CallersError("no iter")
 
     def __index__(self) -> int:
-        raise RuntimeError("no index")
+        raise CallersError("no index")
 
     def __fspath__(self) -> str:
-        raise RuntimeError("no fspath")
+        raise CallersError("no fspath")
 
     def __str__(self) -> str:
-        raise RuntimeError("no str")
+        raise CallersError("no str")
 
 
 _LEAVES = st.one_of(
