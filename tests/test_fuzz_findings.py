@@ -100,3 +100,29 @@ def test_graph_of_a_0d_array_and_to_dot_argument_checks():
         gradir.to_dot(g, plan=np.ones(2))
     text = gradir.to_dot(g, plan=True, disable="cse, dce")  # a comma-separated str, as compile takes
     assert text == gradir.to_dot(g, plan=True, disable=["cse", "dce"]) and "cse:" not in text
+
+
+def test_an_npy_header_in_python_2_form_loads_without_a_numpy_warning(tmp_path, capsys):
+    """NumPy's UserWarning (with a line of its source) reached the user for a header like
+    ``'shape': (2L, 3L)``; the file is valid and loads."""
+    import io
+    import warnings
+    import zipfile
+    buf = io.BytesIO()
+    np.save(buf, np.ones((2, 3), np.float32))
+    data = buf.getvalue()
+    end = data.index(b"\n") + 1  # the header's end: it is padded with spaces to its stated length
+    header = data[10:end].replace(b"'shape': (2, 3), }", b"'shape': (2L, 3L), }")
+    data = data[:10] + header[:-3] + b"\n" + data[end:]
+    (tmp_path / "t0.npy").write_bytes(data)
+    with zipfile.ZipFile(tmp_path / "in.npz", "w") as zf:
+        zf.writestr("t0.npy", data)
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [2, 3]\nt1 = Relu(t0)\noutput t1\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["run", str(g), "--input", f"t0={tmp_path / 't0.npy'}"]) == 0
+        assert main(["run", str(g), "--inputs", str(tmp_path / "in.npz")]) == 0
+    assert not seen, [str(w.message) for w in seen]
+    cap = capsys.readouterr()
+    assert cap.out.count("t1      Float32  [2, 3]    1    1     1  2.44949") == 2 and "Warning" not in cap.err
