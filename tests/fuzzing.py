@@ -149,8 +149,9 @@ IDENTS = st.one_of(
 )
 VALUES = st.one_of(st.integers(0, 40).map(lambda k: f"t{k}"),
                    st.sampled_from(["t" + "9" * 4400, "t" + "0" * 30, "t01", "t-1", "t", "T0", "_t0"]))
-# one unit of a long run, and how many times it is repeated
-RUN_UNITS = st.sampled_from([" ", "\t", "0", "9", "1, ", "?, ", "[", "]", "(", ")", ",", ", ", "t0, ", "t0 ",
+# one unit of a long run (blanks half the time: hand-aligned files have long runs of them), and how many
+# times it is repeated
+RUN_UNITS = st.sampled_from([" ", "\t"]) | st.sampled_from([" ", "\t", "0", "9", "1, ", "?, ", "[", "]", "(", ")", ",", ", ", "t0, ", "t0 ",
                              "_, ", "#", "\n", "\r", "\r\n", "\\", '"', "é", "\x00", "\x0c", "\u2028", "a", "=",
                              "[1, ", "(t0", "x=1, ", "Float32 [2], ", "-", ".", "e", "😀"])
 RUN_LENGTHS = st.one_of(st.integers(1, 64), st.integers(64, 4096), st.integers(4096, 300_000))
@@ -445,7 +446,7 @@ def mutated_npz(draw, arrays: dict[str, np.ndarray]) -> bytes:
         members[name] = draw(mutated_npy(members[name]))
     elif kind == "names":
         name = draw(st.sampled_from(sorted(members)))
-        new = draw(st.sampled_from(["t0", "t0.npy/", "../t0.npy", "/t0.npy", "t9.npy", "t0.npy.npy", "", ".npy",
+        new = draw(st.sampled_from(["t0", "t0.npy/", "../t0.npy", "/t0.npy", "t9.npy", "t0.npy.npy", ".npy",
                                     "é.npy", "t0\x00.npy", "a" * 300 + ".npy"]))
         data = members.pop(name)
         if draw(st.booleans()):
