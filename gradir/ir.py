@@ -47,6 +47,9 @@ class Operand:
     doc: str = ""
 
 
+INT_ATTR_LIMIT = 1 << 63  # int attributes are 64-bit, as in ONNX
+
+
 @dataclass(frozen=True)
 class Attr:
     """An attribute: ``kind`` is one of int, float, str, bool, ints, floats, strs.
@@ -105,10 +108,16 @@ class Attr:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"expects an integer, got {format_attr_value(value)}")
             value = int(value)
+            if not -INT_ATTR_LIMIT <= value < INT_ATTR_LIMIT:  # before any op's rule puts it in a message
+                raise ValueError(f"expects a 64-bit integer, got {format_attr_value(value)}")
         elif k == "float":
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
                 raise ValueError(f"expects a number, got {format_attr_value(value)}")
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an int too large for a float
+                raise ValueError(f"expects a number within the Float64 range, got {format_attr_value(value)}") \
+                    from None
         elif k == "str":
             if not isinstance(value, str):
                 raise ValueError(f"expects a string, got {format_attr_value(value)}")
@@ -141,11 +150,15 @@ class Attr:
 
 
 def format_attr_value(v: Any) -> str:
-    """Canonical text of an attribute value (floats: shortest round-trip repr)."""
+    """Canonical text of an attribute value (floats: shortest round-trip repr).  An int past Python's
+    4300-digit str limit (only ever in an invalid graph: no attribute takes one) is described instead."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
-        return str(v)
+        try:
+            return str(v)
+        except ValueError:
+            return shown(v)
     if isinstance(v, float):
         if math.isnan(v):
             return "nan"

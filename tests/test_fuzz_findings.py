@@ -126,3 +126,22 @@ def test_an_npy_header_in_python_2_form_loads_without_a_numpy_warning(tmp_path, 
     assert not seen, [str(w.message) for w in seen]
     cap = capsys.readouterr()
     assert cap.out.count("t1      Float32  [2, 3]    1    1     1  2.44949") == 2 and "Warning" not in cap.err
+
+
+def test_an_attribute_past_the_int_str_limit_is_described_not_printed():
+    """``GraphBuilder.Add(x, x, axis=10**5000)`` and ``Op.to_string`` raised ValueError while
+    formatting the huge int for the error message (Python refuses str() past 4300 digits)."""
+    b = gradir.GraphBuilder()
+    x = b.input("Float32", [2])
+    with pytest.raises(gradir.BuilderError, match="Relu.*an int of 16610 bits"):
+        b.Relu(x, axis=10 ** 5000)
+    op = gradir.OPS["Softmax"](["t1"], ["t0"], {"axis": 10 ** 5000})
+    assert op.to_string() == "t1 = Softmax(t0, axis=an int of 16610 bits)"
+    t0 = [("t0", gradir.TensorType("Float32", [2]))]
+    with pytest.raises(gradir.VerifyError, match="axis expects a 64-bit integer, got an int of 16610 bits"):
+        gradir.Graph(t0, [op], ["t1"]).validate()
+    with pytest.raises(gradir.VerifyError, match="axis expects a 64-bit integer, got -9223372036854775809"):
+        gradir.Graph(t0, [gradir.OPS["Softmax"](["t1"], ["t0"], {"axis": -(1 << 63) - 1})], ["t1"]).validate()
+    scale = gradir.OPS["Scale"](["t1"], ["t0"], {"factor": 10 ** 400})
+    with pytest.raises(gradir.VerifyError, match="factor expects a number within the Float64 range, got 1000"):
+        gradir.Graph(t0, [scale], ["t1"]).validate()
