@@ -410,10 +410,13 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
         if any(not w for w in parts):
             problems.append(f"wrt {shown(wrt)} has an empty entry; write names separated by commas, like t0,t3")
         wrt = [w for w in parts if w]
-    if not isinstance(wrt, Iterable):
-        from .errors import ArgumentError
-        raise ArgumentError(f"wrt must be a list of input names (or a comma-separated str), got {type(wrt).__name__}")
-    names = list(wrt)
+    from .errors import ArgumentError
+    try:
+        names = list(wrt) if isinstance(wrt, Iterable) else None
+    except TypeError:  # an Iterable that does not iterate: a 0-d NumPy array
+        names = None
+    if names is None:
+        raise ArgumentError(f"wrt must be a list of input names (or a comma-separated str), got {shown(wrt)}")
     for k, w in enumerate(names):
         if not isinstance(w, str):
             problems.append(f"wrt entries are input names like 't0', got {shown(w)}")

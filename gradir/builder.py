@@ -217,6 +217,8 @@ class GraphBuilder:
     # -- ops -------------------------------------------------------------------
     def apply(self, op_name: str, *operands: Optional[Value], **attrs: Any) -> Union[Value, tuple[Value, ...]]:
         """Add the op ``op_name``; the generated methods (``b.Relu(x)``) call this."""
+        if not isinstance(op_name, str):
+            raise self._error(f"apply(): the op name is a str like 'Relu', got {_describe(op_name)}")
         if op_name not in OPS:
             import difflib
             hint = difflib.get_close_matches(op_name, list(OPS), n=1)

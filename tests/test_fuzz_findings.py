@@ -145,3 +145,18 @@ def test_an_attribute_past_the_int_str_limit_is_described_not_printed():
     scale = gradir.OPS["Scale"](["t1"], ["t0"], {"factor": 10 ** 400})
     with pytest.raises(gradir.VerifyError, match="factor expects a number within the Float64 range, got 1000"):
         gradir.Graph(t0, [scale], ["t1"]).validate()
+
+
+def test_grad_wrt_a_0d_array_and_builder_apply_of_a_non_str():
+    """``grad(g, wrt=np.array(1))`` iterated a 0-d array and ``GraphBuilder.apply([])`` looked a list
+    up in the op registry: TypeErrors, now ArgumentError / BuilderError."""
+    with pytest.raises(gradir.ArgumentError, match=r"wrt must be a list of input names .*, got array\(1\)"):
+        gradir.grad(GIR, wrt=np.array(1))
+    with pytest.raises(gradir.ArgumentError, match="wrt must be a list of input names .*, got 3"):
+        gradir.grad(GIR, wrt=3)
+    b = gradir.GraphBuilder()
+    x = b.input("Float32", [2])
+    with pytest.raises(gradir.BuilderError, match=r"apply\(\): the op name is a str like 'Relu', got \[\] \(list\)"):
+        b.apply([], x)
+    with pytest.raises(gradir.BuilderError, match="got an int of 16610 bits"):
+        b.apply(10 ** 5000, x)
