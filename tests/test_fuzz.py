@@ -322,7 +322,7 @@ def _api_call(which: str, draw: Callable) -> Callable[[], Any]:
         return lambda: gradir.parse(draw(st.one_of(junk, st.just(SMALL_GIR))), **_kwargs(draw, filename=junk,
                                                                                             verify=junk))
     if which == "load":
-        path = draw(st.one_of(junk.filter(lambda v: v != "-"), st.just(REPO / "samples"), st.just("/dev/null")))
+        path = draw(st.one_of(junk.filter(lambda v: not (isinstance(v, str) and v == "-")), st.just(REPO / "samples"), st.just("/dev/null")))
         return lambda: gradir.load(path, **_kwargs(draw, verify=junk))
     if which == "compile":
         return lambda: gradir.compile(g, **_kwargs(draw, threads=small_ints, passes=junk, disable=junk,
