@@ -36,7 +36,6 @@ same graph twice gives identical text.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
@@ -437,17 +436,8 @@ def _parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
 
 def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Derivation:
     """Derive the backward graph of ``graph`` (a Graph or IR text); see the module docstring."""
-    if isinstance(graph, (str, bytes)):
-        from .syntax import parse
-        graph = parse(graph)
-    elif isinstance(graph, os.PathLike):
-        from .syntax import load
-        graph = load(graph)
-    elif not isinstance(graph, Graph):
-        from .errors import ArgumentError
-        raise ArgumentError(f"grad() takes a Graph, IR text or a path, not {type(graph).__name__}")
-    if not graph.types:
-        graph.validate()
+    from .ir import graph_argument
+    graph = graph_argument(graph, "grad()")
     wrt_names = _parse_wrt(graph, wrt)
     types = dict(graph.types)
     producer: dict[str, Op] = {}

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Union
@@ -45,7 +44,7 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 import numpy as np
 
 from .errors import ArgumentError, Diagnostic, GradirError, InputError, shown
-from .ir import Graph, GraphInput
+from .ir import Graph, GraphInput, graph_argument
 from .types import DType, format_shape
 
 __all__ = ["gradcheck", "GradcheckReport", "InputCheck", "DirectionCheck", "GradcheckError", "promote",
@@ -218,21 +217,6 @@ def _prepare_inputs(graph: Graph, exe, given: Optional[Mapping[str, np.ndarray]]
     return arrays, generated
 
 
-def _graph_argument(graph: object, what: str) -> Graph:
-    """A validated Graph from a Graph, IR text or the path of a .gir file; else an ``ArgumentError``."""
-    if isinstance(graph, (str, bytes)):
-        from .syntax import parse
-        graph = parse(graph)
-    elif isinstance(graph, os.PathLike):
-        from .syntax import load
-        graph = load(graph)
-    elif not isinstance(graph, Graph):
-        raise ArgumentError(f"gradcheck(): {what} must be a Graph, IR text or a path, not {type(graph).__name__}")
-    if not graph.types:
-        graph.validate()
-    return graph
-
-
 def _tolerance_argument(value: object, what: str) -> float:
     """A tolerance: a finite real number >= 0 (an int, a float or a NumPy scalar of one)."""
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
@@ -259,7 +243,7 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
     """
     from .autodiff import _parse_wrt, derive
     from .runtime import compile
-    graph = _graph_argument(graph, "graph")
+    graph = graph_argument(graph, "gradcheck()")
     rtol, atol = _tolerance_argument(rtol, "rtol"), _tolerance_argument(atol, "atol")
     for name, value, low in (("directions", directions, 1), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -275,7 +259,7 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
         d = derive(graph, wrt)
         backward, wrt_names, cotangents = d.graph, d.wrt, d.cotangents
     else:
-        backward = _graph_argument(backward, "backward")
+        backward = graph_argument(backward, "gradcheck(backward=...)")
         wrt_names = _parse_wrt(graph, wrt)
         cotangents = _fits_backward(graph, backward, wrt_names)
     g64, promoted = promote(graph)

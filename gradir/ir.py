@@ -13,6 +13,7 @@ import difflib
 import json
 import math
 import numbers
+import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequence
@@ -633,6 +634,22 @@ def _items(value: Any, what: str, ok: Callable[[Any], bool], want: str) -> list:
         if not ok(v):
             raise ArgumentError(f"{what} must be a list of {want}, got {shown(v)} in it")
     return out
+
+
+def graph_argument(value: Any, who: str) -> "Graph":
+    """A validated Graph from what ``grad()`` and ``gradcheck()`` take: a Graph, IR text or the path of a
+    .gir file; anything else is an ``ArgumentError`` naming ``who`` (the function, or its argument)."""
+    if isinstance(value, (str, bytes)):
+        from .syntax import parse
+        value = parse(value)
+    elif isinstance(value, os.PathLike):
+        from .syntax import load
+        value = load(value)
+    elif not isinstance(value, Graph):
+        raise ArgumentError(f"{who} takes a Graph, IR text or a path, not {type(value).__name__}")
+    if not value.types:
+        value.validate()
+    return value
 
 
 def _is_str(v: Any) -> bool:

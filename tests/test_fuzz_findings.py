@@ -46,7 +46,7 @@ GIR = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\nt3 =
     ({"seed": None}, "seed must be a non-negative integer, got None"),
     ({"inputs": [1, 2]}, "inputs must be a mapping of input names to arrays, or None, got list"),
     ({"generate_missing": np.array([1, 2])}, "generate_missing must be True or False, got array([1, 2])"),
-    ({"backward": []}, "gradcheck(): backward must be a Graph, IR text or a path, not list"),
+    ({"backward": []}, "gradcheck(backward=...) takes a Graph, IR text or a path, not list"),
     ({"threads": 10 ** 5000}, "threads must be at most 1024, got an int of 16610 bits"),
 ])
 def test_gradcheck_arguments_are_checked(kwargs, msg):
@@ -59,7 +59,7 @@ def test_gradcheck_arguments_are_checked(kwargs, msg):
 
 @pytest.mark.parametrize("graph", [None, [], 3])
 def test_gradcheck_of_something_not_a_graph(graph):
-    with pytest.raises(gradir.ArgumentError, match=f"gradcheck\\(\\): graph must be a Graph, IR text or a path, "
+    with pytest.raises(gradir.ArgumentError, match=f"gradcheck\\(\\) takes a Graph, IR text or a path, "
                                                    f"not {type(graph).__name__}"):
         gradir.gradcheck(graph)
 
