@@ -39,7 +39,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
 
-from .errors import AutodiffError, Diagnostic, Source
+from .errors import AutodiffError, Diagnostic, GradirError, Source, shown
 from .ir import OPS, Graph, GraphInput, Op
 from .types import TensorType, format_shape
 
@@ -405,15 +405,18 @@ def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
     if isinstance(wrt, str):
         parts = [w.strip() for w in wrt.split(",")]
         if any(not w for w in parts) and any(parts):
-            problems.append(f"wrt {wrt!r} has an empty entry; write names separated by commas, like t0,t3")
+            problems.append(f"wrt {shown(wrt)} has an empty entry; write names separated by commas, like t0,t3")
         wrt = [w for w in parts if w]
-    if not isinstance(wrt, Iterable):
-        from .errors import ArgumentError
-        raise ArgumentError(f"wrt must be a list of input names (or a comma-separated str), got {type(wrt).__name__}")
-    names = list(wrt)
+    from .errors import ArgumentError
+    try:
+        names = list(wrt) if isinstance(wrt, Iterable) else None
+    except TypeError:  # an Iterable that does not iterate: a 0-d NumPy array
+        names = None
+    if names is None:
+        raise ArgumentError(f"wrt must be a list of input names (or a comma-separated str), got {shown(wrt)}")
     for k, w in enumerate(names):
         if not isinstance(w, str):
-            problems.append(f"wrt entries are input names like 't0', got {w!r}")
+            problems.append(f"wrt entries are input names like 't0', got {shown(w)}")
         elif w not in types:
             problems.append(f"wrt: {w} is not an input of the graph (its inputs are "
                             f"{', '.join(types) or 'none'})")
@@ -431,17 +434,8 @@ def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
 
 def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Derivation:
     """Derive the backward graph of ``graph`` (a Graph or IR text); see the module docstring."""
-    if isinstance(graph, (str, bytes)):
-        from .syntax import parse
-        graph = parse(graph)
-    elif isinstance(graph, os.PathLike):
-        from .syntax import load
-        graph = load(graph)
-    elif not isinstance(graph, Graph):
-        from .errors import ArgumentError
-        raise ArgumentError(f"grad() takes a Graph, IR text or a path, not {type(graph).__name__}")
-    if not graph.types:
-        graph.validate()
+    from .syntax import graph_argument
+    graph = graph_argument(graph, "grad()")
     wrt_names = parse_wrt(graph, wrt)
     types = dict(graph.types)
     producer: dict[str, Op] = {}

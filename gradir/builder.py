@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
-from .errors import BuilderError, Diagnostic, VerifyError
+from .errors import BuilderError, Diagnostic, VerifyError, shown
 from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, OpErrors, format_attr_value
 from .types import DType, TensorType
 
@@ -147,10 +147,7 @@ def _is_number(x: Any) -> bool:
 def _describe(x: Any) -> str:
     if isinstance(x, Value):
         return f"{x.name} ({x.type})"
-    text = repr(x)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return f"{text} ({type(x).__name__})"
+    return f"{shown(x, 40)} ({type(x).__name__})"
 
 
 class GraphBuilder:
@@ -161,7 +158,7 @@ class GraphBuilder:
 
     def __init__(self, name: Optional[str] = None) -> None:
         if name is not None and not (isinstance(name, str) and _IDENT.match(name)):
-            raise BuilderError(f"GraphBuilder: graph name {name!r} is not an identifier "
+            raise BuilderError(f"GraphBuilder: graph name {shown(name)} is not an identifier "
                                "(letters, digits and _, not starting with a digit)")
         self.name = name
         self._inputs: list[GraphInput] = []
@@ -189,12 +186,13 @@ class GraphBuilder:
             t = dtype
         else:
             if shape is None:
-                raise self._error(f"input({dtype!r}): the shape is missing, e.g. input({str(dtype)!r}, [4, 16]) "
-                                   "(use [] for a scalar)")
+                example = shown(dtype.value if isinstance(dtype, DType) else dtype)
+                raise self._error(f"input({shown(dtype)}): the shape is missing, e.g. input({example}, [4, 16]) "
+                                  "(use [] for a scalar)")
             try:
                 t = TensorType(dtype, list(shape))
             except (ValueError, TypeError) as e:
-                raise self._error(f"input({dtype!r}, {shape!r}): {e}") from None
+                raise self._error(f"input({shown(dtype)}, {shown(shape)}): {e}") from None
         v = Value(self, self._fresh(), t)
         self._inputs.append(GraphInput(v.name, t))
         self._types[v.name] = t
@@ -281,6 +279,8 @@ class GraphBuilder:
     # -- ops -------------------------------------------------------------------
     def apply(self, op_name: str, *operands: Optional[Value], **attrs: Any) -> Union[Value, tuple[Value, ...]]:
         """Add the op ``op_name``; the generated methods (``b.Relu(x)``) call this."""
+        if not isinstance(op_name, str):
+            raise self._error(f"apply(): the op name is a str like 'Relu', got {_describe(op_name)}")
         if op_name not in OPS:
             import difflib
             hint = difflib.get_close_matches(op_name, list(OPS), n=1)

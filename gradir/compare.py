@@ -131,6 +131,7 @@ def _compare_one(name: str, a: np.ndarray, r: Optional[np.ndarray], rtol: Option
         c.max_abs = c.max_rel = 0.0
         return c
     exact = a.dtype.kind not in "fc"
+    a, r = a.reshape(-1), r.reshape(-1)  # flat: a rank-0 output's arithmetic would give NumPy scalars
     with np.errstate(invalid="ignore", over="ignore"):
         a64, r64 = a.astype(np.float64), r.astype(np.float64)
         equal = (a == r) if exact else (a64 == r64) | (np.isnan(a64) & np.isnan(r64))
@@ -147,7 +148,7 @@ def _compare_one(name: str, a: np.ndarray, r: Optional[np.ndarray], rtol: Option
     c.failed = int(np.count_nonzero(bad))
     c.max_abs, c.max_rel = float(diff.max()), float(rel.max())
     if c.max_abs > 0:
-        c.worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), a.shape))
+        c.worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), c.shape))
     return c
 
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from typing import Iterable, Optional, Sequence
 
-from .errors import ArgumentError, Diagnostic, RenderError, UsageError
+from .errors import ArgumentError, Diagnostic, RenderError, UsageError, shown
 from .ir import Graph, Op, attr_equal, format_attr_value
 
 __all__ = ["to_dot", "render", "register"]
@@ -202,12 +202,16 @@ def to_dot(graph: Graph, plan: bool = False, *, disable: Optional[Sequence[str]]
     and frees annotated, fused ops drawn as clusters.  An invalid graph raises
     ``VerifyError``; a graph that cannot be compiled, ``CompileError``.
     """
+    from .runtime import pass_list
     if not isinstance(graph, Graph):
         raise ArgumentError(f"to_dot() takes a Graph, not {type(graph).__name__}")
+    if not isinstance(plan, bool):
+        raise ArgumentError(f"to_dot(): plan must be True or False, got {shown(plan)}")
+    disable = pass_list(disable, "to_dot(): disable")
     if disable and not plan:
         raise ArgumentError("to_dot(): disable= only applies with plan=True")
     graph.validate()
-    return _plan_dot(graph, list(disable or ())) if plan else _graph_dot(graph)
+    return _plan_dot(graph, disable or []) if plan else _graph_dot(graph)
 
 
 def _graph_dot(graph: Graph) -> str:

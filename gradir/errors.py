@@ -16,7 +16,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
            "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "Terminated", "ConstantValueError", "OpError", "OpErrors",
-           "FastPathFallback"]
+           "FastPathFallback", "shown"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -221,6 +221,18 @@ class OpErrors(Exception):
 
 class FastPathFallback(Exception):
     """The parser's fast path does not take this line (not in canonical form): lark parses it."""
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` for a message about a caller's argument: at most ``limit`` characters, and never
+    an exception of its own (an int past Python's 4300-digit str limit, a broken ``__repr__``)."""
+    try:
+        text = repr(value)
+    except Exception:
+        if isinstance(value, int):
+            return f"an int of {value.bit_length()} bits"
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:

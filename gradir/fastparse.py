@@ -147,8 +147,8 @@ def _fast_type_syntax(m: "re.Match", line: int, g: int) -> TypeSyntax:
     if not _plain_ident(dtype):
         raise Fallback
     dspan = Span(line, m.start(g) + 1, m.end(g) + 1)
-    if shape == "scalar":
-        return TypeSyntax((dtype, dspan), None, dspan)
+    if shape == "scalar":  # the span covers the whole type, as lark's does
+        return TypeSyntax((dtype, dspan), None, Span(line, dspan.col, m.end(g + 1) + 1))
     dims = []
     c = m.start(g + 1) + 2
     if len(shape) > 2:

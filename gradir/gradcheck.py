@@ -43,8 +43,9 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import Diagnostic, GradcheckError, GradirError, InputError
+from .errors import ArgumentError, Diagnostic, GradcheckError, GradirError, InputError, shown
 from .ir import Graph, GraphInput, Op
+from .syntax import graph_argument
 from .types import DType, format_shape
 
 __all__ = ["gradcheck", "GradcheckReport", "InputCheck", "DirectionCheck", "GradcheckError", "promote",
@@ -222,37 +223,49 @@ def _prepare_inputs(graph: Graph, exe, given: Optional[Mapping[str, np.ndarray]]
     return arrays, generated
 
 
+def _tolerance_argument(value: object, what: str) -> float:
+    """A tolerance: a finite real number >= 0 (an int, a float or a NumPy scalar of one)."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    try:
+        x = float(value) if ok else math.nan  # type: ignore[arg-type]
+    except OverflowError:
+        x = math.inf
+    if not (math.isfinite(x) and x >= 0):
+        raise ArgumentError(f"{what} must be a finite number >= 0, got {shown(value)}")
+    return x
+
+
 def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, seed: int = 0,
               inputs: Optional[Mapping[str, np.ndarray]] = None, *, generate_missing: bool = False,
               backward: Optional[Union[Graph, str]] = None, directions: int = 3, rtol: float = DEFAULT_RTOL,
               atol: float = DEFAULT_ATOL, threads: Optional[int] = None) -> GradcheckReport:
-    """Check the gradients of forward ``graph`` (a Graph or IR text) against finite differences.
+    """Check the gradients of forward ``graph`` (a Graph, IR text or a path) against finite differences.
 
     ``wrt``: the inputs to check (default every floating-point input).  ``inputs``: the point (default:
     drawn from ``seed`` as ``gradir run`` draws them; with ``generate_missing`` only the inputs not given
     are).  ``backward``: a backward graph in ``gradir.grad``'s convention to check instead of the derived
     one.  ``seed`` also draws the cotangents and directions.  Returns a ``GradcheckReport`` (``.ok``,
-    ``.table()``); see the module docstring for the method.
+    ``.table()``); see the module docstring for the method.  Bad arguments raise ``gradir.ArgumentError``.
     """
     from .autodiff import parse_wrt, derive
     from .runtime import compile
-    if isinstance(graph, str):
-        from .syntax import parse
-        graph = parse(graph)
-    if not graph.types:
-        graph.validate()
-    if isinstance(directions, bool) or not isinstance(directions, int) or directions < 1:
-        raise ValueError(f"directions must be a positive integer, got {directions!r}")
+    graph = graph_argument(graph, "gradcheck()")
+    rtol, atol = _tolerance_argument(rtol, "rtol"), _tolerance_argument(atol, "atol")
+    for name, value, low in (("directions", directions, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ArgumentError(f"{name} must be {'a positive' if low else 'a non-negative'} integer, "
+                                f"got {shown(value)}")
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise ArgumentError(f"inputs must be a mapping of input names to arrays, or None, got "
+                            f"{type(inputs).__name__}")
+    if not isinstance(generate_missing, bool):
+        raise ArgumentError(f"generate_missing must be True or False, got {shown(generate_missing)}")
     # derive (or match) in the file's own types, so that messages show them; then promote both graphs
     if backward is None:
         d = derive(graph, wrt)
         backward, wrt_names, cotangents = d.graph, d.wrt, d.cotangents
     else:
-        if isinstance(backward, str):
-            from .syntax import parse
-            backward = parse(backward)
-        if not backward.types:
-            backward.validate()
+        backward = graph_argument(backward, "gradcheck(backward=...)")
         wrt_names = parse_wrt(graph, wrt)
         cotangents = _fits_backward(graph, backward, wrt_names)
     g64, promoted = promote(graph)

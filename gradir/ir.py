@@ -13,6 +13,7 @@ import difflib
 import json
 import math
 import numbers
+import os
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Op
 
 import numpy as np
 
-from .errors import ArgumentError, OpError, OpErrors, Diagnostic, Source, Span, VerifyError, errors_of
+from .errors import ArgumentError, OpError, OpErrors, Diagnostic, Source, Span, VerifyError, errors_of, shown
 from .types import DType, Dim, TensorType, format_attr_value
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,6 +47,9 @@ class Operand:
     optional: bool = False
     variadic: bool = False  # one or more; only the last operand may be variadic
     doc: str = ""
+
+
+INT_ATTR_LIMIT = 1 << 63  # int attributes are 64-bit, as in ONNX
 
 
 @dataclass(frozen=True)
@@ -108,10 +112,16 @@ class Attr:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"expects an integer, got {format_attr_value(value)}")
             value = int(value)
+            if not -INT_ATTR_LIMIT <= value < INT_ATTR_LIMIT:  # before any op's rule puts it in a message
+                raise ValueError(f"expects a 64-bit integer, got {format_attr_value(value)}")
         elif k == "float":
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
                 raise ValueError(f"expects a number, got {format_attr_value(value)}")
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an int too large for a float
+                raise ValueError(f"expects a number within the Float64 range, got {format_attr_value(value)}") \
+                    from None
         elif k == "str":
             if not isinstance(value, str):
                 raise ValueError(f"expects a string, got {format_attr_value(value)}")
@@ -700,10 +710,13 @@ def _items(value: Any, what: str, ok: Callable[[Any], bool], want: str) -> list:
     """``value`` as a list whose items pass ``ok``, or an ``ArgumentError`` naming ``what``."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ArgumentError(f"{what} must be a list of {want}, got {type(value).__name__}")
-    out = list(value)
+    try:
+        out = list(value)
+    except TypeError:  # an Iterable that does not iterate: a 0-d NumPy array
+        raise ArgumentError(f"{what} must be a list of {want}, got {shown(value)}") from None
     for v in out:
         if not ok(v):
-            raise ArgumentError(f"{what} must be a list of {want}, got {v!r} in it")
+            raise ArgumentError(f"{what} must be a list of {want}, got {shown(v)} in it")
     return out
 
 

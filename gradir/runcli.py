@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import statistics
 import sys
 import time
+import warnings
 import zipfile
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -132,9 +134,19 @@ def check_generated(exe: "Executable", inputs: Mapping[str, np.ndarray], generat
         raise
 
 
+@contextlib.contextmanager
+def _quiet_numpy() -> Iterator[None]:
+    """NumPy warns (a UserWarning showing its own source line) when an .npy header is in Python 2's
+    form; the file loads all the same, and the user should not see NumPy's internals."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
 def _load_array_file(path: str, what: str) -> object:
     try:
-        return np.load(path, allow_pickle=False)
+        with _quiet_numpy():
+            return np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InputError(Diagnostic(f"{what}: no such file", filename=path)) from None
     except IsADirectoryError:
@@ -159,7 +171,7 @@ def read_npz(path: str, what: str, npy_hint: str = "") -> dict[str, np.ndarray]:
                                     f".npy array{npy_hint}", filename=path))
     arrays: dict[str, np.ndarray] = {}
     try:
-        with data:
+        with data, _quiet_numpy():
             for k in data.files:
                 arrays[k] = data[k]
                 if not isinstance(arrays[k], np.ndarray):  # NumPy hands back a member without the .npy magic

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import kernels  # noqa: F401  (importing the package registers every kernel family)
 from .backends import get_backend, register_backend
-from .errors import ArgumentError, Diagnostic, InputError
+from .errors import ArgumentError, Diagnostic, ExecutionError, GradirError, InputError, shown
 from .executor import BufferPool, Run, describe, dtype_name, straight_line_code
 from .ir import Graph, GraphInput
 from .passes import Program, run_passes
@@ -50,8 +50,8 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     """
     from .syntax import load, parse
     _check_threads(threads)
-    passes = _pass_list(passes, "passes")
-    disable = _pass_list(disable, "disable")
+    passes = pass_list(passes, "passes")
+    disable = pass_list(disable, "disable")
     if isinstance(graph_or_text, os.PathLike):
         graph = load(graph_or_text)
     elif isinstance(graph_or_text, str):
@@ -82,12 +82,12 @@ MAX_THREADS = 1024
 
 def _check_threads(threads: object) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ArgumentError(f"threads must be a positive integer or None, got {threads!r}")
+        raise ArgumentError(f"threads must be a positive integer or None, got {shown(threads)}")
     if threads is not None and threads > MAX_THREADS:
-        raise ArgumentError(f"threads must be at most {MAX_THREADS}, got {threads}")
+        raise ArgumentError(f"threads must be at most {MAX_THREADS}, got {shown(threads)}")
 
 
-def _pass_list(names: object, what: str) -> Optional[list[str]]:
+def pass_list(names: object, what: str) -> Optional[list[str]]:
     """``passes``/``disable`` as a list of names (a comma-separated string is split)."""
     if names is None:
         return None
@@ -99,7 +99,7 @@ def _pass_list(names: object, what: str) -> Optional[list[str]]:
         raise ArgumentError(f"{what} must be a list of pass names, got {type(names).__name__}") from None
     bad = [n for n in out if not isinstance(n, str)]
     if bad:
-        raise ArgumentError(f"{what} must be a list of pass names, got {bad[0]!r} in it")
+        raise ArgumentError(f"{what} must be a list of pass names, got {shown(bad[0])} in it")
     return out
 
 

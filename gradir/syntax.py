@@ -275,6 +275,8 @@ def parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool =
                             + ("; to read a file use gradir.load(path)" if isinstance(text, os.PathLike) else ""))
     if not isinstance(filename, str):
         raise ArgumentError(f"parse(): filename must be a str, not {type(filename).__name__}")
+    if not isinstance(verify, bool):
+        raise ArgumentError(f"parse(): verify must be True or False, not {type(verify).__name__}")
     with no_gc():
         return _parse(text, filename, verify=verify)
 
@@ -324,13 +326,36 @@ def read_source(path: Union[str, os.PathLike]) -> tuple[bytes, str]:
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentError(f"a file path is a str or os.PathLike, not {type(path).__name__}")
     name = os.fspath(path) if isinstance(os.fspath(path), str) else str(path)
-    if name == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
     try:
-        with open(path, "rb") as f:
-            return f.read(), name
+        if name == "-":
+            data, name = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1), "<stdin>"
+        else:
+            with open(path, "rb") as f:
+                data = f.read(MAX_SOURCE_BYTES + 1)  # bounded: /dev/zero or a FIFO may never end
     except OSError as e:
         raise ParseError(Diagnostic(f"cannot read file: {e.strerror or e}", filename=name)) from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise ParseError(Diagnostic(f"input is larger than {MAX_SOURCE_BYTES >> 20} MiB, the most gradir reads "
+                                    f"(parsing takes about 30 bytes of memory per byte of text)", filename=name))
+    return data, name
+
+
+# The largest IR text gradir reads: about 8 GB of memory once parsed (docs/performance.md).
+MAX_SOURCE_BYTES = 256 << 20
+
+
+def graph_argument(value: Any, who: str) -> Graph:
+    """A validated Graph from what ``grad()`` and ``gradcheck()`` take: a Graph, IR text or the path of a
+    .gir file; anything else is an ``ArgumentError`` naming ``who`` (the function, or its argument)."""
+    if isinstance(value, (str, bytes)):
+        value = parse(value)
+    elif isinstance(value, os.PathLike):
+        value = load(value)
+    elif not isinstance(value, Graph):
+        raise ArgumentError(f"{who} takes a Graph, IR text or a path, not {type(value).__name__}")
+    if not value.types:
+        value.validate()
+    return value
 
 
 def load(path: Union[str, os.PathLike], *, verify: bool = True) -> Graph:

@@ -188,7 +188,10 @@ def format_attr_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
-        return str(v)
+        try:
+            return str(v)
+        except ValueError:  # past Python's 4300-digit str limit (only ever in an invalid graph)
+            return f"an int of {v.bit_length()} bits"
     if isinstance(v, float):
         if math.isnan(v):
             return "nan"
