@@ -153,7 +153,9 @@ def _syntax_error(e: UnexpectedInput, source: Source, n: int, line: str) -> Diag
         what = repr(ch) if ch.isprintable() else f"character U+{ord(ch):04X}" if ch else "character"
         msg = f"unexpected {what}"
         allowed = _describe_expected(e.allowed or set())
-        if allowed:
+        if ch == '"' and "STRING" in (e.allowed or set()):
+            msg = "unterminated string: no closing '\"' on this line (write \\\" for a quote inside it)"
+        elif allowed:
             msg += f"; expected {allowed}"
         return Diagnostic(msg, Span(n, e.column, e.column + 1), source)
     if isinstance(e, UnexpectedToken):

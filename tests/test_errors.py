@@ -19,7 +19,7 @@ CASES = [
     ("syntax: stray token", HEAD + "t2 = ReluGrad(t0, t1) extra\noutput t2\n", 3, 23, "unexpected 'extra'"),
     ("syntax: bad character", HEAD + "t2 = ReluGrad(t0, t1) @\noutput t2\n", 3, 23, "unexpected '@'"),
     ("syntax: missing colon", "input t0 Float32 [2]\n", 1, 10, "expected one of ':', a string"),
-    ("syntax: unterminated string", HEAD + 't2 = Relu(t0, mode="x)\noutput t2\n', 3, 20, "unexpected"),
+    ("syntax: unterminated string", HEAD + 't2 = Relu(t0, mode="x)\noutput t2\n', 3, 20, "unterminated string"),
     ("bad value name", "input x0 : Float32 [2]\n", 1, 7, "unexpected"),
     ("unknown op", HEAD + "t2 = ReluGard(t0, t1)\noutput t2\n", 3, 6, "unknown op 'ReluGard'; did you mean 'ReluGrad'?"),
     ("unknown op, case", HEAD + "t2 = relugrad(t0, t1)\noutput t2\n", 3, 6, "did you mean 'ReluGrad'?"),

@@ -93,7 +93,8 @@ def test_empty_and_bad_labels_are_located_errors():
     assert "bad.gir:2:11: error: invalid escape in label" in _errors('input t0 : Float32 [2]\noutput t0 "\\q"\n')
     assert "bad.gir:1:10: error: input t0: a label may not contain NUL" in _errors(
         'input t0 "\\u0000" : Float32 [2]\noutput t0\n')
-    assert "bad.gir:1:10: error: unexpected '\"'" in _errors('input t0 "x\n')  # an unterminated label
+    assert "bad.gir:1:10: error: unterminated string: no closing '\"' on this line" in _errors('input t0 "x\n')
+    assert "bad.gir:2:11: error: unterminated string" in _errors('input t0 : Float32 [2]\noutput t0 "a\\"\n')
 
 
 def test_an_output_of_an_input_may_repeat_its_label_only():
