@@ -262,3 +262,33 @@ def test_gradcheck_takes_inputs_by_label_and_checks_a_labelled_backward_graph(tm
     assert _cli(["grad", str(f), "-o", str(b)], capsys)[0] == 0
     rc, out, err = _cli(["gradcheck", str(f), "--backward", str(b)], capsys)
     assert rc == 0, err
+
+
+CONST = '''\
+input t0 "x" : Float32 [2, 3]
+t1 = Constant(value=0.5) : Float32 [2, 3]
+t2 = Mul(t0, t1) : Float32 [2, 3]
+output t2 "half x", t1 "the constant"
+'''
+
+
+def test_constants_and_labels_parse_run_derive_and_build():
+    g = gradir.parse(CONST)
+    assert g.to_text() == CONST
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    res = gradir.compile(g).run({"x": x})
+    assert list(res) == ["half x", "the constant"]
+    np.testing.assert_array_equal(res["half x"], x * 0.5)
+    np.testing.assert_array_equal(res["the constant"], np.full((2, 3), 0.5, np.float32))
+    d = grad(g)
+    assert [i.label for i in d.inputs] == ["x", "cotangent(half x)", "cotangent(the constant)"]
+    assert d.output_labels == ["grad(x)"]
+    ones = np.ones((2, 3), np.float32)
+    out = gradir.compile(d).run({"x": x, "cotangent(half x)": ones, "cotangent(the constant)": ones})
+    np.testing.assert_array_equal(out["grad(x)"], 0.5 * ones)
+    b = GraphBuilder()
+    v = b.input("Float32", [2, 3], label="x")
+    c = b.constant(0.5, "Float32", [2, 3])
+    b.output(b.Mul(v, c), label="half x")
+    b.output(c, label="the constant")
+    assert b.build() == g
