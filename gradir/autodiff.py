@@ -527,8 +527,10 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
     forward.reverse()
 
     name = f"{graph.name}_grad" if graph.name else None
-    inputs = [GraphInput(i.name, i.type) for i in graph.inputs] + cot_inputs
-    derived = Graph(inputs, forward + backward, outputs, name=name)
+    from .labels import derived_labels
+    out_labels = derived_labels(graph, cot_inputs, wrt_names)
+    inputs = [GraphInput(i.name, i.type, label=i.label) for i in graph.inputs] + cot_inputs
+    derived = Graph(inputs, forward + backward, outputs, name=name, output_labels=out_labels)
     diags = derived.diagnostics()
     if diags:  # pragma: no cover - a bug in a rule
         raise AssertionError("gradir bug: the derived graph is invalid:\n"

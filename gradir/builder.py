@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
-from .errors import BuilderError, Diagnostic, VerifyError, shown
+from .errors import ArgumentError, BuilderError, Diagnostic, VerifyError, shown
 from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, OpErrors, format_attr_value
 from .types import DType, TensorType
 
@@ -164,6 +164,7 @@ class GraphBuilder:
         self._inputs: list[GraphInput] = []
         self._ops: list[Op] = []
         self._outputs: list[str] = []
+        self._output_labels: list[Optional[str]] = []
         self._types: dict[str, TensorType] = {}
         self._next = 0
 
@@ -177,9 +178,12 @@ class GraphBuilder:
         return name
 
     # -- graph structure ------------------------------------------------------------
-    def input(self, dtype: Union[str, DType, TensorType], shape: Optional[Iterable] = None) -> Value:
+    def input(self, dtype: Union[str, DType, TensorType], shape: Optional[Iterable] = None, *,
+              label: Optional[str] = None) -> Value:
         """Declare a graph input: ``b.input("Float32", [4, 16])`` (``None`` or ``"?"`` for an
-        unknown dimension, ``[]`` for a scalar), or ``b.input(TensorType(...))``."""
+        unknown dimension, ``[]`` for a scalar), or ``b.input(TensorType(...))``; ``label="x"``
+        gives it a label (docs/format.md, "Labels")."""
+        label = self._label(label, "input()")
         if isinstance(dtype, TensorType):
             if shape is not None:
                 raise self._error("input(): give either a TensorType or a dtype and a shape, not both")
@@ -194,22 +198,50 @@ class GraphBuilder:
             except (ValueError, TypeError) as e:
                 raise self._error(f"input({shown(dtype)}, {shown(shape)}): {e}") from None
         v = Value(self, self._fresh(), t)
-        self._inputs.append(GraphInput(v.name, t))
+        self._inputs.append(GraphInput(v.name, t, label=label))
         self._types[v.name] = t
         return v
 
-    def output(self, *values: Union[Value, Sequence[Value]]) -> None:
-        """Mark values as graph outputs, in order (a tuple of results counts as its items)."""
+    def _label(self, label: Any, where: str, value: Optional[str] = None) -> Optional[str]:
+        """``label`` checked: a usable label not yet taken (an output of an input may repeat its label)."""
+        from .labels import check_label_arg
+        try:
+            label = check_label_arg(label, where)
+        except ArgumentError as e:
+            raise self._error(str(e)) from None
+        if label is None:
+            return None
+        owners = {i.label: i.name for i in self._inputs if i.label is not None}
+        owners.update((lb, n) for n, lb in zip(self._outputs, self._output_labels) if lb is not None)
+        if label in owners and owners[label] != value:
+            raise self._error(f"{where}: label {label!r} is already the label of {owners[label]}; labels are "
+                              "unique per graph")
+        mine = next((i.label for i in self._inputs if i.name == value and i.label is not None), None)
+        if value is not None and mine not in (None, label):
+            raise self._error(f"{where}: {value} is an input labelled {mine!r}; an output of an input may only "
+                              "repeat its label")
+        if label != value and label in self._types:
+            raise self._error(f"{where}: label {label!r} is the name of another value")
+        return label
+
+    def output(self, *values: Union[Value, Sequence[Value]], label: Optional[str] = None) -> None:
+        """Mark values as graph outputs, in order (a tuple of results counts as its items);
+        ``label="y"`` labels the one value given."""
         flat: list = []
         for v in values:
             flat.extend(v if isinstance(v, (list, tuple)) else [v])
         if not flat:
             raise self._error("output(): give at least one value")
+        if label is not None and len(flat) != 1:
+            raise self._error(f"output(): a label names one value; {len(flat)} were given (call output() once for "
+                              "each labelled value)")
         for v in flat:
             self._check_value(v, "output()", "value")
             if v.name in self._outputs:
                 raise self._error(f"output(): {v.name} is already an output; each value is listed once")
+            lb = self._label(label, "output()", v.name)
             self._outputs.append(v.name)
+            self._output_labels.append(lb)
 
     def constant(self, value: Any, dtype: Union[str, DType, None] = None, shape: Optional[Iterable] = None) -> Value:
         """A ``Constant``: ``b.constant(np.array(...))`` (dtype and shape from the array), or a Python
@@ -272,8 +304,8 @@ class GraphBuilder:
         """The validated ``Graph`` (a copy: the builder may keep growing)."""
         if not self._outputs:
             raise self._error("build(): the graph has no outputs; call output(value) first")
-        g = Graph([GraphInput(i.name, i.type) for i in self._inputs], [op.copy() for op in self._ops],
-                  list(self._outputs), name=self.name)
+        g = Graph([GraphInput(i.name, i.type, label=i.label) for i in self._inputs], [op.copy() for op in self._ops],
+                  list(self._outputs), name=self.name, output_labels=list(self._output_labels))
         return g.validate()
 
     # -- ops -------------------------------------------------------------------

@@ -85,6 +85,12 @@ def _wrap(head: str, names: Sequence[str]) -> list[str]:
     return lines
 
 
+def _quoted(label: str) -> str:
+    """A label as the IR writes it (a JSON string), shown under its value's name."""
+    import json
+    return json.dumps(label, ensure_ascii=False)
+
+
 def _label(title: str, lines: Iterable[tuple[str, str]] = ()) -> str:
     """An HTML-like label: a bold title, then ``(kind, text)`` lines (kind: attr, line, note, free)."""
     parts = [f"<b>{_html(title)}</b>"]
@@ -148,7 +154,10 @@ class _Writer:
         self.readers: dict[str, int] = {}  # value -> number of uses (operands and outputs)
         for k, inp in enumerate(graph.inputs):
             self.producer[inp.name] = f"in_{k}"
-            self.node(f"in_{k}", _label(inp.name), _INPUT)
+            self.node(f"in_{k}", _label(inp.name, [("line", _quoted(inp.label))] if inp.label is not None else []),
+                      _INPUT)
+        from .labels import output_labels_of
+        self.output_labels = output_labels_of(graph)
 
     def count_uses(self, ops: Iterable[Op], outputs: Iterable[str]) -> None:
         for op in ops:
@@ -174,6 +183,8 @@ class _Writer:
         for k, name in enumerate(names):
             value = resolve(name)
             note = [] if value == name else [("line", f"computed by {value}")]
+            label = self.output_labels[k] if k < len(self.output_labels) else None
+            note = ([("line", _quoted(label))] if label is not None else []) + note
             self.node(f"out_{k}", _label(f"output {name}", note), _OUTPUT)
             self.edge(value, f"out_{k}")
 

@@ -10,6 +10,7 @@ from lark).  A Hypothesis test checks the two paths agree.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import NamedTuple, Optional
@@ -43,8 +44,10 @@ _RE_BLANK = re.compile(_TRAIL)
 # The types group is greedy and its trailing blanks are stripped in code: a lazy group followed by
 # ``[ \t]*`` made a long run of spaces backtrack quadratically (32 KB of spaces: 17 s).
 _RE_OP = re.compile(r"[ \t]*(t[0-9]+(?:, t[0-9]+)*) = (" + _ID + r")\(([^()#]*)\)(?: : ([^#]*)|[ \t]*)(?:#.*)?")
-_RE_INPUT = re.compile(r"([ \t]*input )(t[0-9]+) : " + _TYPE + _TRAIL)
-_RE_OUTPUT = re.compile(r"([ \t]*output )(t[0-9]+(?:, t[0-9]+)*)" + _TRAIL)
+_LABEL = r'"(?:[^"\\\n]|\\.)*"'  # a JSON string, as the grammar's STRING
+_RE_INPUT = re.compile(r"([ \t]*input )(t[0-9]+)(?: (" + _LABEL + r"))? : " + _TYPE + _TRAIL)
+_RE_OUTPUT = re.compile(r"([ \t]*output )(t[0-9]+(?: " + _LABEL + r")?(?:, t[0-9]+(?: " + _LABEL + r")?)*)" + _TRAIL)
+_RE_OUTPUT_ITEM = re.compile(r"(t[0-9]+)(?: (" + _LABEL + r"))?(?:, |$)")
 _RE_GRAPH = re.compile(r"([ \t]*graph )(" + _ID + r")" + _TRAIL)
 _RE_VALUE = re.compile(r"t[0-9]+")
 _RE_TYPE = re.compile(_TYPE)
@@ -78,6 +81,14 @@ def float_literal(text: str, span: Optional[Span]) -> tuple:
     if math.isinf(value) and "inf" not in text:
         return (None, span, f"number {text[:24]} is beyond the range of a 64-bit float (write inf for infinity)")
     return (value, span, None)
+
+
+def label_literal(text: str, span: Span) -> tuple:
+    """A label's JSON string literal as (value, span, error), as both parse paths build it."""
+    try:
+        return (json.loads(text), span, None)
+    except ValueError:
+        return (None, span, f"invalid escape in label {text}")
 
 
 def dim_literal(text: str) -> "int | str":
@@ -216,13 +227,21 @@ def fast_line(text: str, n: int) -> Optional[Stmt]:
                            "args": args, "types": types})
     m = _RE_INPUT.fullmatch(text)
     if m:
+        label = None if m.group(3) is None else label_literal(m.group(3), Span(n, m.start(3) + 1, m.end(3) + 1))
         return Stmt("input", {"name": m.group(2), "span": Span(n, m.start(2) + 1, m.end(2) + 1),
-                              "type": _fast_type(m, n, 3)})
+                              "type": _fast_type(m, n, 4), "label": label})
     m = _RE_OUTPUT.fullmatch(text)
     if m:
-        base = m.start(2)
-        return Stmt("output", {"names": [(r.group(), Span(n, base + r.start() + 1, base + r.end() + 1))
-                                         for r in _RE_RESULT.finditer(m.group(2))]})
+        names, labels = [], []
+        body, pos = m.group(2), 0
+        while pos < len(body):
+            r = _RE_OUTPUT_ITEM.match(body, pos)
+            base = m.start(2)
+            names.append((r.group(1), Span(n, base + r.start(1) + 1, base + r.end(1) + 1)))
+            labels.append(None if r.group(2) is None else
+                          label_literal(r.group(2), Span(n, base + r.start(2) + 1, base + r.end(2) + 1)))
+            pos = r.end()
+        return Stmt("output", {"names": names, "labels": labels})
     m = _RE_GRAPH.fullmatch(text)
     if m:
         if not _plain_ident(m.group(2)):

@@ -202,6 +202,9 @@ def _prepare_inputs(graph: Graph, exe, given: Optional[Mapping[str, np.ndarray]]
                     generate_missing: bool, promoted: bool) -> tuple[dict[str, np.ndarray], list[str]]:
     from .runcli import check_generated, complete_inputs
     file = graph.source.filename if graph.source else "<graph>"
+    if given is not None:
+        from .labels import inputs_by_name
+        given = inputs_by_name(graph, given, file)  # keyed by label or by name
     if given is None or generate_missing:
         x, generated = complete_inputs(graph, given or {}, seed)  # drawn as `gradir run` draws them
     else:
@@ -274,7 +277,7 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
     x, generated = _prepare_inputs(graph, fwd_exe, inputs, seed, generate_missing, promoted)
 
     rng = np.random.default_rng((seed, 0x67726164))  # the directions' own stream: not the inputs'
-    y = fwd_exe.run(x)
+    y = dict(zip(g64.outputs, fwd_exe.run(x).values()))  # by value name (run keys outputs by label)
     file = graph.source.filename if graph.source else None
     for o, a in y.items():
         if a.dtype.kind == "f" and not np.isfinite(a).all():
@@ -285,7 +288,7 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
     pairs = [(cots[c], o) for c, o in cotangents if y[o].dtype.kind == "f"]
 
     def loss(point: Mapping[str, np.ndarray]) -> float:
-        out = fwd_exe.run(point)
+        out = dict(zip(g64.outputs, fwd_exe.run(point).values()))
         return float(sum(np.dot(u.ravel(), out[o].ravel()) for u, o in pairs))
 
     points: dict[int, tuple[dict, float, list]] = {}  # k -> (point, L(point), gradients there)
@@ -298,7 +301,7 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
                 for w in wrt_names:
                     p[w] = x[w] + 10.0 ** (k - 4) * _scale(x[w]) * srng.standard_normal(x[w].shape)
             res = bwd_exe.run({**p, **cots})
-            points[k] = (p, loss(p), [res[g] for g in bwd.outputs])
+            points[k] = (p, loss(p), list(res.values()))  # in output order
         return points[k]
 
     checks = []

@@ -730,6 +730,8 @@ class GraphInput:
     type: TensorType
     span: Optional[Span] = None
     type_span: Optional[Span] = None
+    label: Optional[str] = None  # a person's name for it (docs/format.md "Labels"); see labels.py
+    label_span: Optional[Span] = None
 
 
 class Graph:
@@ -742,7 +744,7 @@ class Graph:
 
     def __init__(self, inputs: Iterable[GraphInput | tuple[str, TensorType]] = (),
                  ops: Iterable[Op] = (), outputs: Iterable[str] = (), name: Optional[str] = None,
-                 source: Optional[Source] = None) -> None:
+                 source: Optional[Source] = None, output_labels: Optional[Iterable[Optional[str]]] = None) -> None:
         if name is not None and not isinstance(name, str):
             raise ArgumentError(f"a graph's name must be a str or None, got {type(name).__name__}")
         self.name = name
@@ -755,6 +757,9 @@ class Graph:
         self.outputs: list[str] = _items(outputs, "Graph outputs", _is_str, "value names")
         self.source = source
         self.output_spans: list[Optional[Span]] = [None] * len(self.outputs)
+        from .labels import output_label_list
+        self.output_labels: list[Optional[str]] = output_label_list(output_labels, len(self.outputs))
+        self.output_label_spans: list[Optional[Span]] = [None] * len(self.outputs)
         self.name_span: Optional[Span] = None
         self.types: dict[str, TensorType] = {}
         self.trivia: Optional[Trivia] = None  # a parsed file's comments and blank lines, kept by to_text
@@ -786,8 +791,9 @@ class Graph:
         lines = []
         if self.name is not None:
             lines.append(f"graph {self.name}")
+        from .labels import label_text, output_line
         for i in self.inputs:
-            lines.append(f"input {i.name} : {i.type}")
+            lines.append(f"input {i.name}{label_text(i.label)} : {i.type}")
         for op in self.ops:
             if not op.result_types and self.types:
                 types = [self.types.get(r) for r in op.results]
@@ -795,7 +801,7 @@ class Graph:
                     op.result_types = types
             lines.append(op.to_string())
         if self.outputs:
-            lines.append("output " + ", ".join(self.outputs))
+            lines.append(output_line(self))
         if self.trivia:
             from .trivia import render
             return render(self.trivia, self, lines)
@@ -808,8 +814,9 @@ class Graph:
         return f"<Graph {self.name or ''} {len(self.inputs)} inputs, {len(self.ops)} ops, {len(self.outputs)} outputs>"
 
     def key(self) -> tuple:
-        return (self.name, tuple((i.name, i.type) for i in self.inputs), tuple(op.key() for op in self.ops),
-                tuple(self.outputs))
+        from .labels import output_labels_of
+        return (self.name, tuple((i.name, i.type, i.label) for i in self.inputs), tuple(op.key() for op in self.ops),
+                tuple(self.outputs), tuple(output_labels_of(self)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Graph) and self.key() == other.key()

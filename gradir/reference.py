@@ -40,7 +40,7 @@ class ReferenceExecutable(Executable):
                     self._step(st, values, check_numerics)
             finally:
                 parallel.set_threads(prev)
-        return {name: values[self.program.resolve(name)] for name in self.plan.outputs}
+        return self.keyed_outputs(values)
 
     def _step(self, st: Any, values: dict, check_numerics: bool) -> None:
         op = st.op

@@ -215,8 +215,8 @@ def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
 
 
 def save_outputs(path: str, outputs: dict[str, np.ndarray], what: str = "outputs") -> None:
-    """Write arrays (outputs, or with ``what="inputs"`` inputs) to an .npz under their value names,
-    atomically."""
+    """Write arrays (outputs, or with ``what="inputs"`` inputs) to an .npz under their keys (a value's label
+    where it has one, else its name), atomically."""
     from .fileio import write_file
     buf = io.BytesIO()
     np.savez(buf, **outputs)
@@ -305,15 +305,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
               file=sys.stderr)
     else:
-        inputs, generated = load_inputs(args.inputs, args.input), []
+        from .labels import inputs_by_name
+        inputs, generated = inputs_by_name(graph, load_inputs(args.inputs, args.input), args.inputs), []
         if args.generate_missing:
             inputs, generated = complete_inputs(graph, inputs, args.seed)
-            print(f"gradir: generated {', '.join(generated)} from seed {args.seed}" if generated else
+            from .labels import label_text
+            labels = {i.name: i.label for i in graph.inputs}
+            print(f"gradir: generated {', '.join(n + label_text(labels.get(n)) for n in generated)} from seed "
+                  f"{args.seed}" if generated else
                   "gradir: every input was given; none generated", file=sys.stderr)
     check_generated(exe, inputs, generated, args.file)
     if args.save_inputs:  # before the run, so that a failing run can be reproduced from them
         exe.check_inputs(inputs)
-        save_outputs(args.save_inputs, inputs, "inputs")
+        from .labels import keyed_by_label
+        save_outputs(args.save_inputs, keyed_by_label(graph, inputs), "inputs")
         print(f"wrote {len(inputs)} input{'s' if len(inputs) != 1 else ''} to {args.save_inputs}")
     trace: Optional[list] = [] if args.trace else None
     times = []
@@ -418,10 +423,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "gradir run samples/mlp_forward.gir --input t1=w1.npy --generate-missing",
                               "gradir run g.gir --repeat 20 --threads 1 --trace trace.json"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
-    r.add_argument("--inputs", metavar="IN.npz", help="named input arrays (loaded with pickles disabled)")
+    r.add_argument("--inputs", metavar="IN.npz", help="input arrays keyed by label or value name (loaded with "
+                   "pickles disabled)")
     r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=pair_arg,
-                   help="one input array (repeatable)")
-    r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their value names")
+                   help="one input array, by value name or label (repeatable)")
+    r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their labels (value names "
+                   "where they have none)")
     r.add_argument("--threads", type=threads_arg, default=None, metavar="N",
                    help="worker threads, up to 1024 (default: the number of cores, at most 2); results are the "
                         "same bits for any N")

@@ -129,6 +129,10 @@ class Executable:
         _check_threads(threads)
         self.threads = default_threads() if threads is None else threads
         self._input_types = {i.name: i.type for i in graph.inputs}
+        from .labels import output_keys
+        self._labelled = any(i.label is not None for i in graph.inputs)
+        self.output_keys = output_keys(graph)  # how run() keys each output: its label, else its name
+        self._output_aliases = {n: k for n, k in zip(graph.outputs, self.output_keys) if n != k}
         # (name, NumPy dtype, shape) of the inputs whose shape is fully known: the common case
         # of check_inputs, checked without building any message
         self._static_inputs = [(i.name, i.type.dtype.numpy, tuple(i.type.shape)) for i in graph.inputs
@@ -168,6 +172,9 @@ class Executable:
         if not isinstance(inputs, Mapping):
             raise InputError(Diagnostic(f"inputs must be a mapping of input names to arrays, got "
                                         f"{type(inputs).__name__}", filename=self._file))
+        if self._labelled:
+            from .labels import inputs_by_name
+            inputs = inputs_by_name(self.graph, inputs, self._file)
         if len(inputs) == len(self._static_inputs) == len(self.input_names):
             arrays = {}
             for name, dt, shape in self._static_inputs:
@@ -180,13 +187,15 @@ class Executable:
         problems: list[tuple[str, Optional[str]]] = []  # (message, input it is about)
         missing = [n for n in self.input_names if n not in inputs]
         unexpected = [n for n in inputs if n not in self._input_types]
+        from .labels import label_text
+        shown = {i.name: i.name + label_text(i.label) for i in self.graph.inputs}
         for n in missing:
-            problems.append((f"missing input {n} ({self._input_types[n]})", n))
+            problems.append((f"missing input {shown[n]} ({self._input_types[n]})", n))
         if unexpected:
             computed = {r for op in self.graph.ops for r in op.results}
             for n in unexpected:
                 why = (f"{n} is computed by the graph, not an input" if n in computed else
-                       f"the graph's inputs are {', '.join(self.input_names)}")
+                       f"the graph's inputs are {', '.join(shown[n] for n in self.input_names)}")
                 problems.append((f"unexpected input {n} ({why})", None))
         arrays: dict[str, np.ndarray] = {}
         for name in self.input_names:
@@ -269,7 +278,13 @@ class Executable:
     # -- running ----------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], *, check_numerics: bool = False,
             trace: Optional[list] = None) -> dict[str, np.ndarray]:
-        """Run the graph; returns ``{output name: array}`` in output order.
+        """Run the graph; returns ``{output key: array}`` in output order.
+
+        ``inputs`` are keyed by each input's label or by its value name (``tN``); an
+        output's key is its label where it has one, else its value name (as in the
+        ``.npz`` that ``gradir run -o`` writes; see ``output_keys``).  Indexing the
+        result by a labelled output's value name works too (``res["t7"]``), though
+        iteration, ``in`` and ``get`` see only the keys.
 
         ``check_numerics`` stops at the first op that produces NaN or Inf.
         ``trace``, if a list, receives one Chrome trace event per op.
@@ -281,11 +296,18 @@ class Executable:
         if check_numerics:
             self._check_input_numerics(arrays)
         run = Run(self, arrays, types, check_numerics, trace)
-        values = run.execute()
-        out = {}
-        for name in self.plan.outputs:
+        return self.keyed_outputs(run.execute())
+
+    def keyed_outputs(self, values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The outputs among ``values`` (by value name), keyed as ``run`` returns them."""
+        if not self._output_aliases:
+            out = {}
+        else:
+            from .labels import Outputs
+            out = Outputs(self._output_aliases)
+        for key, name in zip(self.output_keys, self.plan.outputs):
             v = self.program.resolve(name)
-            out[name] = values[v]
+            out[key] = values[v]
         return out
 
 

@@ -25,7 +25,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
 from .fastparse import (Fallback, Stmt, TypeSyntax, dim_literal, fast_line, float_literal, int_literal,
-                        type_from_syntax)
+                        label_literal, type_from_syntax)
 from .ir import OPS, Graph, GraphInput, OpLoc
 from .trivia import attach, stmt_key
 
@@ -61,11 +61,16 @@ class _Build(Transformer):
     def graph_decl(self, name: Token) -> Stmt:
         return Stmt("graph", {"name": str(name), "span": _span(name)})
 
-    def input_decl(self, value: Token, typ: TypeSyntax) -> Stmt:
-        return Stmt("input", {"name": str(value), "span": _span(value), "type": typ})
+    def input_decl(self, value: Token, label: Optional[Token], typ: TypeSyntax) -> Stmt:
+        return Stmt("input", {"name": str(value), "span": _span(value), "type": typ,
+                              "label": None if label is None else label_literal(str(label), _span(label))})
 
-    def output_decl(self, *values: Token) -> Stmt:
-        return Stmt("output", {"names": [(str(v), _span(v)) for v in values]})
+    def output_decl(self, *items: tuple) -> Stmt:
+        labels = [None if lb is None else label_literal(str(lb), _span(lb)) for _, lb in items]
+        return Stmt("output", {"names": [(str(v), _span(v)) for v, _ in items], "labels": labels})
+
+    def output_item(self, value: Token, label: Optional[Token]) -> tuple:
+        return (value, label)
 
     def op_decl(self, results: list, name: Token, args: Optional[list], types: Optional[list]) -> Stmt:
         return Stmt("op", {"results": results, "name": (str(name), _span(name)), "args": args or [],
@@ -148,7 +153,9 @@ def _syntax_error(e: UnexpectedInput, source: Source, n: int, line: str) -> Diag
         what = repr(ch) if ch.isprintable() else f"character U+{ord(ch):04X}" if ch else "character"
         msg = f"unexpected {what}"
         allowed = _describe_expected(e.allowed or set())
-        if allowed:
+        if ch == '"' and "STRING" in (e.allowed or set()):
+            msg = "unterminated string: no closing '\"' on this line (write \\\" for a quote inside it)"
+        elif allowed:
             msg += f"; expected {allowed}"
         return Diagnostic(msg, Span(n, e.column, e.column + 1), source)
     if isinstance(e, UnexpectedToken):
@@ -372,6 +379,7 @@ def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnos
     poisoned: dict[str, Span] = {}
     graph = Graph(source=source)
     outputs: list[tuple[str, Span]] = []
+    output_labels: list[tuple] = []
     for k, st in enumerate(stmts):
         d = st.data
         if st.kind == "graph":
@@ -388,9 +396,11 @@ def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnos
             if t is None:
                 poisoned[d["name"]] = d["span"]
                 continue
-            graph.inputs.append(GraphInput(d["name"], t, d["span"], d["type"].span))
+            label, label_span = _label_of(d.get("label"), diags, source)
+            graph.inputs.append(GraphInput(d["name"], t, d["span"], d["type"].span, label, label_span))
         elif st.kind == "output":
             outputs.extend(d["names"])
+            output_labels.extend(_label_of(lb, diags, source) for lb in d.get("labels") or [None] * len(d["names"]))
         else:
             op_name, name_span = d["name"]
             results = d["results"]
@@ -450,7 +460,20 @@ def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnos
             graph.ops.append(cls([r for r, _ in results], operands, attrs, types, loc))
     graph.outputs = [n for n, _ in outputs]
     graph.output_spans = [sp for _, sp in outputs]
+    graph.output_labels = [lb for lb, _ in output_labels]
+    graph.output_label_spans = [sp for _, sp in output_labels]
     return graph, diags, poisoned
+
+
+def _label_of(label: Optional[tuple], diags: list, source: Source) -> tuple:
+    """(label, span) from a statement's (value, span, error) label record; a bad string is reported."""
+    if label is None:
+        return (None, None)
+    value, span, err = label
+    if err:
+        diags.append(Diagnostic(err, span, source))
+        return (None, span)
+    return (value, span)
 
 
 def print_graph(graph: Graph) -> str:

@@ -219,6 +219,8 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
             err(msg, Span(n, 1, max(2, len(lines[-1]) + 1)))
         else:
             err("graph has no outputs", None)
+    from .labels import check_labels
+    check_labels(graph, err)
     if not diags:
         graph.types = types
     return diags

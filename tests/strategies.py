@@ -7,7 +7,8 @@ so a new op cannot slip past the round-trip tests.
 
 from __future__ import annotations
 
-from typing import Callable
+import re
+from typing import Callable, Optional
 
 from hypothesis import strategies as st
 
@@ -236,10 +237,21 @@ OP_EXAMPLES: dict[str, Callable] = {
 }
 
 
+ODD_LABELS = st.one_of(
+    st.sampled_from(["x", "onnx::loss::2", "W1_grad", "grad(x)", 'say "hi"', "back\\slash", "tab\there",
+                     "ünïcödé ∂x", "😀", "a # not a comment", "a, b", " spaced ", "t",
+                     "t0x", "\u2028", "line\nbreak",
+                     "input t0 : Float32 [2]"]),
+    st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1, max_size=12))
+PLAIN_LABELS = st.text(st.sampled_from("abcxyzXW019_:.()[]/-"), min_size=1, max_size=10)
+
+
 @st.composite
-def graphs(draw, max_ops: int = 6, unknown_dims: bool = True) -> Graph:
+def graphs(draw, max_ops: int = 6, unknown_dims: bool = True, labels: Optional[str] = None) -> Graph:
     """A random valid graph: several ops (any registered), some sharing inputs,
-    some `?` dims, some `_` operands, some types omitted; validated."""
+    some `?` dims, some `_` operands, some types omitted; validated.  ``labels``
+    ("odd" or "plain") labels some inputs and outputs with unique labels drawn
+    from ``ODD_LABELS`` or ``PLAIN_LABELS``."""
     n_ops = draw(st.integers(1, max_ops))
     counter = iter(range(10_000))
     names = sorted(OPS)
@@ -282,7 +294,23 @@ def graphs(draw, max_ops: int = 6, unknown_dims: bool = True) -> Graph:
     if not outputs:
         outputs = list(ops[-1].results)
     name = draw(st.sampled_from([None, "g", "random_graph"]))
-    g = Graph(inputs, ops, outputs, name=name)
+    output_labels = None
+    if labels:
+        strategy = ODD_LABELS if labels == "odd" else PLAIN_LABELS
+        taken: set[str] = set()
+
+        def label() -> Optional[str]:
+            if not draw(st.booleans()):
+                return None
+            lb = draw(strategy)
+            if lb in taken or re.fullmatch(r"t[0-9]+", lb):  # unique, never another value's name
+                return None
+            taken.add(lb)
+            return lb
+        for i in inputs:
+            i.label = label()
+        output_labels = [label() for _ in outputs]
+    g = Graph(inputs, ops, outputs, name=name, output_labels=output_labels)
     return g.validate()
 
 

@@ -463,7 +463,8 @@ def test_cli_grad_writes_a_graph_that_runs(tmp_path, capsys):
     assert [g.type_of(o).shape for o in g.outputs] == [(16, 32), (32, 10)]
     rng = np.random.default_rng(1)
     res = _compile(g).run({i.name: rng.standard_normal(i.type.shape).astype(np.float32) for i in g.inputs})
-    assert list(res) == g.outputs
+    assert list(res) == ["grad(t1)", "grad(t3)"]  # each gradient keyed by its label (docs/format.md, "Labels")
+    assert all(res[o] is res[f"grad({w})"] for o, w in zip(g.outputs, ["t1", "t3"]))  # or by its value name
     rc, stdout, _ = _cli(["grad", MLP], capsys)
     assert rc == 0 and stdout == grad_text(gradir.load(MLP))
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradir
+from gradir.labels import input_key, label_text, output_keys
 from gradir.cli import main
 from gradir.compare import DEFAULT_TOLERANCES, compare_outputs
 from gradir.runcli import demo_inputs
@@ -39,17 +40,18 @@ def test_every_sample_round_trips_through_save_inputs_generate_missing_and_compa
     assert main(["run", sample, "--seed", "3", "--save-inputs", ins, "-o", outs]) == 0
     saved = _npz(ins)
     graph = gradir.load(sample)
-    assert list(saved) == graph.input_names
+    keys = {i.name: input_key(i) for i in graph.inputs}  # saved by label where there is one
+    assert list(saved) == list(keys.values())
     for k, a in demo_inputs(graph, 3).items():
-        np.testing.assert_array_equal(saved[k], a)
+        np.testing.assert_array_equal(saved[keys[k]], a)
     capsys.readouterr()
     assert main(["run", sample, "--inputs", ins, "--compare", outs]) == 0
     rows = _rows(capsys.readouterr().out)
-    assert list(rows) == graph.outputs and all(r.endswith(" pass") for r in rows.values())
-    dropped = graph.input_names[-1]
-    np.savez(part, **{k: v for k, v in saved.items() if k != dropped})
+    assert list(rows) == output_keys(graph) and all(r.endswith(" pass") for r in rows.values())
+    dropped = graph.inputs[-1]
+    np.savez(part, **{k: v for k, v in saved.items() if k != input_key(dropped)})
     assert main(["run", sample, "--inputs", part, "--generate-missing", "--seed", "3", "--compare", outs]) == 0
-    assert f"gradir: generated {dropped} from seed 3" in capsys.readouterr().err
+    assert f"gradir: generated {dropped.name}{label_text(dropped.label)} from seed 3" in capsys.readouterr().err
 
 
 def test_save_inputs_keeps_given_inputs_and_is_written_before_a_failing_run(tmp_path, capsys):
