@@ -86,7 +86,7 @@ def float_literal(text: str, span: Optional[Span]) -> tuple:
 def label_literal(text: str, span: Span) -> tuple:
     """A label's JSON string literal as (value, span, error), as both parse paths build it."""
     try:
-        return (json.loads(text), span, None)
+        return (json.loads(text, strict=False), span, None)  # a raw tab inside is taken, as in strings
     except ValueError:
         return (None, span, f"invalid escape in label {text}")
 

@@ -20,5 +20,5 @@ def add_command(sub: argparse._SubParsersAction, name: str, *, help: str, descri
     # paragraphs written as one line are wrapped; ones with line breaks are laid out already
     text = "\n\n".join(p if "\n" in p else textwrap.fill(p, 96) for p in description.split("\n\n"))
     epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
-    return sub.add_parser(name, help=help, description=text, epilog=epilog,
+    return sub.add_parser(name, help=help, description=text, epilog=epilog, allow_abbrev=False,
                           formatter_class=argparse.RawDescriptionHelpFormatter)

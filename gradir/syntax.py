@@ -100,7 +100,9 @@ class _Build(Transformer):
 
     def string(self, tok: Token) -> tuple:
         try:
-            return (json.loads(tok), _span(tok), None)
+            # strict=False: a raw tab (or other control character) in a string is taken as written, as
+            # the fast path takes it; fmt prints it escaped
+            return (json.loads(tok, strict=False), _span(tok), None)
         except ValueError:
             return (None, _span(tok), f"invalid escape in string {tok}")
 

@@ -160,3 +160,20 @@ def test_grad_wrt_a_0d_array_and_builder_apply_of_a_non_str():
         b.apply([], x)
     with pytest.raises(gradir.BuilderError, match="got an int of 16610 bits"):
         b.apply(10 ** 5000, x)
+
+
+def test_an_abbreviated_option_is_not_taken_for_another():
+    """`gradir --trace run g.gir` meant run's --trace; it was taken as --traceback (found by fuzzing)."""
+    from gradir.cli import main
+    assert main(["--trace", "run", "missing.gir"]) == 2
+    assert main(["run", "missing.gir", "--trac", "t.json"]) == 2
+
+
+def test_a_raw_tab_in_a_string_reads_the_same_on_both_parse_paths():
+    from gradir.syntax import _statements
+    text = 'input t0 : Float32 [2]\nt1 = LeakyRelu(t0, alpha=0.5)\noutput t1 "a\tb"\n'
+    fast, slow = _statements(text), _statements(text, fast=False)
+    assert fast.errors == slow.errors == []
+    assert repr(fast.stmts) == repr(slow.stmts)
+    import gradir
+    assert 'output t1 "a\\tb"' in gradir.parse(text).to_text()
