@@ -65,6 +65,19 @@ def _list_span(text: str, attr: Span, element: int) -> Optional[Span]:
     return None
 
 
+class _LazySpans:
+    """``span(i)``: the i-th operand (or result) span of an op, made from its compact ``OpLoc`` on
+    the first call only (messages need spans; a valid graph never asks)."""
+
+    def __init__(self, loc: Optional[OpLoc], which: str) -> None:
+        self.loc, self.which, self.spans = loc, which, None
+
+    def __call__(self, i: int) -> Optional[Span]:
+        if self.spans is None:
+            self.spans = getattr(self.loc, self.which) if self.loc is not None else []
+        return self.spans[i] if i < len(self.spans) else None
+
+
 def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnostic]:
     """Return every problem in ``graph`` (empty if valid); fills ``graph.types``
     and each op's ``result_types`` when the graph is valid."""
@@ -116,13 +129,7 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
         loc = op.loc
         line = loc.lineno if loc else None
 
-        op_spans: list = []  # the op's operand spans, made on first need
-
-        def operand_span(i: int, loc: Optional[OpLoc] = loc, cache: list = op_spans) -> Optional[Span]:
-            if not cache and loc is not None:
-                cache.append(loc.operands)
-            spans = cache[0] if cache else []
-            return spans[i] if i < len(spans) else None
+        operand_span = _LazySpans(loc, "operands")
 
         # operands: defined before use?
         operand_types: list[Optional[TensorType]] = []
@@ -173,13 +180,7 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
                         err(f"{op.results[k]}: declared type {g} does not match the inferred type {t}", span)
                         result_types = None
                         break
-        res_spans: list = []  # the op's result spans, made on first need
-
-        def result_span(k: int, loc: Optional[OpLoc] = loc, cache: list = res_spans) -> Optional[Span]:
-            if not cache and loc is not None:
-                cache.append(loc.results)
-            spans = cache[0] if cache else []
-            return spans[k] if k < len(spans) else None
+        result_span = _LazySpans(loc, "results")
 
         if result_types is not None:
             for k, t in enumerate(result_types):
