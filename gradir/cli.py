@@ -215,27 +215,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     real_stdout = sys.stdout
     sys.stdout = _GuardedStdout(real_stdout)  # type: ignore[assignment]
+    args: Optional[argparse.Namespace] = None
     try:
         try:
             args = parser.parse_args(argv)
-            sys.stdout.flush()
         except SystemExit as e:  # --help, --version (0) or a usage error (2): a return value, for callers
             sys.stdout.flush()
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except StdoutError as e:  # --help or --version to a full disk
-        print(f"gradir: error: {e}", file=sys.stderr)
-        sys.stdout = real_stdout
-        _silence_stdout()
-        return 1
-    finally:
-        if sys.stdout is not real_stdout:
-            sys.stdout = real_stdout
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    sys.stdout = _GuardedStdout(real_stdout)  # type: ignore[assignment]
-    terminate_cleanly()
-    try:
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return 2
+        terminate_cleanly()
         inputs = _paths(args, _INPUT_OPTIONS)
         stdin = [w for w, p in inputs if p == "-"]
         if len(stdin) > 1 or any(w not in ("FILE",) for w in stdin):
@@ -246,7 +236,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.flush()
         return status
     except GradirError as e:
-        if args.traceback:
+        if getattr(args, "traceback", False):
             traceback.print_exc()
         print(e.render(), file=sys.stderr)
         return 1
@@ -272,7 +262,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("gradir: error: out of memory", file=sys.stderr)
         return 1
     except Exception as e:  # a bug in gradir: say so, briefly
-        if args.traceback:
+        if getattr(args, "traceback", False):
             traceback.print_exc()
         else:
             print(f"gradir: internal error: {type(e).__name__}: {e} (rerun with --traceback and report it)",
