@@ -61,3 +61,17 @@ def test_a_pass_that_breaks_the_graph_is_named(monkeypatch):
                            passes=["cse", "drop-first-op"])
     finally:
         del PASSES["drop-first-op"]
+
+
+def test_a_graph_changed_after_validation_is_validated_again() -> None:
+    g = gradir.parse("input t0 : Float32 [3]\nt1 = Neg(t0) : Float32 [3]\noutput t1\n")
+    assert g.validated
+    bad = gradir.OPS["Relu"](["t2"], ["t9"])  # t9 is defined nowhere
+    g.ops.append(bad)
+    g.outputs = ["t2"]
+    assert not g.validated
+    with pytest.raises(gradir.VerifyError, match="t9"):
+        gradir.compile(g)
+    g.ops[-1] = gradir.OPS["Relu"](["t2"], ["t1"])
+    assert gradir.compile(g).run({"t0": np.ones(3, np.float32)})["t2"].tolist() == [0, 0, 0]
+    assert g.validated
