@@ -71,7 +71,7 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     with no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
         program = Program(graph)
         log = run_passes(program, passes, disable)
-        plan = build_plan(program, log)
+        plan = build_plan(program, log, lower.kernels)
     return lower.lower(graph, program, plan, threads)
 
 
@@ -315,6 +315,8 @@ class _Cpu:
     """The default backend: the thread-pool executor (``Executable``)."""
 
     name = "cpu"
+
+    kernels = "cpu"
 
     def lower(self, graph: Graph, program: Program, plan: Plan, threads: Optional[int]) -> Executable:
         warm_kernels(plan)
