@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import heapq
 import os
 import sys
 import threading
@@ -32,13 +33,20 @@ __all__ = ["BufferPool", "Run", "straight_line_code", "describe", "dtype_name"]
 # GIL switch interval while ops run concurrently (seconds): 0.5 ms gave the best median
 # two-thread speed-up here (1.49x vs 1.37x at Python's default 5 ms; 0.1 ms was worse).
 SWITCH_INTERVAL = 0.0005
-# BLAS threads per op in a graph where two BLAS ops may run at once (two share the cores).
-_BLAS_SHARE = max(1, (os.cpu_count() or 1) // 2)
 
 
-def blas_share() -> int:
-    """BLAS threads per op in a graph where two BLAS ops may run at once (patched in tests)."""
-    return _BLAS_SHARE
+def blas_hold(plan: Plan) -> Any:
+    """What a run of ``plan`` holds BLAS to: one thread whenever the graph has a BLAS step, with
+    any thread count (one included), in every backend.  OpenBLAS's threaded GEMMs need not
+    round as its single-threaded ones, and its thread count is process-wide; products use more
+    cores by splitting themselves into blocks fixed by their shapes (``kernels.blocked``)."""
+    return parallel.blas_limit(1) if plan.blas else contextlib.nullcontext()
+
+
+def grant(step: Step, free: int) -> int:
+    """The cores a step starting now gets: those free, up to what it can use (``Step.width``),
+    at least one.  (Tests replace this to force other allotments: results must not change.)"""
+    return max(1, min(step.width, free))
 
 
 class BufferPool:
@@ -113,7 +121,7 @@ class Run:
         self.pending = dict(exe.plan.readers)  # dataflow: readers not yet done, per value
 
     # one step
-    def run_step(self, st: Step, dataflow: bool = False) -> None:
+    def run_step(self, st: Step, dataflow: bool = False, cores: int = 1) -> None:
         values = self.values
         args = [None if v is None else values[v] for v in st.operands]
         outs: list[Optional[np.ndarray]] = []
@@ -139,7 +147,7 @@ class Run:
             self.trace.append({"name": st.op.op_name, "cat": "op", "ph": "X", "pid": os.getpid(),
                                "tid": threading.get_ident() % 100000, "ts": (start - self.t0) * 1e6,
                                "dur": (end - start) * 1e6,
-                               "args": {"results": ", ".join(st.results),
+                               "args": {"results": ", ".join(st.results), "cores": cores,
                                         "line": st.op.loc.line.line if st.op.loc else None}})
         if len(res) != len(st.results):  # pragma: no cover - kernel bug
             raise self._error(st, f"kernel returned {len(res)} results, expected {len(st.results)}", args)
@@ -218,40 +226,36 @@ class Run:
             return self._execute()
 
     def _execute(self) -> dict[str, np.ndarray]:
-        exe = self.exe
-        threads = exe.threads
-        # Several BLAS ops may run at once: hold BLAS (process-wide, counted) to a share of the
-        # cores.  The share depends on the graph, never on ``threads`` (also with one thread):
-        # OpenBLAS's GEMMs round differently for each thread count, and a graph's results are
-        # the same bits whatever ``threads`` is.
-        blas = parallel.blas_limit(blas_share()) if self.plan.blas_concurrency else contextlib.nullcontext()
-        prev = parallel.get_threads()
-        with blas:
-            parallel.set_threads(threads)
-            try:
-                if self.trace is None and not self.check_numerics and self.types is self.plan.types and (
-                        threads <= 1 or not self.plan.heavy_concurrency):
-                    self.values = exe._straight_line()(self)  # nothing to overlap: generated straight-line code
-                elif threads <= 1 or len(self.plan.steps) < 2:
+        threads = self.exe.threads
+        with blas_hold(self.plan):
+            if self.trace is None and not self.check_numerics and self.types is self.plan.types and (
+                    threads <= 1 or not self.plan.heavy_concurrency):
+                with parallel.cores(threads):  # one step at a time: each gets every core
+                    self.values = self.exe._straight_line()(self)
+            elif threads <= 1 or len(self.plan.steps) < 2:
+                with parallel.cores(threads):
                     for st in self.plan.steps:
-                        self.run_step(st)
-                else:
-                    # Kernels release the GIL for each of many short ufunc calls; with the default 5 ms
-                    # switch interval one worker can starve the other (a GIL convoy, seen in traces).
-                    with _short_switch_interval():
-                        self._dataflow(threads)
-            finally:
-                parallel.set_threads(prev)
+                        self.run_step(st, cores=threads)
+            else:
+                # Kernels release the GIL for each of many short ufunc calls; with the default 5 ms
+                # switch interval one worker can starve the other (a GIL convoy, seen in traces).
+                with _short_switch_interval():
+                    self._dataflow(threads)
         return self.values
 
     def _dataflow(self, threads: int) -> None:
-        """Run the steps on ``threads`` workers (this thread and ``threads - 1`` pool threads).
+        """Run the steps on ``threads`` workers (this thread and ``threads - 1`` pool threads),
+        sharing ``threads`` cores.
 
         Each worker takes a ready step, runs it, marks its dependents and takes the next
         one itself: a chain of steps stays on one worker with no hand-over (a thread
         wake-up costs 50-300 us on these VMs).  Tiny ready steps go first (they unblock
-        others at once); then the lowest schedule index (memory-friendly, deterministic
-        choice).  Never more than ``threads`` steps compute at once.
+        others at once, and take no core); then the step with the longest estimated path to
+        the end (``Step.priority``: the critical path starts first), then the lowest schedule
+        index.  A step other than a tiny one starts only when a core is free, and takes the
+        cores free then, up to what its kernel can use (``grant``); it gives them back when
+        it is done.  So a step runs on every core when nothing else needs one, and never
+        more steps compute at once than there are cores.
         """
         steps = self.plan.steps
         n = len(steps)
@@ -260,39 +264,59 @@ class Run:
         for st in steps:
             for d in st.deps:
                 dependents[d].append(st.index)
-        ready = [st.index for st in steps if waiting[st.index] == 0]
+        ready: list[tuple] = []  # heap of (not tiny, -priority, index)
+
+        def push(k: int) -> None:
+            st = steps[k]
+            heapq.heappush(ready, (not st.tiny, -st.priority, k))
+
+        for st in steps:
+            if waiting[st.index] == 0:
+                push(st.index)
         cond = threading.Condition()
         finished = 0
         active = 0
+        free = threads  # cores not held by a running step
         error: Optional[BaseException] = None
 
-        def take() -> Optional[int]:  # with cond held
+        def take() -> Optional[tuple[int, int]]:  # with cond held: (step, cores) or None
+            nonlocal free
             if not ready:
                 return None
-            ready.sort(reverse=True)  # lowest schedule index last: popped first
-            tiny = next((i for i in range(len(ready) - 1, -1, -1) if steps[ready[i]].tiny), None)
-            return ready.pop(-1 if tiny is None else tiny)
+            heavy, _, k = ready[0]
+            if not heavy:  # tiny: runs at once, on no core of its own
+                heapq.heappop(ready)
+                return k, 0
+            if free < 1:
+                return None
+            heapq.heappop(ready)
+            got = grant(steps[k], free)
+            free -= got
+            return k, got
 
         def worker() -> None:
-            nonlocal finished, active, error
+            nonlocal finished, active, error, free
             k: Optional[int] = None
+            held = 0
             while True:
                 with cond:
-                    if k is not None:  # the step just run is done: release its dependents
+                    if k is not None:  # the step just run is done: release its dependents and cores
                         finished += 1
                         active -= 1
+                        free += held
                         for d in dependents[k]:
                             waiting[d] -= 1
                             if waiting[d] == 0:
-                                ready.append(d)
+                                push(d)
                         if len(ready) > 1 or finished == n:
                             cond.notify_all()
                     while True:
                         if error is not None or finished == n:
                             cond.notify_all()
                             return
-                        k = take()
-                        if k is not None:
+                        got = take()
+                        if got is not None:
+                            k, held = got
                             active += 1
                             break
                         if active == 0:  # pragma: no cover - a cycle would be a planner bug
@@ -300,12 +324,13 @@ class Run:
                             continue
                         cond.wait()
                 try:
-                    with np.errstate(all="ignore"), parallel.limit(1 if steps[k].concurrent else threads):
-                        self.run_step(steps[k], dataflow=True)
+                    with np.errstate(all="ignore"), parallel.cores(max(1, held)):
+                        self.run_step(steps[k], dataflow=True, cores=max(1, held))
                 except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
                     with cond:
                         error = error or e
                         active -= 1
+                        free += held
                         cond.notify_all()
                     return
 

@@ -4,14 +4,13 @@ the ``cpu`` backend to: the same bits on every sample."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Mapping, Optional
 
 import numpy as np
 
 from .backends import register_backend
 from .errors import Diagnostic, ExecutionError, GradirError
-from .executor import blas_share
+from .executor import blas_hold
 from .kernels import parallel
 from .runtime import Executable, warm_kernels
 
@@ -29,17 +28,10 @@ class ReferenceExecutable(Executable):
         if check_numerics:
             self._check_input_numerics(arrays)
         values: dict[str, Any] = dict(arrays)
-        # the BLAS thread count is part of the bits (OpenBLAS rounds per thread count): the same
-        # policy as the CPU backend's, which depends on the graph only
-        blas = parallel.blas_limit(blas_share()) if self.plan.blas_concurrency else contextlib.nullcontext()
-        prev = parallel.get_threads()
-        with blas, np.errstate(all="ignore"):
-            parallel.set_threads(1)
-            try:
-                for st in self.plan.steps:
-                    self._step(st, values, check_numerics)
-            finally:
-                parallel.set_threads(prev)
+        # BLAS as the CPU backend holds it (one thread when the graph has BLAS steps), one core
+        with blas_hold(self.plan), parallel.cores(1), np.errstate(all="ignore"):
+            for st in self.plan.steps:
+                self._step(st, values, check_numerics)
         return self.keyed_outputs(values)
 
     def _step(self, st: Any, values: dict, check_numerics: bool) -> None:

@@ -20,6 +20,7 @@ from typing import Optional
 
 import networkx as nx
 
+from . import cost
 from .errors import CompileError, Diagnostic
 from .ir import Op
 from .kernels import TABLES, KernelInfo
@@ -40,9 +41,10 @@ class Step:
     deps: set[int] = field(default_factory=set)  # steps that must finish first
     free_after: list[str] = field(default_factory=list)  # values whose last use is this step
     inplace: dict[int, int] = field(default_factory=dict)  # result index -> donor operand index
-    blas_concurrent: bool = False  # another BLAS step may run at the same time
     tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
-    concurrent: bool = False  # another non-tiny step may run at the same time
+    cost: float = 0.0  # estimated seconds on one core (``gradir.cost``)
+    width: int = 1  # how many cores its kernel can keep busy
+    priority: float = 0.0  # estimated seconds of the longest path from this step to the end
     table: str = "cpu"  # the kernel table (``gradir.kernels.TABLES``) of the backend the plan is for
 
     @property
@@ -66,6 +68,7 @@ class Plan:
     static: bool  # every type fully known
     blas_concurrency: bool  # two BLAS steps may run at once
     heavy_concurrency: bool  # two non-tiny steps may run at once: worth the dataflow executor
+    blas: bool = False  # some step calls BLAS: runs hold BLAS to one thread (``gradir.executor``)
 
     @property
     def live_outputs(self) -> list[str]:
@@ -76,6 +79,22 @@ class Plan:
                 o = self.aliases[o]
             out.append(o)
         return out
+
+    def critical_path(self) -> list[int]:
+        """The steps of the longest path by estimated cost (``Step.priority``), first to last."""
+        if not self.steps:
+            return []
+        succ: list[list[int]] = [[] for _ in self.steps]
+        for st in self.steps:
+            for d in st.deps:
+                succ[d].append(st.index)
+        roots = [st.index for st in self.steps if not st.deps]
+        k = max(roots or [0], key=lambda i: (self.steps[i].priority, -i))
+        path = [k]
+        while succ[k]:
+            k = max(succ[k], key=lambda i: (self.steps[i].priority, -i))
+            path.append(k)
+        return path
 
     def describe(self) -> str:
         """The schedule and memory plan, as ``gradir plan`` prints it."""
@@ -93,6 +112,10 @@ class Plan:
                 notes.append("BLAS")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
+        path = self.critical_path()
+        if len(path) > 1 and self.heavy_concurrency:
+            lines.append("# critical path (started first when steps compete for cores): "
+                         + " -> ".join(f"[{k}] {self.steps[k].op.op_name}" for k in path))
         merged = {o: self.aliases[o] for o in self.outputs if o in self.aliases}
         if merged:  # aliases also record merged values that are not outputs: only outputs matter here
             lines.append("# outputs computed by merged values: "
@@ -193,11 +216,8 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
     for st in steps:
         st.tiny = _is_tiny(st, types)
     blas = _concurrent(steps, lambda st: st.kernel.blas and not st.tiny)
-    for st in steps:
-        st.blas_concurrent = st.index in blas
     heavy = _concurrent(steps, lambda st: not st.tiny)
-    for st in steps:
-        st.concurrent = st.index in heavy
+    _estimate(steps, types)
 
     # memory: simulate the schedule
     static = all(t.is_static for t in types.values())
@@ -215,7 +235,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
                 live -= _bytes(types.get(v))
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
                 peak, naive, {v: len(set(r)) for v, r in readers.items()}, inputs | outputs, static, bool(blas),
-                bool(heavy))
+                bool(heavy), any(st.kernel.blas for st in steps))
 
 
 # results smaller than this (bytes) make a step "tiny": run inline, never worth a thread hop
@@ -242,6 +262,25 @@ def _is_tiny(st: Step, types: dict) -> bool:
                 ins += t.nbytes or 0
         return ins < 4 * INLINE_BYTES
     return True
+
+
+def _estimate(steps: list[Step], types: dict) -> None:
+    """Each step's cost, width and priority (the longest path from it to the end by cost:
+    the executor starts the ready step with the highest first).  Steps are in a topological
+    order, so one backward pass suffices."""
+    for st in steps:
+        k = st.kernel
+        ins = [types.get(v) if v is not None else None for v in st.operands]
+        outs = [types.get(r) for r in st.results]
+        attrs = st.op.kernel_attrs() if k.blas else {}
+        st.cost = cost.step_cost(st.op.op_name, ins, outs, attrs)
+        st.width = 1 if st.tiny else cost.step_width(st.op.op_name, k.blas, k.splits, ins, outs, attrs)
+    best = [0.0] * len(steps)  # longest path cost after each step
+    for st in reversed(steps):
+        st.priority = st.cost + best[st.index]
+        for d in st.deps:
+            if st.priority > best[d]:
+                best[d] = st.priority
 
 
 def _concurrent(steps: list[Step], pred) -> set[int]:

@@ -116,16 +116,21 @@ def test_large_blas_results_identical_across_threads():
     np.testing.assert_allclose(ref["t2"], inputs["t0"] @ inputs["t1"], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("share", [1, 2])
-def test_large_lstm_beside_a_matmul_identical_across_threads(monkeypatch, share):
+@pytest.mark.parametrize("allot", ["free", "one", "random"])
+def test_large_lstm_beside_a_matmul_identical_across_threads(monkeypatch, allot):
     """A layer large enough for the kernels' own two half-batch threads, with a MatMul that may
-    run beside it: the same bits for 1, 2 and 4 threads (the kernels take BLAS to one thread
-    only where nobody holds it above one).  ``share``: BLAS threads per op that the runtime
-    holds, 1 on two cores, 2 as on four."""
+    run beside it: the same bits for 1, 2 and 4 threads and whatever cores each step is given
+    (``allot``: the free ones, always one, or a random number up to 4, more than are free too)."""
+    import random
+
     from gradir import executor
     from gradir.kernels.lstm import common as lstm_common
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
-    monkeypatch.setattr(executor, "_BLAS_SHARE", share)
+    rnd = random.Random(7)
+    if allot == "one":
+        monkeypatch.setattr(executor, "grant", lambda step, free: 1)
+    elif allot == "random":
+        monkeypatch.setattr(executor, "grant", lambda step, free: rnd.randint(1, 4))
     S, B, I, H = 3, 16, 4, 260
     assert B >= lstm_common.SPLIT_MIN_ROWS and B * 4 * H > lstm_common.WHOLE_LOOP_MAX
     text = f"""input t0 : Float32 [{S}, {B}, {I}]
@@ -810,13 +815,15 @@ def test_run_two_waits_for_its_helper_through_ctrl_c():
 
 
 def test_own_blas_threads_never_lowers_a_count_others_hold_above_one():
-    """A kernel's own two threads take BLAS to one thread only where nobody holds it above one
-    (lowering it under a MatMul running beside would change that MatMul's bits)."""
+    """A kernel's own threads take BLAS to one thread only where nobody holds it above one
+    (lowering it under a product running beside would change that product's bits)."""
     before = parallel.blas_threads()
-    with parallel.own_blas_threads() as free:
-        assert free.ok and free.threads == before and parallel.blas_threads() == 1
+    with parallel.own_blas_threads() as free:  # its threads: the cores this call was given
+        assert free.ok and free.threads == parallel.threads_here() and parallel.blas_threads() == 1
+    with parallel.cores(3), parallel.own_blas_threads() as three:
+        assert three.ok and three.threads == 3
     assert parallel.blas_threads() == before
-    with parallel.blas_limit(1), parallel.own_blas_threads() as one:
+    with parallel.blas_limit(1), parallel.cores(1), parallel.own_blas_threads() as one:
         assert one.ok and one.threads == 1
     if before >= 2:
         with parallel.blas_limit(2), parallel.own_blas_threads() as held:

@@ -39,9 +39,10 @@ class KernelInfo:
     name: str
     fn: Callable[..., Any]
     inplace: bool = False  # result may share the buffer of a same-shaped operand
-    blas: bool = False  # spends its time in BLAS (limits BLAS threads when run concurrently)
+    blas: bool = False  # spends its time in BLAS (single-threaded in runs; splits its products itself)
     ufunc: Any = None  # a NumPy ufunc computing exactly this op (no attributes): used for tiny arrays
     warm: Callable[[Any], None] | None = None  # warm(dtype): compile this kernel's compiled path ahead
+    splits: bool = False  # splits large arrays into row chunks over the cores it is given (parallel_rows)
 
 
 TABLES: dict[str, dict[str, KernelInfo]] = {"cpu": {}}
@@ -49,19 +50,20 @@ KERNELS: dict[str, KernelInfo] = TABLES["cpu"]
 
 
 def kernel(name: str, *, backend: str = "cpu", inplace: bool = False, blas: bool = False, ufunc: Any = None,
-           warm: Callable[[Any], None] | None = None) -> Callable:
+           warm: Callable[[Any], None] | None = None, splits: bool = False) -> Callable:
     """Decorator: register ``fn`` as the kernel of op ``name`` in ``backend``'s table.
 
     ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
     runtime calls it directly for tiny arrays, where a kernel's own overhead shows.
-    ``warm``: see the module docstring.
+    ``warm``: see the module docstring.  ``splits``: the kernel divides large arrays over the
+    cores the runtime gives it (``parallel.threads_here``); the scheduler then gives it more than one.
     """
 
     def register(fn: Callable) -> Callable:
         table = TABLES.setdefault(backend, {})
         if name in table:
             raise ValueError(f"kernel for {name!r} registered twice for backend {backend!r}")
-        table[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm)
+        table[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, splits=splits)
         return fn
 
     return register

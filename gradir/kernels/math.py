@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import kernel
+from . import blocked, kernel
 from .parallel import parallel_rows
 
 
@@ -47,7 +47,7 @@ def _ufunc_kernel(name: str, ufunc: np.ufunc) -> None:
 
     fn.__name__ = fn.__qualname__ = name.lower()
     fn.__doc__ = f"{name}: ``np.{ufunc.__name__}``, split into row chunks over the kernel threads."
-    kernel(name, inplace=True, ufunc=ufunc)(fn)
+    kernel(name, inplace=True, ufunc=ufunc, splits=True)(fn)
 
 
 for _name, _ufunc in [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide),
@@ -69,7 +69,7 @@ def _copy(x: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
     return out
 
 
-@kernel("Sum", inplace=True)
+@kernel("Sum", inplace=True, splits=True)
 def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     if len(xs) == 1:
         return _copy(xs[0], out) if out is not xs[0] else out
@@ -87,9 +87,10 @@ def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
 
 @kernel("MatMul", blas=True)
 def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """``np.matmul`` in blocks fixed by the shapes, on the cores the step was given (``blocked``)."""
     if out is None:
-        return np.asarray(np.matmul(a, b))  # vector @ vector is a rank-0 array, not a NumPy scalar
-    return np.matmul(a, b, out=out)
+        return np.asarray(blocked.matmul(a, b))  # vector @ vector is a rank-0 array, not a NumPy scalar
+    return blocked.matmul(a, b, out=out)
 
 
 @kernel("Transpose")

@@ -1,14 +1,21 @@
-"""Intra-op parallelism: split a large kernel into row chunks run on a small pool.
+"""Intra-op parallelism: how many cores a kernel call may use, and the helpers that split
+its work over them (row chunks, fixed blocks, two halves).
 
-The runtime sets the number of threads (``set_threads``); kernels call
-``parallel_rows``.  Work below ~1 ms per chunk runs inline on the calling thread,
-because a pool round trip here costs ~100 µs (measured here; docs/performance.md).  The split only
-depends on the array shape and the thread count, and each chunk computes exactly
-what the whole would for its rows, so results are identical for any thread count.
+The runtime gives each step the cores that are free when it starts (``gradir.executor``)
+and runs the kernel inside ``with cores(n):``, a per-thread setting: two runs on different
+threads, or two steps of one run, each see their own.  A kernel asks ``threads_here()``.
+Outside any run (a kernel called directly, the compile-time constant folding) the process
+default applies (``set_threads``; the number of cores, at most 2).
+
+Work below ~1 ms per chunk runs inline on the calling thread, because a pool round trip
+here costs ~100 µs (measured here; docs/performance.md).  How a kernel splits its work
+never depends on how many threads it got, or each part computes exactly what the whole
+would for its rows, so results are identical for any number of cores.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,8 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["set_threads", "get_threads", "threads_here", "parallel_rows", "blas_limit", "blas_threads",
-           "own_blas_threads", "run_two", "blas_idle_threads_sleep", "MIN_CHUNK_BYTES"]
+__all__ = ["set_threads", "get_threads", "cores", "threads_here", "parallel_rows", "run_blocks",
+           "blas_limit", "blas_threads", "own_blas_threads", "run_two", "blas_idle_threads_sleep",
+           "MIN_CHUNK_BYTES"]
 
 # Below this many bytes touched per chunk, splitting costs more than it saves.
 MIN_CHUNK_BYTES = 4 << 20
@@ -27,29 +35,28 @@ _threads = max(1, min(os.cpu_count() or 1, 2))
 _pool: ThreadPoolExecutor | None = None
 
 
-_local = threading.local()  # per-thread cap on the threads a kernel may split into
+_local = threading.local()  # ``n``: the cores given to the kernel running on this thread
 
 
-class limit:
-    """``with limit(n):`` kernels called on this thread split into at most ``n`` chunks.
-
-    The runtime uses ``limit(1)`` for an op that may run beside another heavy op:
-    those already keep both cores busy, and splitting them as well oversubscribes.
-    """
+class cores:
+    """``with cores(n):`` kernels called on this thread may use ``n`` threads (the calling one
+    included).  The runtime sets it around each step to the cores that step was given."""
 
     def __init__(self, n: int) -> None:
-        self.n = n
+        self.n = max(1, int(n))
 
-    def __enter__(self) -> None:
-        self.saved = getattr(_local, "cap", None)
-        _local.cap = self.n
+    def __enter__(self) -> "cores":
+        self.saved = getattr(_local, "n", None)
+        _local.n = self.n
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        _local.cap = self.saved
+        _local.n = self.saved
 
 
 def set_threads(n: int) -> None:
-    """Set how many threads a kernel may use for its row chunks (>= 1)."""
+    """Set how many threads a kernel called outside a run may use (>= 1); runs set their own
+    per step (``cores``) and never change this."""
     global _threads
     _threads = max(1, int(n))
 
@@ -67,16 +74,18 @@ def _get_pool() -> ThreadPoolExecutor:
 
 
 def threads_here() -> int:
-    """How many threads a kernel called on this thread may use (``set_threads``, capped by ``limit``)."""
-    cap = getattr(_local, "cap", None)
-    return _threads if cap is None else min(_threads, cap)
+    """How many threads a kernel called on this thread may use: what ``cores`` gave it, else
+    the process default (``set_threads``)."""
+    n = getattr(_local, "n", None)
+    return _threads if n is None else n
 
 
 _blas_lock = threading.Lock()
 _blas_held: list[int] = []  # the limits asked for by the users inside a blas_limit now
-_blas_saved = None  # threadpoolctl's record of the counts before the first of them came in
+_blas_saved: list[int] | None = None  # each library's thread count before the first of them came in
 _blas_cap = 1  # the smallest BLAS thread count then: a limit never raises the count
 _blas_controller = None
+_blas_libs: list | None = None
 
 
 def _as_controller(call: Callable[[], object]) -> object:
@@ -108,18 +117,39 @@ def _controller():  # type: ignore[no-untyped-def]
     return _blas_controller
 
 
+def _libs() -> list:
+    """threadpoolctl's controllers of the loaded BLAS libraries (call with _blas_lock held).
+    Their ``get_num_threads``/``set_num_threads`` are a C call each (~1 µs), where a
+    ``ThreadpoolController.limit`` reads every library's info first (~30 µs a run)."""
+    global _blas_libs
+    if _blas_libs is None:
+        _blas_libs = list(_controller().select(user_api="blas").lib_controllers)
+    return _blas_libs
+
+
+def _counts() -> list[int]:
+    return [max(1, lib.get_num_threads() or 1) for lib in _libs()]
+
+
+def _set(counts: list[int]) -> None:
+    def call() -> None:
+        for lib, n in zip(_libs(), counts):
+            lib.set_num_threads(n)
+    _as_controller(call)
+
+
 def _blas_threads_locked() -> int:
     if _blas_held:
         return min(min(_blas_held), _blas_cap)
-    counts = [i["num_threads"] for i in _controller().select(user_api="blas").info()]
-    return max(1, min(counts, default=1))
+    return min(_counts(), default=1)
 
 
 class blas_limit:
-    """``with blas_limit(n):`` hold BLAS (process-wide, through threadpoolctl) to at most ``n``
-    threads.  Counted across threads: overlapping users need not leave in the order they came
-    nor from the thread they came in on, the smallest limit held applies (never more threads
-    than BLAS had before the first came in), and the last one out restores what was set then."""
+    """``with blas_limit(n):`` hold BLAS (process-wide: OpenBLAS has one thread count for the
+    whole process) to at most ``n`` threads.  Counted across threads: overlapping users need not
+    leave in the order they came nor from the thread they came in on, the smallest limit held
+    applies (never more threads than BLAS had before the first came in), and the last one out
+    restores what was set then."""
 
     def __init__(self, n: int) -> None:
         self.n = max(1, int(n))
@@ -131,14 +161,13 @@ class blas_limit:
 
     def _enter_locked(self) -> None:
         global _blas_saved, _blas_cap
-        ctl = _controller()
         if not _blas_held:
-            counts = [i["num_threads"] for i in ctl.select(user_api="blas").info()]
-            _blas_cap = max(1, min(counts, default=1))
-            n = min(self.n, _blas_cap)
-            _blas_saved = _as_controller(lambda: ctl.limit(limits=n, user_api="blas"))
+            _blas_saved = _counts()
+            _blas_cap = min(_blas_saved, default=1)
+            if any(c > self.n for c in _blas_saved):
+                _set([min(c, self.n) for c in _blas_saved])
         elif self.n < min(_blas_held) and self.n < _blas_cap:
-            _as_controller(lambda: ctl.limit(limits=self.n, user_api="blas"))
+            _set([min(c, self.n) for c in _blas_saved or []])
         _blas_held.append(self.n)
 
     def __exit__(self, *exc: object) -> None:
@@ -147,11 +176,11 @@ class blas_limit:
             _blas_held.remove(self.n)
             if not _blas_held:
                 saved, _blas_saved = _blas_saved, None
-                if saved is not None:
-                    _as_controller(saved.restore_original_limits)
+                if saved is not None and _counts() != saved:
+                    _set(saved)
             elif self.n < min(_blas_held) and self.n < _blas_cap:
-                n = min(min(_blas_held), _blas_cap)
-                _as_controller(lambda: _controller().limit(limits=n, user_api="blas"))
+                n = min(_blas_held)
+                _set([min(c, n) for c in _blas_saved or []])
 
 
 def blas_threads() -> int:
@@ -162,12 +191,12 @@ def blas_threads() -> int:
 
 
 class own_blas_threads:
-    """``with own_blas_threads(wanted) as held:`` for a kernel that would run its BLAS calls on
-    its own two threads, each with single-threaded BLAS.  When ``wanted``, and unless someone
-    holds BLAS to more than one thread (the runtime, for ops that run beside this one: lowering
-    the count under them would change their bits), BLAS is held to one thread (``held.ok``);
-    ``held.threads`` is how many it could use before, the cores the kernel may take in its
-    place.  Checked and entered at once, so no other holder comes in between."""
+    """``with own_blas_threads(wanted) as held:`` for a kernel that runs its BLAS calls on its
+    own threads (``threads_here()`` of them), each with single-threaded BLAS.  When ``wanted``,
+    and unless someone holds BLAS to more than one thread (lowering the count under them would
+    change their bits), BLAS is held to one thread (``held.ok``; inside a run the runtime already
+    holds it there).  ``held.threads`` is how many threads the kernel may use.  Checked and
+    entered at once, so no other holder comes in between."""
 
     def __init__(self, wanted: bool = True) -> None:
         self.wanted = wanted
@@ -178,17 +207,23 @@ class own_blas_threads:
     def __enter__(self) -> "own_blas_threads":
         if self.wanted:
             with _blas_lock:
-                self.threads = _blas_threads_locked()
                 if not (_blas_held and min(_blas_held) > 1):
                     self._limit = blas_limit(1)
                     self._limit._enter_locked()
                     self.ok = True
+                    self.threads = threads_here()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._limit is not None:
             self._limit.__exit__(*exc)
             self._limit = None
+
+
+def blas_single() -> bool:
+    """Whether BLAS is held to one thread now (inside a run with BLAS steps it is)."""
+    held = _blas_held  # read without the lock: a holder around this call stays for its length
+    return bool(held) and min(held, default=2) == 1
 
 
 # OpenBLAS pool threads that spin at most 2**22 TSC cycles (~1.5 ms) after a call count as idle.
@@ -285,3 +320,57 @@ def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], No
     body(bounds[0], bounds[1])
     for f in futures:
         f.result()
+
+
+def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
+    """Call ``body(i)`` for every ``i`` in ``range(n_blocks)``, on up to ``threads_here()``
+    threads (this one included), each taking the next block not yet taken.  The blocks are
+    the caller's (fixed by its shapes), so which thread computes which block, and how many
+    threads there are, changes nothing in the results.  Every helper has finished before this
+    returns or raises (nothing writes into the caller's buffers afterwards)."""
+    threads = min(threads_here(), n_blocks)
+    if threads <= 1:
+        for i in range(n_blocks):
+            body(i)
+        return
+    counter = itertools.count()  # next() on it is atomic under the GIL
+    stop = threading.Event()
+    err = np.geterr()
+
+    def drain() -> None:
+        while not stop.is_set():
+            i = next(counter)
+            if i >= n_blocks:
+                return
+            try:
+                body(i)
+            except BaseException:
+                stop.set()
+                raise
+
+    def helper() -> None:
+        with np.errstate(**err):
+            drain()
+
+    futures = [_get_pool().submit(helper) for _ in range(threads - 1)]
+    try:
+        drain()
+    except BaseException:
+        for f in futures:
+            _wait(f)
+        raise
+    first: BaseException | None = None
+    for f in futures:
+        if f.cancel():  # still queued (the pool is busy elsewhere): every block is done already
+            continue
+        try:
+            f.result()
+        except KeyboardInterrupt:
+            stop.set()
+            for g in futures:
+                _wait(g)
+            raise
+        except BaseException as e:  # noqa: BLE001 - re-raised once every helper is done
+            first = first or e
+    if first is not None:
+        raise first

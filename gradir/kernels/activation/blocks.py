@@ -89,7 +89,7 @@ def act_kernel(name: str, arity: int) -> Callable[[Callable], Callable]:
             from .. import KERNELS
             KERNELS[name].fn(*[np.full((1, 1), 0.5, np.float32)] * arity)
 
-    return kernel(name, inplace=True, warm=warm)
+    return kernel(name, inplace=True, warm=warm, splits=True)
 
 
 def _overlaps_partly(out: np.ndarray, operands: tuple[np.ndarray, ...]) -> bool:

@@ -19,7 +19,7 @@ def relu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     return run_elementwise(lambda o, x, s: np.maximum(x, 0.0, out=o), 0, out, x)
 
 
-@kernel("Tanh", inplace=True, ufunc=np.tanh)
+@kernel("Tanh", inplace=True, ufunc=np.tanh, splits=True)
 def tanh(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     check_operands(x)
     return run_elementwise(lambda o, x, s: np.tanh(x, out=o), 0, out, x)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import jit, parallel
+from .. import blocked, jit, parallel
 from . import common
 from .bptt import Direction, Grad, sum_dR
 from .common import (Steps, check_dtype, check_layer_attrs, expect, result, seq_lengths, split_wanted, this_thread,
@@ -57,6 +57,15 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | Non
         np.matmul(a, b, out=out)
     else:
         np.matmul(a, b, out=tmp)
+        np.add(out, tmp, out=out)
+
+
+def _matmul_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
+    """``_matmul`` with the product in blocks over the cores this call was given (``blocked``)."""
+    if tmp is None:
+        blocked.matmul(a, b, out=out)
+    else:
+        blocked.matmul(a, b, out=tmp)
         np.add(out, tmp, out=out)
 
 
@@ -214,7 +223,7 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     with parallel.own_blas_threads(split_wanted(jl, nb, h)) as blas:
         k.split = blas.ok
         k.two = k.split and blas.threads >= 2
-        k.mm = _matmul_halves(k.two) if k.split else _matmul
+        k.mm = _matmul_halves(k.two) if k.split else _matmul_blocks
         if jl is not None:
             db = _compiled_steps(jl, k)
             dP[...] = view(k.dP2, (D, 3 * h))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import jit, kernel
+from .. import blocked, jit, kernel
 from . import common
 from .common import check_dtype, expect, result, this_thread
 
@@ -18,8 +18,8 @@ __all__ = ["grad_lstm_cell_input", "grad_lstm_cell_input_fused", "lstm_cell"]
 def _cell_gates(X: np.ndarray, H: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
                 Bias: np.ndarray, hd: int) -> np.ndarray:
     """Post-activation gates ``[B, 4Hd]`` (blocks i, f, g, o) of one cell step."""
-    a = np.matmul(X, W_ih.T)
-    a += np.matmul(H, W_hh.T)
+    a = blocked.matmul(X, W_ih.T)
+    a += blocked.matmul(H, W_hh.T)
     a += Bias
     sig = (a[:, : 2 * hd], a[:, 3 * hd:])  # i, f | o
     for s in sig:
@@ -84,8 +84,8 @@ def _small_cell(nb: int, hd: int) -> bool:
 def _cell_pre(X: np.ndarray, H: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray, Bias: np.ndarray,
               dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The two GEMMs of a cell step and its bias, as operands of the compiled cell kernels."""
-    a = np.matmul(X, W_ih.T)
-    hw = np.matmul(H, W_hh.T)
+    a = blocked.matmul(X, W_ih.T)
+    hw = blocked.matmul(H, W_hh.T)
     return a, hw, jit.readable(np.ascontiguousarray(Bias, dt))
 
 
@@ -222,18 +222,18 @@ def _cell_grads(op: str, dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
     for n, k in enumerate(indices):
         r = None if out is None else out[n]
         if k == 0:
-            r = np.matmul(da, W_ih, out=r)
+            r = blocked.matmul(da, W_ih, out=r)
         elif k == 1:
-            r = np.matmul(da, W_hh, out=r)
+            r = blocked.matmul(da, W_hh, out=r)
         elif k == 2:
             if r is None:
                 r = dc
             else:
                 r[...] = dc
         elif k == 3:
-            r = np.matmul(da.T, X, out=r)
+            r = blocked.matmul(da.T, X, out=r)
         elif k == 4:
-            r = np.matmul(da.T, H, out=r)
+            r = blocked.matmul(da.T, H, out=r)
         else:
             r = np.sum(da, axis=0, out=r)
         results.append(r)

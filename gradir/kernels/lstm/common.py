@@ -131,6 +131,7 @@ def _group(steps: np.ndarray) -> dict[int, np.ndarray]:
 
 def split_wanted(jl: Any, nb: int, h: int) -> bool:
     """Whether a layer's step loops should run as two half-batch loops (see ``lstm_grad``):
-    compiled kernels, a large batch, and BLAS threads that sleep soon after a call."""
+    compiled kernels, a large batch, and BLAS threads that sleep soon after a call, or that are
+    not used at all (inside a run BLAS is held to one thread: ``gradir.executor.blas_hold``)."""
     return (jl is not None and nb >= SPLIT_MIN_ROWS and nb * 4 * h > WHOLE_LOOP_MAX
-            and parallel.blas_idle_threads_sleep())
+            and (parallel.blas_single() or parallel.blas_idle_threads_sleep()))

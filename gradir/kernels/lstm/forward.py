@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import jit, parallel
+from .. import blocked, jit, parallel
 from . import common
 from .common import Steps, check_dtype, check_layer_attrs, expect, result, seq_lengths, split_wanted, view
 
@@ -48,10 +48,10 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
     # gives tanh(a_c) and, after ½·t + ½, the three sigmoids.
     WsT = _halve_sigmoid_rows(Wd, h).T
     RsT = _halve_sigmoid_rows(Rd, h).T
-    if G.flags.c_contiguous:
-        np.matmul(view(X, (S * nb, X.shape[2])), WsT, out=view(G, (S * nb, 4 * h)))
+    if G.flags.c_contiguous:  # in blocks over the cores this call was given (``blocked``)
+        blocked.matmul(view(X, (S * nb, X.shape[2])), WsT, out=view(G, (S * nb, 4 * h)))
     else:
-        np.matmul(X, WsT, out=G)
+        blocked.matmul(X, WsT, out=G)
     bias = _halve_sigmoid_rows(bd[: 4 * h] + bd[4 * h:], h) if bd is not None else None
     if pd is not None:
         pi, po, pf = (0.5 * pd[k * h: (k + 1) * h] for k in range(3))

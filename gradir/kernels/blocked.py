@@ -1,0 +1,141 @@
+"""Matrix products split into blocks fixed by their shapes, each block one single-threaded BLAS
+call, the blocks shared out over the cores a kernel was given (``parallel.run_blocks``).
+
+Why: OpenBLAS's threaded GEMM does not always give the same bits for each thread count (here
+``3x1000 · 1000x1000`` differed between one and two threads), and a single-threaded call on
+some of a product's rows does not always give the bits of the same rows in the whole product
+(``513x257 · 257x129`` and ``200³`` split into row blocks differed; most large shapes did not).
+So the split is a function of the shapes alone (never of the thread count), and every block
+is computed by single-threaded BLAS (held by the runtime for the whole run; ``matmul`` holds it
+too when called outside a run).  A block's bits are then the same whoever computes it and
+however many threads share the blocks: results are identical for every thread count and
+every allotment of cores, and a product uses every core it is given, all of its length.
+
+Measured on 2 cores (AMD EPYC, AVX-512, OpenBLAS 0.3.31): two single-threaded halves ran as
+fast as OpenBLAS's two threads on the whole (6400x256 · 256x512: 99 vs 100 GFLOP/s; more in
+docs/performance.md).
+
+The partition: the product's rows (batch dimensions flattened into them when the right
+operand is one matrix), else its columns, else its leading batch dimension, in a power of two
+of near-equal blocks (2 or 4 threads then share them evenly), each at least
+``MIN_BLOCK_ROWS`` rows (or columns: the other operand is packed again for every block) and
+``MIN_BLOCK_FLOPS``, at most ``MAX_BLOCKS``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from . import parallel
+
+__all__ = ["matmul", "partition", "MAX_BLOCKS"]
+
+MAX_BLOCKS = 8
+MIN_BLOCK_ROWS = 256  # rows (or columns) per block: the other operand is packed once per block
+MIN_BLOCK_FLOPS = 64 * 10**6  # ~0.7 ms on one core: a pool round trip is ~0.1 ms
+_ALIGN = 16  # block edges at multiples of this many rows (whole register tiles)
+
+
+def _pow2_blocks(extent: int, flops: float) -> int:
+    n = min(MAX_BLOCKS, extent // MIN_BLOCK_ROWS, int(flops // MIN_BLOCK_FLOPS))
+    return 1 << (n.bit_length() - 1) if n >= 2 else 1
+
+
+def _bounds(extent: int, n: int, align: int) -> list[int]:
+    """``n`` near-equal ranges over ``extent``, inner edges on multiples of ``align``."""
+    edges = [0]
+    for k in range(1, n):
+        e = (extent * k // n) // align * align
+        edges.append(max(e, edges[-1]))
+    edges.append(extent)
+    return edges
+
+
+def partition(a_shape: tuple, b_shape: tuple) -> tuple[str, int]:
+    """How ``matmul`` splits ``a_shape · b_shape``: ``(axis, blocks)``, axis ``"rows"``,
+    ``"cols"``, ``"batch"`` or ``""`` (one call).  ``None`` dims (unknown) count as 1."""
+    a = tuple(1 if d is None else d for d in a_shape)
+    b = tuple(1 if d is None else d for d in b_shape)
+    if len(a) < 2 or len(b) < 2 or 0 in a or 0 in b:
+        return "", 1
+    K, N = b[-1 - 1], b[-1]
+    batch = np.broadcast_shapes(a[:-2], b[:-2])
+    M = a[-2]
+    flops = 2.0 * math.prod(batch) * M * K * N
+    if len(b) == 2 or math.prod(b[:-2]) == 1:
+        rows = math.prod(a[:-1])
+        n = _pow2_blocks(rows, flops)
+        if n > 1:
+            return "rows", n
+        n = _pow2_blocks(N, flops)
+        if n > 1:
+            return "cols", n
+        return "", 1
+    if batch and batch[0] >= 2:
+        n = min(MAX_BLOCKS, batch[0], int(flops // MIN_BLOCK_FLOPS))
+        n = 1 << (n.bit_length() - 1) if n >= 2 else 1
+        return ("batch", n) if n > 1 else ("", 1)
+    return "", 1
+
+
+def _as2d(x: np.ndarray, rows: int, cols: int) -> Optional[np.ndarray]:
+    """``x`` viewed as ``[rows, cols]`` without a copy, or None."""
+    v = x.view()
+    try:
+        v.shape = (rows, cols)
+    except AttributeError:
+        return None
+    return v
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` computed in blocks fixed by the shapes (module docstring),
+    on ``parallel.threads_here()`` threads, with single-threaded BLAS."""
+    with parallel.blas_limit(1):
+        return _matmul(a, b, out)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
+    axis, n = partition(a.shape, b.shape)
+    if axis == "":
+        return np.matmul(a, b, out=out)
+    if out is None:
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        out = np.empty(shape, np.result_type(a, b))
+    K, N = b.shape[-2], b.shape[-1]
+    if axis in ("rows", "cols"):
+        rows = math.prod(a.shape[:-1])
+        a2, o2 = _as2d(a, rows, K), _as2d(out, rows, N)
+        b2 = _as2d(b, K, N)
+        if a2 is None or o2 is None or b2 is None:
+            return np.matmul(a, b, out=out)
+        if axis == "rows":
+            edges = _bounds(rows, n, _ALIGN)
+
+            def block(i: int) -> None:
+                lo, hi = edges[i], edges[i + 1]
+                np.matmul(a2[lo:hi], b2, out=o2[lo:hi])
+        else:
+            edges = _bounds(N, n, 64)
+
+            def block(i: int) -> None:
+                lo, hi = edges[i], edges[i + 1]
+                np.matmul(a2, b2[:, lo:hi], out=o2[:, lo:hi])
+        parallel.run_blocks(n, block)
+        return out
+    # batch: blocks of the result's leading dimension; an operand broadcast along it goes whole
+    edges = _bounds(out.shape[0], n, 1)
+    nd = out.ndim
+
+    def part(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        return x if x.ndim < nd or x.shape[0] == 1 else x[lo:hi]
+
+    def batch_block(i: int) -> None:
+        lo, hi = edges[i], edges[i + 1]
+        np.matmul(part(a, lo, hi), part(b, lo, hi), out=out[lo:hi])
+
+    parallel.run_blocks(n, batch_block)
+    return out

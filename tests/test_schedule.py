@@ -1,0 +1,275 @@
+"""Scheduling over the cores: blocked products, cores given per step at run time, the critical
+path first, and results that are the same bits whatever each step was given."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+
+import gradir
+from gradir import executor
+from gradir.kernels import KERNELS, KernelInfo, blocked, parallel
+from gradir.runcli import demo_inputs
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return a.dtype.str.encode() + repr(a.shape).encode() + a.tobytes()
+
+
+# -- blocked products ----------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("a_shape, b_shape, axis", [
+    ((1024, 300), (300, 200), "rows"),  # 2-D, split by rows
+    ((4, 1, 200, 160), (160, 96), "rows"),  # batch dims flattened into the rows
+    ((64, 700), (700, 1024), "cols"),  # few rows: split by columns
+    ((8, 1, 128, 64), (8, 1, 64, 512), "batch"),  # batched right operand: split by batch
+    ((8, 3, 128, 64), (1, 3, 64, 512), "batch"),  # the right operand broadcast along the split
+    ((5, 7), (7, 3), ""),  # small: one call
+])
+def test_blocked_matmul_bits_do_not_depend_on_the_cores(monkeypatch, dtype, a_shape, b_shape, axis):
+    """Every allotment of cores (1-4, and blocks taken in any order) gives the same bits, close
+    to NumPy's product; a batch split gives exactly single-threaded NumPy's bits."""
+    monkeypatch.setattr(blocked, "MIN_BLOCK_FLOPS", 1)  # split even these small products
+    monkeypatch.setattr(blocked, "MIN_BLOCK_ROWS", 64)
+    assert blocked.partition(a_shape, b_shape)[0] == axis
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    with parallel.cores(1):
+        ref = blocked.matmul(a, b)
+    for n in (2, 3, 4):
+        with parallel.cores(n):
+            got = blocked.matmul(a, b, out=np.full_like(ref, np.nan))
+        assert _bits(got) == _bits(ref), n
+    # blocks taken in reverse order, one thread
+    real = parallel.run_blocks
+    monkeypatch.setattr(parallel, "run_blocks", lambda n, body: [body(i) for i in reversed(range(n))])
+    assert _bits(blocked.matmul(a, b)) == _bits(ref)
+    monkeypatch.setattr(parallel, "run_blocks", real)
+    with parallel.blas_limit(1):
+        whole = np.matmul(a, b)
+    np.testing.assert_allclose(ref, whole, rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
+    if axis in ("batch", ""):
+        assert _bits(ref) == _bits(whole)
+
+
+def test_blocked_matmul_partition_is_a_power_of_two_of_aligned_blocks():
+    axis, n = blocked.partition((6400, 256), (256, 512))
+    assert axis == "rows" and n == blocked.MAX_BLOCKS
+    assert blocked.partition((256, 6400), (6400, 512)) == ("cols", 2)
+    assert blocked.partition((64, 64), (64, 64)) == ("", 1)
+    edges = blocked._bounds(1000, 4, 16)
+    assert edges[0] == 0 and edges[-1] == 1000 and all(e % 16 == 0 for e in edges[:-1])
+
+
+def test_blocked_matmul_edge_shapes():
+    """Vectors, empty dimensions and non-contiguous operands give np.matmul's results."""
+    rng = np.random.default_rng(1)
+    cases = [((5,), (5, 3)), ((4, 5), (5,)), ((5,), (5,)), ((0, 5), (5, 3)), ((3, 0), (0, 4))]
+    for sa, sb in cases:
+        a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+        np.testing.assert_allclose(blocked.matmul(a, b), np.matmul(a, b))
+    a = rng.standard_normal((900, 700)).astype(np.float32)
+    b = rng.standard_normal((600, 700)).astype(np.float32)
+    with parallel.cores(2):
+        got = blocked.matmul(a, b.T)  # a transposed view
+    np.testing.assert_allclose(got, a @ b.T, rtol=1e-4, atol=1e-3)
+
+
+def test_run_blocks_raises_a_blocks_error_after_every_helper_is_done():
+    done = []
+
+    def body(i: int) -> None:
+        if i == 1:
+            raise ValueError("block 1")
+        done.append(i)
+
+    with parallel.cores(3), pytest.raises(ValueError, match="block 1"):
+        parallel.run_blocks(6, body)
+    assert 1 not in done
+
+
+# -- whole graphs: the same bits for every thread count and every allotment ------------------
+TWO_BRANCHES = """input t0 : Float32 [768, 512]
+input t1 : Float32 [512, 512]
+input t2 : Float32 [768, 512]
+input t3 : Float32 [512, 512]
+t4 = MatMul(t0, t1)
+t5 = Tanh(t4)
+t6 = MatMul(t5, t1)
+t7 = MatMul(t2, t3)
+t8 = Sigmoid(t7)
+t9 = MatMul(t8, t3)
+t10 = Add(t6, t9)
+output t10, t6, t9
+"""
+
+
+def _lstm_branches(H: int = 260, B: int = 16) -> str:
+    return f"""input t0 : Float32 [3, {B}, 8]
+input t1 : Float32 [1, {4 * H}, 8]
+input t2 : Float32 [1, {4 * H}, {H}]
+input t3 : Float32 [3, 1, {B}, {H}]
+input t20 : Float32 [3, {B}, 8]
+input t21 : Float32 [1, {4 * H}, 8]
+input t22 : Float32 [1, {4 * H}, {H}]
+input t30 : Float32 [1024, 384]
+input t31 : Float32 [384, 256]
+t4, t5, t6, t7, t8 = LSTMTraining(t0, t1, t2, hidden_size={H})
+t9, t10, t11, t12, t13, t14, t15 = LSTMGrad(t0, t1, t2, _, _, _, t4, t7, t8, t3, hidden_size={H})
+t24, t25, t26, t27, t28 = LSTMTraining(t20, t21, t22, hidden_size={H})
+t29, t40, t41, t42, t43, t44, t45 = LSTMGrad(t20, t21, t22, _, _, _, t24, t27, t28, t3, hidden_size={H})
+t32 = MatMul(t30, t31)
+output t4, t9, t10, t11, t24, t29, t40, t41, t32
+"""
+
+
+@pytest.mark.parametrize("text", [TWO_BRANCHES, _lstm_branches()], ids=["matmuls", "lstm"])
+@pytest.mark.parametrize("allot", ["free", "one", "all", "random"])
+def test_two_heavy_branches_same_bits_for_threads_and_allotments(monkeypatch, text, allot):
+    """Independent heavy branches (products, LSTM layers) on 1, 2 and 4 threads, each step
+    given the free cores, one core, every core, or a random number up to 4 (more than are
+    free too): every result the same bits as one thread's and the reference backend's."""
+    monkeypatch.setattr(parallel, "_idle_sleep", True)  # LSTM halves as where gradir is imported first
+    rnd = random.Random(3)
+    if allot == "one":
+        monkeypatch.setattr(executor, "grant", lambda step, free: 1)
+    elif allot == "all":
+        monkeypatch.setattr(executor, "grant", lambda step, free: 4)
+    elif allot == "random":
+        monkeypatch.setattr(executor, "grant", lambda step, free: rnd.randint(1, 4))
+    g = gradir.parse(text)
+    inputs = demo_inputs(g, 11)
+    ref = gradir.compile(g, backend="reference").run(inputs)
+    for threads in (1, 2, 4):
+        exe = gradir.compile(g, threads=threads)
+        assert exe.plan.heavy_concurrency and exe.plan.blas
+        for _ in range(2):
+            for trace in (None, []):  # the straight-line code (threads=1) and the dataflow executor
+                out = exe.run(inputs, trace=trace)
+                for k in ref:
+                    assert _bits(out[k]) == _bits(ref[k]), (threads, allot, k)
+
+
+# -- the cores each step gets ------------------------------------------------------------------
+def _spy(monkeypatch, name: str, seen: list) -> None:
+    real = KERNELS[name]
+
+    def fn(*a, **kw):  # type: ignore[no-untyped-def]
+        seen.append((name, parallel.threads_here(), parallel.blas_threads()))
+        return real.fn(*a, **kw)
+
+    monkeypatch.setitem(KERNELS, name, KernelInfo(name, fn, inplace=real.inplace, blas=real.blas,
+                                                  ufunc=None, splits=real.splits))
+
+
+def test_a_step_that_may_run_beside_another_gets_every_core_when_it_starts_first(monkeypatch):
+    """A large MatMul that a Transpose may run beside starts first (its path is longer) and gets
+    both cores; the Transpose waits for a free core.  BLAS is held to one thread inside the run
+    and restored after it; the process default of kernel threads is left alone."""
+    text = ("input t0 : Float32 [2048, 512]\ninput t1 : Float32 [512, 512]\ninput t2 : Float32 [512, 512]\n"
+            "t3 = MatMul(t0, t1)\nt4 = Transpose(t2)\nt5 = MatMul(t3, t4)\noutput t5\n")
+    seen: list = []
+    _spy(monkeypatch, "MatMul", seen)
+    exe = gradir.compile(text, threads=2)
+    plan = exe.plan
+    assert plan.heavy_concurrency and plan.steps[0].width >= 2 and not plan.steps[1].tiny
+    assert plan.steps[0].priority > plan.steps[1].priority
+    before_blas, before_default = parallel.blas_threads(), parallel.get_threads()
+    trace: list = []
+    exe.run(demo_inputs(gradir.parse(text), 0), trace=trace)
+    ev = {e["args"]["results"]: e for e in trace}
+    assert ev["t3"]["args"]["cores"] == 2 and ev["t3"]["ts"] < ev["t4"]["ts"]
+    assert ev["t4"]["ts"] >= ev["t3"]["ts"] + ev["t3"]["dur"] - 1  # no free core before t3 ended
+    assert seen[0] == ("MatMul", 2, 1)
+    assert parallel.blas_threads() == before_blas and parallel.get_threads() == before_default
+
+
+def test_cores_in_use_never_exceed_the_threads(monkeypatch):
+    """Over a graph of many heavy steps, the cores held by steps running at once (from the
+    trace) never add up to more than ``threads``."""
+    g = gradir.parse(TWO_BRANCHES)
+    inputs = demo_inputs(g, 2)
+    for threads in (2, 3):
+        trace: list = []
+        gradir.compile(g, threads=threads).run(inputs, trace=trace)
+        heavy = [e for e in trace if e["args"]["cores"] >= 1]
+        for e in heavy:
+            t = e["ts"] + e["dur"] / 2
+            at_once = sum(f["args"]["cores"] for f in heavy if f["ts"] <= t < f["ts"] + f["dur"])
+            assert at_once <= threads, (threads, e)
+
+
+def test_a_run_gives_its_steps_its_own_thread_count_beside_another_run(monkeypatch):
+    """Two runs at once on two threads, with 1 and 3 threads: each step sees its own run's
+    cores (a per-thread setting, not a process global)."""
+    seen: list = []
+    lock = threading.Lock()
+    real = KERNELS["Tanh"]
+
+    def fn(*a, **kw):  # type: ignore[no-untyped-def]
+        with lock:
+            seen.append((threading.current_thread().name, parallel.threads_here()))
+        return real.fn(*a, **kw)
+
+    monkeypatch.setitem(KERNELS, "Tanh", KernelInfo("Tanh", fn, inplace=True, splits=True))
+    text = "input t0 : Float32 [2048, 1024]\nt1 = Tanh(t0)\nt2 = Tanh(t1)\noutput t2\n"
+    x = np.ones((2048, 1024), np.float32)
+    exes = {"one": gradir.compile(text, threads=1), "three": gradir.compile(text, threads=3)}
+    barrier = threading.Barrier(2)
+
+    def work(name: str) -> None:
+        barrier.wait()
+        for _ in range(20):
+            exes[name].run({"t0": x})
+
+    ts = [threading.Thread(target=work, args=(n,), name=n) for n in exes]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert {n for n, _ in seen} == {"one", "three"}
+    assert all(c == (1 if n == "one" else 3) for n, c in seen), set(seen)
+
+
+# -- the critical path first ---------------------------------------------------------------
+CRITICAL = """input t0 : Float32 [512, 512]
+input t1 : Float32 [512, 512]
+t2 = MatMul(t0, t1)
+t3 = MatMul(t1, t0)
+t4 = MatMul(t3, t1)
+t5 = MatMul(t4, t1)
+t6 = Add(t2, t5)
+output t6
+"""
+
+
+def test_the_critical_path_starts_first():
+    """A short branch (one product) written first and a long one (three products): the plan
+    ranks the long branch's first step above it, and with two threads that step starts first,
+    on both cores, and the short one waits for it."""
+    exe = gradir.compile(CRITICAL, threads=2)
+    plan = exe.plan
+    names = {st.results[0]: st for st in plan.steps}
+    assert names["t3"].priority > names["t2"].priority
+    assert [plan.steps[k].results[0] for k in plan.critical_path()] == ["t3", "t4", "t5", "t6"]
+    assert "critical path" in plan.describe()
+    inputs = demo_inputs(gradir.parse(CRITICAL), 5)
+    for _ in range(3):
+        trace: list = []
+        exe.run(inputs, trace=trace)
+        order = [e["args"]["results"] for e in sorted(trace, key=lambda e: e["ts"])]
+        assert order[0] == "t3", order
+        assert order.index("t2") > order.index("t3")
+
+
+def test_priorities_are_the_longest_remaining_path():
+    plan = gradir.compile(CRITICAL, threads=2).plan
+    by = {st.results[0]: st for st in plan.steps}
+    assert by["t6"].priority == pytest.approx(by["t6"].cost)
+    assert by["t5"].priority == pytest.approx(by["t5"].cost + by["t6"].priority)
+    assert by["t3"].priority == pytest.approx(by["t3"].cost + by["t4"].cost + by["t5"].cost + by["t6"].cost)
+    assert all(st.cost > 0 for st in plan.steps)
