@@ -3,10 +3,16 @@
 * ``straight_line_code``: the schedule as one generated Python function, for runs with
   nothing to overlap (no trace, no numerics checks, static shapes).
 * ``Run.run_step`` in schedule order on the caller's thread (one thread, or a trace).
-* ``Run._dataflow``: an op starts as soon as its operands are ready, on ``threads`` workers.
+* ``Run._dataflow``: an op starts as soon as its operands are ready and a core is free, on
+  ``threads`` workers sharing ``threads`` cores; the critical path first.
 
-Also the buffer pool results are recycled through, and the process-wide state the runs share
-(the worker thread pools, the GIL switch interval while dataflow runs are active).
+A run's execution state is its own: the ``Run`` object (values, pending readers, the cores
+free), and the cores each step was given, a per-thread setting its kernel reads
+(``kernels.parallel.cores``).  What stays process-wide, and why: BLAS's thread count
+(OpenBLAS has one for the process; held to one thread, counted across overlapping runs,
+while a graph with BLAS steps runs), the GIL switch interval (Python's own, lowered while
+dataflow runs are active), and the worker thread pools (shared by size, so runs do not start
+threads).  Also here: the buffer pool results are recycled through.
 """
 
 from __future__ import annotations
@@ -43,9 +49,17 @@ def blas_hold(plan: Plan) -> Any:
     return parallel.blas_limit(1) if plan.blas else contextlib.nullcontext()
 
 
+# A ready step whose priority and cost are both at least this share of the starting step's
+# counts as about as critical: the starting step leaves it a core (two equal branches run side
+# by side, one core each, rather than one after the other on both; a short step that merely
+# leads to the same path does not take a core from the long one).
+SHARE = 0.5
+
+
 def grant(step: Step, free: int) -> int:
-    """The cores a step starting now gets: those free, up to what it can use (``Step.width``),
-    at least one.  (Tests replace this to force other allotments: results must not change.)"""
+    """The cores a step starting now gets: those free (less one for each ready step about as
+    critical), up to what it can use (``Step.width``), at least one.  (Tests replace this to
+    force other allotments: results must not change.)"""
     return max(1, min(step.width, free))
 
 
@@ -253,8 +267,8 @@ class Run:
         others at once, and take no core); then the step with the longest estimated path to
         the end (``Step.priority``: the critical path starts first), then the lowest schedule
         index.  A step other than a tiny one starts only when a core is free, and takes the
-        cores free then, up to what its kernel can use (``grant``); it gives them back when
-        it is done.  So a step runs on every core when nothing else needs one, and never
+        cores free then, up to what its kernel can use, less one for each other ready step
+        about as critical (``grant``, ``SHARE``); it gives them back when it is done.  So a step runs on every core when nothing else needs one, and never
         more steps compute at once than there are cores.
         """
         steps = self.plan.steps
@@ -290,7 +304,15 @@ class Run:
             if free < 1:
                 return None
             heapq.heappop(ready)
-            got = grant(steps[k], free)
+            st = steps[k]
+            rivals = 0
+            if free > 1 and st.width > 1:  # leave a core to each ready step about as critical
+                nxt = [heapq.heappop(ready) for _ in range(min(free - 1, len(ready)))]
+                rivals = sum(1 for heavy, p, i in nxt if heavy and -p >= SHARE * st.priority
+                             and steps[i].cost >= SHARE * st.cost)
+                for e in nxt:
+                    heapq.heappush(ready, e)
+            got = grant(st, free - rivals)
             free -= got
             return k, got
 

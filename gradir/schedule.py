@@ -10,7 +10,10 @@ The plan is computed once per compiled graph:
   shape.  The donor's other readers become dependencies of the step, so the
   reuse stays safe when steps run in parallel;
 * peak memory: the largest total size of live values along the schedule, next
-  to the naive total (every value kept alive).
+  to the naive total (every value kept alive);
+* for the executor (``gradir.cost``): each step's estimated cost, how many cores its kernel
+  can use (``width``) and its ``priority``, the estimated length of the longest path from it
+  to the end: the ready step with the highest starts first, so the critical path does.
 """
 
 from __future__ import annotations

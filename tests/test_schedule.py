@@ -273,3 +273,17 @@ def test_priorities_are_the_longest_remaining_path():
     assert by["t5"].priority == pytest.approx(by["t5"].cost + by["t6"].priority)
     assert by["t3"].priority == pytest.approx(by["t3"].cost + by["t4"].cost + by["t5"].cost + by["t6"].cost)
     assert all(st.cost > 0 for st in plan.steps)
+
+
+def test_equal_branches_share_the_cores():
+    """Two equal branches: the first step to start leaves a core to the other, about as
+    critical (side by side on one core each, not one after the other on both)."""
+    exe = gradir.compile(TWO_BRANCHES, threads=2)
+    by = {st.results[0]: st for st in exe.plan.steps}
+    assert by["t4"].width >= 2 and by["t4"].priority == pytest.approx(by["t7"].priority)
+    inputs = demo_inputs(gradir.parse(TWO_BRANCHES), 1)
+    for _ in range(3):
+        trace: list = []
+        exe.run(inputs, trace=trace)
+        first = min(trace, key=lambda e: e["ts"])
+        assert first["args"]["results"] in ("t4", "t7") and first["args"]["cores"] == 1

@@ -210,16 +210,16 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     # Large problems on the compiled path (B >= common.SPLIT_MIN_ROWS) run as two halves: the batch
     # rows split into two independent step loops, and every big GEMM split into the two halves
     # of its result's rows, with BLAS held to one thread.  The halves run on two threads when
-    # BLAS could have used two (the cores it would have used); then neither core waits while
+    # the call was given two cores (``parallel.threads_here``); then neither core waits while
     # the other does a step's element-wise work (step loops 29 vs 33 ms with BLAS per step;
     # ~22 ms with the packed-panel kernel, which also does dX, where it beats BLAS).  Every
     # GEMM is single-threaded either way, so the bits do not depend on the threads (OpenBLAS's
     # multi-threaded GEMMs round differently from its single-threaded ones).  Only when BLAS's
-    # own threads sleep soon after a call (``parallel.blas_idle_threads_sleep``): OpenBLAS's
-    # default 0.1 s of spinning takes a core from the loops (53 vs 31 ms; LSTMGrad after
-    # LSTMTraining 139-144 ms).  And not where the runtime holds BLAS to more than one thread
-    # for ops running beside this one (machines with 4+ cores): one thread here would be one
-    # thread for them too, and change their bits.
+    # own threads sleep soon after a call (``parallel.blas_idle_threads_sleep``), or are not
+    # used at all (inside a run, which holds BLAS to one thread): OpenBLAS's default 0.1 s of
+    # spinning takes a core from the loops (53 vs 31 ms; LSTMGrad after LSTMTraining 139-144
+    # ms).  And not where someone holds BLAS to more than one thread: one thread here would be
+    # one thread for them too, and change their bits.
     with parallel.own_blas_threads(split_wanted(jl, nb, h)) as blas:
         k.split = blas.ok
         k.two = k.split and blas.threads >= 2

@@ -140,7 +140,7 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
             hp, cp = ht, ct
 
     # Large batches on the compiled path: two half-batch loops, each with single-threaded BLAS,
-    # side by side when BLAS could have used two threads (as in LSTMGrad, see lstm_grad).
+    # side by side when the call was given two cores (as in LSTMGrad, see lstm_grad).
     with parallel.own_blas_threads(split_wanted(jl, nb, h)) as blas:
         # Each loop's GEMM H_{t-1}·Rᵀ by the packed-R kernel (one thread; 91 vs 72 GFLOP/s for
         # OpenBLAS at 32x256 by 256x1024) where the loop is small, or has a core to itself on a
