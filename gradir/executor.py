@@ -56,6 +56,20 @@ def blas_hold(plan: Plan) -> Any:
 SHARE = 0.5
 
 
+def _defer(step: Step, running: dict[int, tuple[float, int]], steps: list[Step]) -> bool:
+    """Whether ``step`` should wait although a core is free: a running step's path is much
+    longer (its priority times ``SHARE`` is above ``step``'s), and ``step`` would still hold
+    the core when that step ends (its estimated cost on one core exceeds that step's estimated
+    time left).  The core is then kept for the critical path's next step, which would
+    otherwise start on fewer cores and stay on them for all its length."""
+    now = time.perf_counter()
+    for k, (t0, cores) in running.items():
+        r = steps[k]
+        if SHARE * r.priority > step.priority and step.cost > r.cost / max(1, cores) - (now - t0):
+            return True
+    return False
+
+
 def grant(step: Step, free: int) -> int:
     """The cores a step starting now gets: those free (less one for each ready step about as
     critical), up to what it can use (``Step.width``), at least one.  (Tests replace this to
@@ -291,6 +305,7 @@ class Run:
         finished = 0
         active = 0
         free = threads  # cores not held by a running step
+        running: dict[int, tuple[float, int]] = {}  # non-tiny steps running: start time, cores
         error: Optional[BaseException] = None
 
         def take() -> Optional[tuple[int, int]]:  # with cond held: (step, cores) or None
@@ -303,8 +318,10 @@ class Run:
                 return k, 0
             if free < 1:
                 return None
-            heapq.heappop(ready)
             st = steps[k]
+            if running and _defer(st, running, steps):
+                return None
+            heapq.heappop(ready)
             rivals = 0
             if free > 1 and st.width > 1:  # leave a core to each ready step about as critical
                 nxt = [heapq.heappop(ready) for _ in range(min(free - 1, len(ready)))]
@@ -314,6 +331,7 @@ class Run:
                     heapq.heappush(ready, e)
             got = grant(st, free - rivals)
             free -= got
+            running[k] = (time.perf_counter(), got)
             return k, got
 
         def worker() -> None:
@@ -326,6 +344,7 @@ class Run:
                         finished += 1
                         active -= 1
                         free += held
+                        running.pop(k, None)
                         for d in dependents[k]:
                             waiting[d] -= 1
                             if waiting[d] == 0:
@@ -353,6 +372,7 @@ class Run:
                         error = error or e
                         active -= 1
                         free += held
+                        running.pop(k, None)
                         cond.notify_all()
                     return
 
