@@ -56,16 +56,19 @@ def blas_hold(plan: Plan) -> Any:
 SHARE = 0.5
 
 
-def _defer(step: Step, running: dict[int, tuple[float, int]], steps: list[Step]) -> bool:
+def _defer(step: Step, running: dict[int, tuple[float, int]], steps: list[Step],
+           dependents: list[list[int]]) -> bool:
     """Whether ``step`` should wait although a core is free: a running step's path is much
-    longer (its priority times ``SHARE`` is above ``step``'s), and ``step`` would still hold
-    the core when that step ends (its estimated cost on one core exceeds that step's estimated
-    time left).  The core is then kept for the critical path's next step, which would
-    otherwise start on fewer cores and stay on them for all its length."""
+    longer (its priority times ``SHARE`` is above ``step``'s), a step after it can use more
+    than one core, and ``step`` would still hold the core when that step ends (its estimated
+    cost on one core exceeds that step's estimated time left).  The core is then kept for the
+    critical path's next step, which would otherwise start on fewer cores and stay on them for
+    all its length."""
     now = time.perf_counter()
     for k, (t0, cores) in running.items():
         r = steps[k]
-        if SHARE * r.priority > step.priority and step.cost > r.cost / max(1, cores) - (now - t0):
+        if (SHARE * r.priority > step.priority and any(steps[d].width > 1 for d in dependents[k])
+                and step.cost > r.cost / max(1, cores) - (now - t0)):
             return True
     return False
 
@@ -319,7 +322,7 @@ class Run:
             if free < 1:
                 return None
             st = steps[k]
-            if running and _defer(st, running, steps):
+            if running and _defer(st, running, steps, dependents):
                 return None
             heapq.heappop(ready)
             rivals = 0

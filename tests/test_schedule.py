@@ -287,3 +287,21 @@ def test_equal_branches_share_the_cores():
         exe.run(inputs, trace=trace)
         first = min(trace, key=lambda e: e["ts"])
         assert first["args"]["results"] in ("t4", "t7") and first["args"]["cores"] == 1
+
+
+def test_a_short_side_step_waits_for_the_critical_paths_next_wide_step():
+    """``_defer``: a side step much less critical than a running step waits when a step after
+    the running one can use several cores and the side step would outlast the running one;
+    it runs at once when nothing wide follows, or when it would end first."""
+    import time
+    from types import SimpleNamespace as S
+    now = time.perf_counter()
+    crit = S(priority=1.0, cost=0.010, width=1)  # a short step on the critical path, running
+    wide, narrow = S(priority=0.9, cost=0.5, width=8), S(priority=0.9, cost=0.5, width=1)
+    side = S(priority=0.2, cost=0.05, width=1)
+    brief = S(priority=0.2, cost=0.001, width=1)
+    steps = [crit, wide, narrow]
+    assert executor._defer(side, {0: (now, 1)}, steps, [[1], [], []])
+    assert not executor._defer(side, {0: (now, 1)}, steps, [[2], [], []])  # nothing wide follows
+    assert not executor._defer(brief, {0: (now, 1)}, steps, [[1], [], []])  # ends first
+    assert not executor._defer(S(priority=0.6, cost=0.05, width=1), {0: (now, 1)}, steps, [[1], [], []])
