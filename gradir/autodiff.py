@@ -41,6 +41,7 @@ from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
 
 from .errors import AutodiffError, Diagnostic, GradirError, Source, shown
 from .ir import OPS, Graph, GraphInput, Op
+from .matmul_layout import fused_matmul_vjp
 from .types import TensorType, format_shape
 
 __all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "AutodiffError", "grad_text"]
@@ -260,6 +261,9 @@ def _matmul(e: Emitter, op: Op, cts: list, need: list) -> list:
         if vb:
             db = e.ReduceSum(db, axes=[-1])
     return [da, db]
+
+
+rule("FusedMatMul")(fused_matmul_vjp)  # in matmul_layout.py, beside the layouts it inverts
 
 
 @rule("Transpose")

@@ -81,6 +81,34 @@ def _matmul(draw):
     return [T(dt, a), T(dt, b)], {}
 
 
+def _fused_matmul(draw):
+    """Each operand a vector, a matrix or a batch of them, stored as its flags lay it out."""
+    dt = fdtype(draw)
+    m, k, n = draw(dims), draw(dims), draw(dims)
+    batch = shape(draw, 0, 2)
+    attrs = {}
+    if draw(st.booleans()):
+        attrs["alpha"] = draw(nice_floats)
+
+    def operand(side, rows, cols):
+        if draw(st.integers(0, 3)) == 0:
+            return [k]
+        tr, tb = draw(st.booleans()), bool(batch) and draw(st.booleans())
+        mat = [cols, rows] if tr else [rows, cols]
+        if tr:
+            attrs[f"trans{side}"] = 1
+        if tb:
+            attrs[f"transBatch{side}"] = 1
+            return [mat[0]] + batch + [mat[1]]
+        return batch + mat
+
+    a = operand("A", m, k)
+    b = operand("B", k, n)
+    if len(a) == 1 and len(b) == 1:
+        b = [k, n]
+    return [T(dt, a), T(dt, b)], attrs
+
+
 def _transpose(draw):
     shp = shape(draw)
     perm = draw(st.permutations(list(range(len(shp)))))
@@ -225,7 +253,7 @@ OP_EXAMPLES: dict[str, Callable] = {
     **{n: (lambda d: _axis_unary(d, True)) for n in ["SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad",
                                                       "LogSoftmaxGrad_13"]},
     "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": lambda d: _binary(d, FLOATS),
-    "MatMul": _matmul, "Transpose": _transpose, "Reshape": _reshape,
+    "MatMul": _matmul, "FusedMatMul": _fused_matmul, "Transpose": _transpose, "Reshape": _reshape,
     "ReduceSum": lambda d: _reduce(d, FLOATS + [DType.Int32, DType.Int64]), "ReduceMean": _reduce,
     "Sum": _sum,
     "LSTMCell": _lstm_cell, "GradLSTMCellInput": _grad_cell,

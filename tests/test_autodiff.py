@@ -119,6 +119,17 @@ CASES = {
                              "output t2\n", {}),
     "MatMul-vector-vector": ("input t0 : Float64 [4]\ninput t1 : Float64 [4]\nt2 = MatMul(t0, t1)\n"
                              "output t2\n", {}),
+    "FusedMatMul": ("input t0 : Float64 [4, 3]\ninput t1 : Float64 [5, 4]\n"
+                    "t2 = FusedMatMul(t0, t1, alpha=-1.5, transA=1, transB=1)\noutput t2\n", {}),
+    "FusedMatMul-transA-batched-broadcast": ("input t0 : Float64 [1, 4, 3]\ninput t1 : Float64 [2, 4, 5]\n"
+                                             "t2 = FusedMatMul(t0, t1, transA=1)\noutput t2\n", {}),
+    "FusedMatMul-transB-vector": ("input t0 : Float64 [4]\ninput t1 : Float64 [2, 5, 4]\n"
+                                  "t2 = FusedMatMul(t0, t1, transA=1, transB=1, alpha=2)\noutput t2\n", {}),
+    "FusedMatMul-transBatch": ("input t0 : Float64 [3, 2, 4]\ninput t1 : Float64 [5, 2, 3]\n"
+                               "t2 = FusedMatMul(t0, t1, transBatchA=1, transBatchB=1, transA=1, transB=1)\n"
+                               "output t2\n", {}),
+    "FusedMatMul-transBatch-broadcast": ("input t0 : Float64 [3, 1, 4]\ninput t1 : Float64 [2, 4, 5]\n"
+                                         "t2 = FusedMatMul(t0, t1, transBatchA=1)\noutput t2\n", {}),
     "Transpose": ("input t0 : Float64 [2, 3, 4]\nt1 = Transpose(t0, perm=[1, 2, 0])\nt2 = Transpose(t0)\n"
                   "output t1, t2\n", {}),
     "Reshape": ("input t0 : Float64 [2, 3, 4]\nt1 = Reshape(t0, shape=[4, -1])\noutput t1\n", {}),

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..matmul_layout import operand_perm
 from . import kernel
 from .parallel import parallel_rows
 
@@ -90,6 +91,20 @@ def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) ->
     if out is None:
         return np.asarray(np.matmul(a, b))  # vector @ vector is a rank-0 array, not a NumPy scalar
     return np.matmul(a, b, out=out)
+
+
+@kernel("FusedMatMul", blas=True)
+def fused_matmul(a: np.ndarray, b: np.ndarray, *, alpha: float = 1.0, transA: int = 0, transB: int = 0,
+                 transBatchA: int = 0, transBatchB: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """``alpha · (A' @ B')``: the operands laid out as strided views (``matmul_layout``), which
+    NumPy hands to BLAS with a transpose flag and leading dimension (no copy); then ``alpha``
+    multiplies the product in place, as a ``Scale`` after a ``MatMul`` would."""
+    pa = operand_perm(a.ndim, bool(transA), bool(transBatchA))
+    pb = operand_perm(b.ndim, bool(transB), bool(transBatchB))
+    c = matmul(a if pa is None else a.transpose(pa), b if pb is None else b.transpose(pb), out=out)
+    if alpha != 1.0:
+        np.multiply(c, c.dtype.type(alpha), out=c)
+    return c
 
 
 @kernel("Transpose")
