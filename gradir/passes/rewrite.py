@@ -83,7 +83,7 @@ class Sweep:
     def can_drop(self, op: Op, by: str) -> bool:
         """May ``op`` (one result) be dropped in favour of the value ``by``?"""
         r = op.results[0]
-        return not (r in self.outputs and (by in self.inputs or by in self.outputs)) and r != by
+        return not (r in self.outputs and by in self.inputs) and r != by
 
     def drop(self, op: Op, by: str) -> bool:
         """Drop ``op``: later reads of its result read ``by`` instead.  False (and ``op`` kept) when

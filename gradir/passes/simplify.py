@@ -1,7 +1,7 @@
 """``simplify``: ops that compute nothing disappear, and constant factors merge where that is exact.
 
-* ``Identity``, a ``Reshape`` to the same shape, a ``Transpose`` that moves only size-1 axes (or
-  none), ``Scale`` by 1 and ``Neg(Neg(x))`` are dropped: their readers read the operand.
+* ``Identity``, a ``Reshape`` to the same shape, a ``Transpose`` to the same shape that moves only
+  size-1 axes (or none), ``Scale`` by 1 and ``Neg(Neg(x))`` are dropped: their readers read the operand.
 * ``Transpose(Transpose(x))`` and ``Reshape(Reshape(x))`` become one op (then dropped if a no-op).
 * ``Mul`` by a constant that holds one number (floating point, the result shaped as the other
   operand) is that ``Scale``; ``Neg`` of a ``Scale`` and ``Scale`` of a ``Neg`` are one ``Scale``.
@@ -36,9 +36,9 @@ def transpose_perm(op: Op, rank: int) -> list[int]:
 
 
 def _noop_transpose(t: TensorType, perm: list[int]) -> bool:
-    """Only size-1 axes move (a ``?`` axis counts as larger)."""
+    """The same shape, and only size-1 axes move (a ``?`` axis counts as larger)."""
     moved = [p for p in perm if t.shape[p] != 1]
-    return moved == sorted(moved)
+    return moved == sorted(moved) and all(t.shape[p] == t.shape[k] for k, p in enumerate(perm))
 
 
 def _power_of_two(x: float) -> bool:
