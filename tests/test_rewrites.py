@@ -242,6 +242,36 @@ def test_mul_by_a_constant_is_a_scale_and_neg_of_scale_one_scale():
     assert _ops(exe) == ["Scale"] and exe.plan.steps[0].op.attrs["factor"] == -0.25
 
 
+def test_neg_of_a_product_is_its_alpha():
+    text = ("input t0 : Float32 [3, 4]\ninput t1 : Float32 [4, 5]\nt2 = MatMul(t0, t1)\nt3 = Neg(t2)\n"
+            "t4 = Scale(t3, factor=0.25)\noutput t4\n")
+    got, want, exe = _run_all(text)
+    _same_bits(got, want)
+    assert [str(s.op) for s in exe.plan.steps] == ["t4 = FusedMatMul(t0, t1, alpha=-0.25) : Float32 [3, 5]"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.permutations([0, 1, 2]), st.permutations([0, 1, 2]), st.sampled_from(["Float32", "Float64"]))
+def test_random_transposes_fold_where_a_layout_says_the_same(pa, pb, dtype):
+    """A [2, 3, 4]-shaped product of two transposed batches: folded exactly when FusedMatMul has
+    the layout, with the unrewritten numbers (to rounding) either way."""
+    want_a, want_b = [2, 3, 4], [2, 4, 5]
+    sa = [0] * 3
+    sb = [0] * 3
+    for k, p in enumerate(pa):
+        sa[p] = want_a[k]
+    for k, p in enumerate(pb):
+        sb[p] = want_b[k]
+    text = (f"input t0 : {dtype} {sa}\ninput t1 : {dtype} {sb}\nt2 = Transpose(t0, perm={list(pa)})\n"
+            f"t3 = Transpose(t1, perm={list(pb)})\nt4 = MatMul(t2, t3)\noutput t4\n")
+    got, want, exe = _run_all(text)
+    _close_products(got, want, 4)
+    moved = [list(p) for p in (pa, pb) if list(p) != [0, 1, 2]]  # an identity goes in simplify
+    folds = sum(perm_to_flags(p) is not None for p in moved)
+    assert _ops(exe).count("Transpose") == len(moved) - folds
+    assert _ops(exe).count("FusedMatMul" if folds else "MatMul") == 1
+
+
 def test_outputs_keep_their_names_labels_and_never_become_inputs():
     text = ('input t0 "x" : Float32 [2, 3]\nt1 = Identity(t0)\nt2 = Exp(t0)\nt3 = Identity(t2)\n'
             't4 = Neg(t2)\nt5 = Neg(t4)\noutput t1 "copy", t3 "e", t5 "e2", t2\n')

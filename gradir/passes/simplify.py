@@ -5,8 +5,9 @@
 * ``Transpose(Transpose(x))`` and ``Reshape(Reshape(x))`` become one op (then dropped if a no-op).
 * ``Mul`` by a constant that holds one number (floating point, the result shaped as the other
   operand) is that ``Scale``; ``Neg`` of a ``Scale`` and ``Scale`` of a ``Neg`` are one ``Scale``.
-* ``Scale`` of a ``MatMul`` or ``FusedMatMul`` that nothing else reads is the product's ``alpha``
-  (the kernel multiplies the product in place by the same number: the same bits).
+* ``Scale`` (or ``Neg``) of a ``MatMul`` or ``FusedMatMul`` that nothing else reads is the
+  product's ``alpha`` (the kernel multiplies the product in place by the same number: the same
+  bits).
 * ``Scale(Scale(x, a), b)`` is ``Scale(x, a·b)`` only when one factor is a power of two and
   ``a·b`` is exact in the dtype: then the bits are the same, unless ``x·a`` overflows or is
   subnormal where ``x·a·b`` is not.  (The same holds for a ``Scale`` of a product whose ``alpha``
@@ -91,6 +92,8 @@ def simplify(p: Program) -> str:
                 changed += sw.drop(op, inner.operands[0])
             elif inner is not None:
                 changed += _scale(sw, op, inner.operands[0], -inner.attrs["factor"])
+            elif sw.made_by(x, "MatMul", "FusedMatMul") and sw.only_use(x) and sw.type(x).dtype.is_float:
+                changed += _scale(sw, op, x, -1.0)  # the product's alpha, negated
         elif name == "Mul" and sw.type(r).dtype.is_float:
             for i in (0, 1):
                 f = _one_number(sw.made_by(op.operands[1 - i], "Constant"))
