@@ -169,11 +169,13 @@ def _flag(name: str, doc: str) -> Attr:
 
 
 class FusedMatMulOp(Op):
-    """ONNX Runtime's com.microsoft FusedMatMul: alpha * (A' @ B'), NumPy matmul of the operands as
-    laid out by transA/transB (swap the last two axes) and transBatchA/transBatchB (rank >= 3: the
-    first axis is the matrix row axis, axes 1..r-2 the batch); a vector ignores trans. The kernel
-    reads transposed operands in place (strided views), so no transposed copy is made; the
-    `fold-transpose-matmul` pass makes this op from Transpose feeding MatMul."""
+    """alpha * (A' @ B'), operands transposed by flags and read in place (ORT's com.microsoft op).
+
+NumPy matmul of the operands as laid out: transA/transB swap an operand's last two axes;
+transBatchA/transBatchB (rank >= 3) make its first axis the matrix row axis and axes 1..r-2 the
+batch; a vector ignores trans. The kernel hands transposed operands to BLAS as strided views, so
+no transposed copy is made. The `fold-transpose-matmul` pass makes this op from a Transpose
+feeding a MatMul, `simplify` folds a Scale of it into alpha."""
 
     BROADCASTS = True
     LINEAR_IN = (0, 1)
