@@ -9,11 +9,11 @@
   flattened rows: ``Σ_b A_bᵀ·B_b = Aᵀ·B`` with ``A`` and ``B`` reshaped to ``[batch·rows, cols]``
   (a ``Reshape`` of each operand, which the layouts make contiguous), then one ``FusedMatMul``.
 
-The sums are the same numbers in another order, so results agree to rounding (the 2-D product
-sums each element in one BLAS call; the batched one sums per batch, then across): a test holds
-them to 2·K·eps relative to Σ|a||b|.  A transposed operand read in place gives the product's bits
-where BLAS runs the same kernel on both layouts (large matrices with OpenBLAS); a matrix-vector
-shape can take another BLAS kernel (gemv), which sums in another order.
+The sums are the same products added in another order (the 2-D product sums each element in one
+BLAS call; the batched one per batch, then across), so results agree to rounding: the tests hold
+them within 2·K·eps·Σ|a·b|.  A transposed operand read in place gives the product's bits where
+BLAS runs the same kernel for both layouts (large matrices, OpenBLAS); a matrix-vector shape or a
+small product can take another kernel (gemv, a small-matrix kernel) that sums in another order.
 """
 
 from __future__ import annotations
