@@ -338,3 +338,20 @@ def test_random_chains_simplify_to_the_same_bits(steps, dtype, outs):
     text = "\n".join(lines) + f"\noutput {', '.join(outputs)}\n"
     got, want, _ = _run_all(text)
     _same_bits(got, want)
+
+
+def test_the_command_line_lists_shows_and_switches_the_rewrites(tmp_path, capsys):
+    from gradir.cli import main
+    assert main(["plan", "--list-passes"]) == 0
+    names = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+    assert names.index("cse") < names.index("simplify") < names.index("fold-transpose-matmul") \
+        < names.index("flatten-batched-matmul") < names.index("dce")
+    f = tmp_path / "fold.gir"
+    f.write_text(FOLD)
+    assert main(["plan", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "#   fold-transpose-matmul: folded 5 Transposes" in out and "= Transpose" not in out
+    assert main(["plan", str(f), "--disable", "fold-transpose-matmul"]) == 0
+    out = capsys.readouterr().out
+    assert "fold-transpose-matmul" not in out and "= Transpose" in out
+    assert main(["run", str(f), "--disable", "simplify,fold-transpose-matmul,flatten-batched-matmul"]) == 0
