@@ -87,6 +87,24 @@ def test_fused_matmul_kernel_is_the_laid_out_product(data):
     np.testing.assert_allclose(got, want, rtol=1e-5 if a.dtype == np.float32 else 1e-12, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_batch_times_a_matrix_is_one_product_over_its_rows(dtype):
+    """MatMul and FusedMatMul run [S, B, K] @ [K, N] as one [S·B, K] @ [K, N] product (a view, no
+    copy), into ``out`` when given; a batch whose rows do not merge (a transposed view) still works."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((6, 1, 20, 30)).astype(dtype)
+    w = rng.standard_normal((40, 30)).astype(dtype)
+    want = np.matmul(a, np.ascontiguousarray(w.T))
+    for got in (KERNELS["MatMul"].fn(a, np.ascontiguousarray(w.T)), KERNELS["FusedMatMul"].fn(a, w, transB=1)):
+        assert got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    out = np.empty(want.shape, dtype)
+    assert KERNELS["FusedMatMul"].fn(a, w, transB=1, alpha=2.0, out=out) is out
+    np.testing.assert_allclose(out, 2 * want, rtol=1e-5, atol=1e-5)
+    at = np.ascontiguousarray(a.transpose(0, 1, 3, 2))  # [6, 1, 30, 20]: transA reads it as a's batch
+    np.testing.assert_allclose(KERNELS["FusedMatMul"].fn(at, w, transA=1, transB=1), want, rtol=1e-5, atol=1e-5)
+
+
 def test_perm_to_flags_inverts_operand_perm():
     for rank in (2, 3, 4):
         for t in (0, 1):
