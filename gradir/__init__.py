@@ -8,7 +8,8 @@ from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError,
                      RenderError, Span, VerifyError)
-from .ir import OPS, Attr, BackwardOp, Graph, GraphInput, Op, Operand
+from .graph import Graph, GraphInput
+from .ir import OPS, Attr, BackwardOp, Op, Operand
 from .autodiff import AutodiffError, grad
 from .builder import BuilderError, GraphBuilder
 from .dot import to_dot

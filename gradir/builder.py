@@ -37,7 +37,8 @@ import numpy as np
 
 from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
 from .errors import ArgumentError, BuilderError, Diagnostic, VerifyError, shown
-from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, OpErrors, format_attr_value
+from .graph import Graph, GraphInput
+from .ir import OPS, REQUIRED, Op, OpError, OpErrors, format_attr_value
 from .types import DType, TensorType
 
 __all__ = ["GraphBuilder", "Value", "BuilderError"]

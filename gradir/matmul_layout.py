@@ -52,7 +52,7 @@ def _inverse(perm: list[int]) -> list[int]:
 
 
 def fused_matmul_vjp(e: Any, op: Any, cts: list, need: list) -> list:
-    """The gradient rule of ``FusedMatMul`` (``e`` is autodiff's ``Emitter``).
+    """The gradient rule of ``FusedMatMul`` (``e`` is ``gradrules.Emitter``).
 
     With ``C = alpha · A' @ B'``: ``dA' = alpha · dC @ B'ᵀ`` and ``dB' = alpha · A'ᵀ @ dC``, each one
     ``FusedMatMul`` whose flags absorb the transposes (no ``Transpose`` op for matrices and

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import statistics
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 import numpy as np
 
 from .errors import Diagnostic, InputError
-from .ir import Graph
+from .graph import Graph
 from .types import DType
 
 if TYPE_CHECKING:
@@ -33,14 +34,14 @@ def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     scales: dict[str, float] = {}
     for op in graph.ops:
         for i, v in enumerate(op.operands):
-            if v is not None and v not in ranges:
-                r = op.demo_range(i, graph.types)
-                if r is not None:
-                    ranges[v] = r
-            if v is not None and v not in scales:
-                a = op.demo_scale(i)
-                if a is not None:
-                    scales[v] = a
+            sample = op.operand_spec(i).sample
+            if v is None or not sample or v in ranges or v in scales:
+                continue
+            if sample == "weights":
+                scales[v] = 1.0 / math.sqrt(op.attrs["hidden_size"])
+            elif sample == "lengths":
+                x = graph.types.get(op.operands[0]) if op.operands else None
+                ranges[v] = (1, x.shape[0] if x is not None and x.rank >= 1 and x.shape[0] is not None else 1)
     out = {}
     for inp in graph.inputs:
         t = inp.type

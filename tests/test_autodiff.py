@@ -399,7 +399,7 @@ def test_an_op_without_a_rule_off_the_path_is_fine():
 
 
 @pytest.mark.parametrize("wrt, fragment", [
-    (["t9"], "wrt: t9 is not an input of the graph (its inputs are t0, t1, t2, t3, t4)"),
+    (["t9"], "wrt: t9 is not an input of the graph, by name or label (its inputs are t0, t1, t2, t3, t4)"),
     (["t0", "t0"], "wrt: t0 is listed twice"),
     ([], "wrt is empty"),
 ])

@@ -13,7 +13,8 @@ from typing import Callable, Optional
 
 import networkx as nx
 
-from ..ir import Graph, Op
+from ..graph import Graph
+from ..ir import Op
 
 __all__ = ["Program", "Pass", "PASSES", "DEFAULT_PASSES", "run_passes", "register_pass", "lint"]
 
