@@ -211,6 +211,41 @@ def test_which_summed_products_flatten(a, b, attrs, like, flattens):
     _close_products(text, got, want, 12)
 
 
+def _storage(logical, perm):
+    """The stored shape of an operand that ``perm`` lays out as ``logical``."""
+    shape = [0] * len(perm)
+    for k, p in enumerate(perm):
+        shape[p] = logical[k]
+    return shape
+
+
+def _merges(perm, kept, contracted):
+    """The batch axes then the contracted one are adjacent and in order, the kept axis at one end."""
+    r = len(perm)
+    run = list(perm[:-2]) + [perm[contracted]]
+    return (perm[kept] == 0 and run == list(range(1, r))) or (perm[kept] == r - 1 and run == list(range(r - 1)))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=2), st.integers(1, 4), st.integers(1, 4),
+       st.integers(1, 4), st.lists(st.booleans(), min_size=4, max_size=4), st.booleans())
+def test_random_summed_products_flatten_where_the_rows_merge(batch, m, j, n, flags, lead):
+    ta, tb, tba, tbb = (int(f) for f in flags)
+    r = len(batch) + 2
+    pa, pb = operand_perm(r, bool(ta), bool(tba)), operand_perm(r, bool(tb), bool(tbb))
+    sa, sb = _storage(batch + [m, j], pa), _storage(batch + [j, n], pb)
+    like = [1, m, n] if lead else [m, n]
+    attrs = ", ".join(f"{k}=1" for k, v in zip(["transA", "transB", "transBatchA", "transBatchB"], flags) if v)
+    text = (f"input t0 : Float64 {sa}\ninput t1 : Float64 {sb}\ninput t2 : Float64 {like}\n"
+            f"t3 = FusedMatMul(t0, t1{', ' + attrs if attrs else ''})\nt4 = ReduceSumTo(t3, t2)\noutput t4\n")
+    got, want, exe = _run_all(text)
+    k = j
+    for d in batch:
+        k *= d
+    _close_products(text, got, want, k)
+    assert ("ReduceSumTo" not in _ops(exe)) == (_merges(pa, -2, -1) and _merges(pb, -1, -2))
+
+
 def test_a_product_read_elsewhere_is_not_flattened():
     text = ("input t0 : Float32 [4, 3, 5]\ninput t1 : Float32 [4, 3, 2]\ninput t2 : Float32 [5, 2]\n"
             "t3 = FusedMatMul(t0, t1, transA=1)\nt4 = ReduceSumTo(t3, t2)\noutput t4, t3\n")
