@@ -291,6 +291,12 @@ def test_scale_of_scale_merges_only_when_exact():
     assert exact_product(2.0 ** -100, 2.0 ** -100, np.dtype(np.float32)) is None  # underflows
     text = "input t0 : Float32 [8]\nt1 = Scale(t0, factor=0.1)\nt2 = Scale(t1, factor=3)\noutput t2\n"
     assert _ops(_compile(text)) == ["Scale", "Scale"]
+    # a factor Float32 cannot hold stays as written, without a warning from the compiler
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = "input t0 : Float32 [8]\nt1 = Scale(t0, factor=1e300)\nt2 = Scale(t1, factor=0.5)\noutput t2\n"
+        assert _ops(_compile(text)) == ["Scale", "Scale"]
 
 
 def test_mul_by_a_constant_is_a_scale_and_neg_of_scale_one_scale():

@@ -46,15 +46,21 @@ def _power_of_two(x: float) -> bool:
     return x != 0 and math.isfinite(x) and math.frexp(abs(x))[0] == 0.5
 
 
+def _in(dtype: np.dtype, x: float) -> float:
+    """``x`` rounded to ``dtype`` (a factor too large for it is inf, without a warning)."""
+    with np.errstate(over="ignore"):
+        return float(dtype.type(x))
+
+
 def exact_product(a: float, b: float, dtype: np.dtype) -> Optional[float]:
     """``a·b`` when multiplying by it gives the bits of multiplying by ``a`` then ``b`` in ``dtype``
     (one of them a power of two, the product a normal number of the dtype), else None."""
-    fa, fb = float(dtype.type(a)), float(dtype.type(b))
+    fa, fb = _in(dtype, a), _in(dtype, b)
     if not (_power_of_two(fa) or _power_of_two(fb)):
         return None
     prod = fa * fb
     info = np.finfo(dtype)
-    if not math.isfinite(prod) or float(dtype.type(prod)) != prod or not float(info.tiny) <= abs(prod) <= float(info.max):
+    if not math.isfinite(prod) or _in(dtype, prod) != prod or not float(info.tiny) <= abs(prod) <= float(info.max):
         return None
     return prod
 
@@ -148,7 +154,7 @@ def _scale(sw: Sweep, op: Op, x: str, f: float) -> int:
         if prod is not None:
             x, f, changed, direct = inner.operands[0], prod, True, False
             inner = None
-    if float(dtype.type(f)) == 1.0 and sw.can_drop(op, x):
+    if _in(dtype, f) == 1.0 and sw.can_drop(op, x):
         sw.drop(op, x)
         return 1
     if (direct and inner is not None and inner.op_name in ("MatMul", "FusedMatMul") and sw.only_use(x)
