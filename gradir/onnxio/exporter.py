@@ -91,7 +91,8 @@ class _Export:
         if domain:
             self.domains.add(domain)
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(self.h.make_node(op_type, inputs, outputs, domain=domain or None, **attrs))
+        name = f"{op_type}_{outputs[0]}" if outputs and outputs[0] else self.fresh(op_type)
+        self.nodes.append(self.h.make_node(op_type, inputs, outputs, name=name, domain=domain or None, **attrs))
 
     # -- the export --------------------------------------------------------------------------------------
     def run(self) -> Any:
@@ -261,16 +262,7 @@ def _reduce_op(e: _Export, op: Op) -> None:
 def _scale(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)
     t = e.type(op.operands[0])
-    e.node("Mul", [ins[0], e.init(np.array(op.attrs["factor"], t.dtype.numpy), "factor")], outs)
-
-
-def _shape_input(e: _Export, v: str) -> str:
-    t = e.type(v)
-    if t.is_static:
-        return e.ints(t.shape)
-    name = e.fresh("shape")
-    e.node("Shape", [e.name(v)], [name])
-    return name
+    e.node("Scale", [ins[0], e.init(np.array(op.attrs["factor"], t.dtype.numpy), "factor")], outs, MS_DOMAIN)
 
 
 @exporter("ZerosLike")
@@ -278,13 +270,21 @@ def _zeros_like(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)
     t = e.type(op.operands[0])
     zero = e.onnx.numpy_helper.from_array(np.zeros(1, t.dtype.numpy))
-    e.node("ConstantOfShape", [_shape_input(e, op.operands[0])], outs, value=zero)
+    e.node("ConstantOfShape", [_shape_of(e, op.operands[0])], outs, value=zero)
+
+
+def _shape_of(e: _Export, v: str) -> str:
+    """``Shape(v)``: the shape read from the value itself, as gradir's ``Like`` operands do (``import_onnx``
+    turns ``Expand(x, Shape(v))`` back into ``BroadcastTo(x, v)``)."""
+    name = e.fresh("shape")
+    e.node("Shape", [e.name(v)], [name])
+    return name
 
 
 @exporter("BroadcastTo")
 def _broadcast_to(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)
-    e.node("Expand", [ins[0], _shape_input(e, op.operands[1])], outs)
+    e.node("Expand", [ins[0], _shape_of(e, op.operands[1])], outs)
 
 
 @exporter("ReduceSumTo")

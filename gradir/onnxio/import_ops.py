@@ -16,7 +16,7 @@ import numpy as np
 
 from .common import MS_DOMAIN
 
-__all__ = ["HANDLERS", "Unsupported", "handler"]
+__all__ = ["HANDLERS", "Unsupported", "handler", "custom"]
 
 Handler = Callable[[Any, Any, dict], list]
 HANDLERS: dict[tuple[str, str], Handler] = {}
@@ -260,7 +260,7 @@ def _expand(ctx: Any, node: Any, attrs: dict) -> list:
     if like is None:
         shape = [int(d) for d in ctx.const(node, 1, "shape").reshape(-1)]
         out = np.broadcast_shapes(tuple(1 if d is None else d for d in x.shape), tuple(shape))
-        like = ctx.b.constant(0, "Bool", list(out))
+        like = ctx.b.constant(False, "Bool", list(out))
     return [ctx.b.BroadcastTo(x, like)]
 
 
@@ -376,6 +376,11 @@ def _passthrough(name: str, n_out: Optional[int] = None) -> Handler:
 
 HANDLERS[(MS_DOMAIN, "LSTMTraining")] = _passthrough("LSTMTraining")
 HANDLERS[(MS_DOMAIN, "LSTMGrad")] = _passthrough("LSTMGrad")
+def custom(op_type: str) -> Handler:
+    """A node of the ``ai.gradir`` domain (``export_onnx(custom_domain=True)``): the gradir op itself."""
+    return _passthrough(op_type)
+
+
 HANDLERS[("", "SoftmaxCrossEntropyLoss")] = _passthrough("SoftmaxCrossEntropyLoss")
 HANDLERS[(MS_DOMAIN, "SoftmaxCrossEntropyLossGrad")] = _passthrough("SoftmaxCrossEntropyLossGrad")
 

@@ -29,8 +29,8 @@ from ..errors import Diagnostic, GradirError, OnnxError
 from ..ir import OPS
 from ..syntax import parse
 from ..types import DType
-from .common import MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, require_onnx
-from .import_ops import HANDLERS, Unsupported
+from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, require_onnx
+from .import_ops import HANDLERS, Unsupported, custom
 
 __all__ = ["import_onnx", "Importer"]
 
@@ -242,6 +242,8 @@ class Importer:
             if self._fold(node, domain, attrs):
                 return
             fn = HANDLERS.get((domain, node.op_type))
+            if fn is None and domain == GRADIR_DOMAIN and node.op_type in OPS:
+                fn = custom(node.op_type)
             if fn is None:
                 raise Unsupported("gradir has no equivalent op" if domain in ("", MS_DOMAIN) else
                                   f"the domain {domain!r} is not supported")
@@ -283,6 +285,14 @@ class Importer:
             if start == 0 and end is None:
                 self.shape_of[node.output[0]] = v
             return True
+        if domain == "" and node.op_type == "ConstantOfShape" and node.input[0] in self.shape_of:
+            v = self.shape_of[node.input[0]]
+            fill = self.onnx.numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
+            if fill.size == 1 and fill.reshape(-1)[0] == 0 and not np.signbit(fill.reshape(-1)[0]) and \
+                    fill.dtype == v.dtype.numpy:
+                self.values[node.output[0]] = self.b.ZerosLike(v)  # the zeros of v's shape and dtype
+                self.comments.append((self.b.num_ops - 1, self.b.num_ops, node.name or node.op_type))
+                return True
         if domain == MS_DOMAIN and node.op_type == "BroadcastGradientArgs":
             a, b = (self.consts.get(n) for n in node.input[:2])
             if a is None or b is None:
@@ -332,7 +342,12 @@ class Importer:
         raise OnnxError([head] + [Diagnostic(p, filename=self.filename) for p in self.problems])
 
     def _with_comments(self, graph: Any) -> Any:
-        """The graph re-read from its text with each op line ending in ``# <ONNX node name>``."""
+        """The graph re-read from its text with each op line ending in ``# <ONNX node name>``.  An ONNX name
+        that is the value's own gradir name (``t3`` for ``t3``: a model gradir exported) is no label."""
+        for i in graph.inputs:
+            if i.label == i.name:
+                i.label = None
+        graph.output_labels = [None if lb == o else lb for o, lb in zip(graph.outputs, graph.output_labels)]
         lines = graph.to_text().split("\n")
         head = (1 if graph.name is not None else 0) + len(graph.inputs)
         for first, end, name in self.comments:
