@@ -160,6 +160,11 @@ def _log(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [e.Div(cts[0], _x(op))]
 
 
+@rule("Sqrt")
+def _sqrt(e: Emitter, op: Op, cts: list, need: list) -> list:
+    return [e.Div(e.Scale(cts[0], factor=0.5), op.results[0])]  # dY / (2 sqrt(x))
+
+
 @rule("Scale")
 def _scale(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [e.Scale(cts[0], factor=op.attrs["factor"])]

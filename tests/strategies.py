@@ -215,7 +215,7 @@ DECLARED_EXAMPLES: dict[str, Callable] = {"Constant": constant_example}
 
 OP_EXAMPLES: dict[str, Callable] = {
     "Constant": lambda d: ([], constant_example(d)[0]),  # no operands; its type is in DECLARED_EXAMPLES
-    **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log"]},
+    **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log", "Sqrt"]},
     "Neg": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
     "Identity": lambda d: _unary(d, list(DType)),
     "LeakyRelu": _alpha_unary, "QuickGelu": _alpha_unary,

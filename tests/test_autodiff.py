@@ -109,6 +109,7 @@ CASES = {
     "Neg": ("input t0 : Float64 [3]\nt1 = Neg(t0)\noutput t1\n", {}),
     "Exp": ("input t0 : Float64 [3, 2]\nt1 = Exp(t0)\noutput t1\n", {}),
     "Log": ("input t0 : Float64 [3, 2]\nt1 = Log(t0)\noutput t1\n", {"positive": ["t0"]}),
+    "Sqrt": ("input t0 : Float64 [3, 2]\nt1 = Sqrt(t0)\noutput t1\n", {"positive": ["t0"]}),
     "Identity": ("input t0 : Float64 [3]\nt1 = Identity(t0)\noutput t1\n", {}),
     "MatMul": ("input t0 : Float64 [3, 4]\ninput t1 : Float64 [4, 5]\nt2 = MatMul(t0, t1)\noutput t2\n", {}),
     "MatMul-batched-broadcast": ("input t0 : Float64 [2, 1, 3, 4]\ninput t1 : Float64 [5, 4, 2]\n"
@@ -203,7 +204,7 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
         else:  # LSTMTraining's sequence lengths
             S = types[0].shape[0]
             ints[v] = data.draw(st.lists(st.integers(1, S), min_size=t.shape[0], max_size=t.shape[0]))
-        if (name == "Log") or (name == "Div" and k == 1):
+        if name in ("Log", "Sqrt") or (name == "Div" and k == 1):
             positive.add(v)
         inputs.append(GraphInput(v, t))
         operands.append(v)

@@ -23,7 +23,7 @@ from strategies import OP_EXAMPLES, graphs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-MATH_OPS = ["Add", "Sub", "Mul", "Div", "Neg", "Exp", "Log", "Identity", "MatMul", "Transpose", "Reshape",
+MATH_OPS = ["Add", "Sub", "Mul", "Div", "Neg", "Exp", "Log", "Sqrt", "Identity", "MatMul", "Transpose", "Reshape",
             "ReduceSum", "ReduceMean", "Sum"]
 
 

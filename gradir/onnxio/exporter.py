@@ -17,6 +17,7 @@ import numpy as np
 
 from ..constants import value_array
 from ..errors import ArgumentError, Diagnostic, OnnxError
+from ..errors import OnnxUnsupported as NoCounterpart
 from ..graph import Graph
 from ..ir import Op
 from ..labels import output_labels_of
@@ -29,10 +30,6 @@ MIN_OPSET = 11
 
 Exporter = Callable[["_Export", Op], None]
 EXPORTERS: dict[str, Exporter] = {}
-
-
-class NoCounterpart(Exception):
-    """Raised by an exporter: the op has no ONNX/ORT op of identical semantics (here), and why."""
 
 
 def exporter(*names: str) -> Callable[[Exporter], Exporter]:
@@ -171,7 +168,7 @@ def _same(onnx_name: str, domain: str = "", attrs: tuple = ()) -> Exporter:
     return fn
 
 
-for _n in ("Identity", "Neg", "Exp", "Log", "Relu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "MatMul", "Sum"):
+for _n in ("Identity", "Neg", "Exp", "Log", "Sqrt", "Relu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "MatMul", "Sum"):
     EXPORTERS[_n] = _same(_n)
 EXPORTERS["LeakyRelu"] = _same("LeakyRelu", attrs=("alpha",))
 for _n in ("ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"):

@@ -14,16 +14,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..errors import OnnxUnsupported as Unsupported
 from .common import MS_DOMAIN
 
 __all__ = ["HANDLERS", "Unsupported", "handler", "custom"]
 
 Handler = Callable[[Any, Any, dict], list]
 HANDLERS: dict[tuple[str, str], Handler] = {}
-
-
-class Unsupported(Exception):
-    """Raised by a handler: the node cannot be imported exactly, and why (one line)."""
 
 
 def handler(*names: str, domain: str = "") -> Callable[[Handler], Handler]:
@@ -46,7 +43,7 @@ def _only(attrs: dict, allowed: set[str], node: Any) -> None:
 
 
 # -- one to one ------------------------------------------------------------------------------------------
-_SAME = {"Identity": "Identity", "Neg": "Neg", "Exp": "Exp", "Log": "Log", "Relu": "Relu", "Sigmoid": "Sigmoid",
+_SAME = {"Identity": "Identity", "Neg": "Neg", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt", "Relu": "Relu", "Sigmoid": "Sigmoid",
          "Tanh": "Tanh", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "MatMul": "MatMul"}
 
 
@@ -148,6 +145,15 @@ def _squeeze(ctx: Any, node: Any, attrs: dict) -> list:
         if keep.count(None) > 1:
             raise Unsupported(f"Squeeze of {x.type} needs a static shape (more than one '?' dimension)")
     return [ctx.b.Reshape(x, shape=[-1 if d is None else d for d in keep])]
+
+
+@handler("Flatten")
+def _flatten(ctx: Any, node: Any, attrs: dict) -> list:
+    x = ctx.x(node, 0)
+    axis = int(attrs.get("axis", 1)) % (x.rank + 1) if x.rank else 0
+    shape = _static(x, "Flatten")
+    rows = int(np.prod(shape[:axis], dtype=np.int64))
+    return [ctx.b.Reshape(x, shape=[rows, int(np.prod(shape[axis:], dtype=np.int64))])]
 
 
 @handler("Unsqueeze")

@@ -30,7 +30,8 @@ from ..ir import OPS
 from ..syntax import parse
 from ..types import DType
 from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, require_onnx
-from .import_ops import HANDLERS, Unsupported, custom
+from ..errors import OnnxUnsupported as Unsupported
+from .import_ops import HANDLERS, custom
 
 __all__ = ["import_onnx", "Importer"]
 
@@ -136,6 +137,7 @@ class Importer:
         g = self.proto.graph
         nodes, grad_outputs = self._strip_accumulators(list(g.node))
         inits = {t.name: t for t in g.initializer}
+        nodes = fuse_erf_gelu(self.onnx, nodes, inits, {o.name for o in g.output}, self.notes)
         used = {n for node in nodes for n in node.input} | {o.name for o in g.output} | set(grad_outputs)
         for vi in g.input:
             if vi.name not in used and (vi.name in inits or vi.name in self._dropped):
@@ -381,3 +383,77 @@ def _broadcast_gradient_args(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, 
     ra = [k for k in range(n) if pa[k] == 1 and pb[k] != 1 or k < n - len(a)]
     rb = [k for k in range(n) if pb[k] == 1 and pa[k] != 1 or k < n - len(b)]
     return np.array(ra, np.int64), np.array(rb, np.int64)
+
+
+def fuse_erf_gelu(onnx: Any, nodes: list, inits: dict, graph_outputs: set[str], notes: list[str]) -> list:
+    """An erf-written GELU (``x * (1 + Erf(x / sqrt(2))) * 0.5`` as PyTorch exports it, with the Mul by 0.5
+    first or last) becomes one ``Gelu`` node, as ONNX Runtime's transformers make it before training."""
+    consts = {n: onnx.numpy_helper.to_array(t) for n, t in inits.items()}
+    for node in nodes:
+        if node.op_type == "Constant" and _domain(node.domain) == "" and node.attribute and \
+                node.attribute[0].name == "value":
+            consts[node.output[0]] = onnx.numpy_helper.to_array(node.attribute[0].t)
+    producer = {o: n for n in nodes for o in n.output}
+    uses: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            uses.setdefault(i, []).append(n)
+
+    def scalar(name: str, want: float, tol: float = 1e-6) -> bool:
+        a = consts.get(name)
+        return a is not None and a.size == 1 and abs(float(a.reshape(-1)[0]) - want) <= tol * abs(want)
+
+    def only_use(name: str) -> Any:
+        u = uses.get(name, [])
+        return u[0] if len(u) == 1 and name not in graph_outputs else None
+
+    def other(node: Any, name: str) -> Optional[str]:
+        ins = list(node.input)
+        return ins[1 - ins.index(name)] if len(ins) == 2 and name in ins else None
+
+    drop: set[int] = set()
+    replace: dict[int, Any] = {}
+    for erf in nodes:
+        if erf.op_type != "Erf" or _domain(erf.domain) != "":
+            continue
+        div = producer.get(erf.input[0])
+        if div is None or only_use(erf.input[0]) is not erf:
+            continue
+        if div.op_type == "Div" and scalar(div.input[1], 2 ** 0.5):
+            x = div.input[0]
+        elif div.op_type == "Mul" and (scalar(div.input[1], 2 ** -0.5) or scalar(div.input[0], 2 ** -0.5)):
+            x = div.input[0] if scalar(div.input[1], 2 ** -0.5) else div.input[1]
+        else:
+            continue
+        add = only_use(erf.output[0])
+        if add is None or add.op_type != "Add" or not scalar(other(add, erf.output[0]) or "", 1.0):
+            continue
+        m1 = only_use(add.output[0])
+        if m1 is None or m1.op_type != "Mul":
+            continue
+        partner = other(m1, add.output[0])
+        half = producer.get(partner or "")
+        chain = [div, erf, add, m1]
+        if partner == x:  # x * (1 + erf) * 0.5
+            m2 = only_use(m1.output[0])
+            if m2 is None or m2.op_type != "Mul" or not scalar(other(m2, m1.output[0]) or "", 0.5):
+                continue
+            chain.append(m2)
+            out = m2.output[0]
+        elif half is not None and half.op_type == "Mul" and x in half.input and \
+                scalar(other(half, x) or "", 0.5) and only_use(half.output[0]) is m1:  # (x * 0.5) * (1 + erf)
+            chain.append(half)
+            out = m1.output[0]
+        else:
+            continue
+        if any(id(n) in drop for n in chain):
+            continue
+        gelu = onnx.helper.make_node("Gelu", [x], [out], name="+".join(n.name for n in chain if n.name) or "Gelu",
+                                     domain=MS_DOMAIN)
+        last = max(nodes.index(n) for n in chain)
+        drop.update(id(n) for n in chain)
+        replace[last] = gelu
+    if not replace:
+        return nodes
+    notes.append(f"fused {len(replace)} erf-written GELU{'s' if len(replace) > 1 else ''} into Gelu, as ONNX Runtime does")
+    return [replace[k] if k in replace else n for k, n in enumerate(nodes) if k in replace or id(n) not in drop]
