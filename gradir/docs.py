@@ -12,6 +12,7 @@ FAMILIES = [
     ("Activation gradients (ONNX Runtime semantics)", "activation", True),
     ("Activations", "activation", False),
     ("Arithmetic, MatMul, layout and reductions", "math", None),
+    ("Losses (ONNX SoftmaxCrossEntropyLoss and its ORT gradient)", "loss", None),
     ("LSTM", "lstm", None),
     ("Shape helpers used by derived gradients", "shape", None),
     ("Constants (see format.md: the type is required)", "constant", None),
