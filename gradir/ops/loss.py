@@ -40,10 +40,11 @@ def _loss_types(ctx: InferContext, scores: int, labels: int, weights: Optional[i
                  f"{format_shape(lab.shape)}; expected {format_shape(target)} ({what} {s} without its class "
                  f"axis 1)", operand=labels)
     target = ctx.expect_shape(labels, target, f" ({what} {s} without its class axis 1)")
+    c = s.shape[1]
     if weights is not None and ctx.has(weights):
         ctx.same_dtype(scores, weights)
-        ctx.expect_shape(weights, (s.shape[1],), f" (one weight per class of {what} {s})")
-    return s, target
+        c = ctx.expect_shape(weights, (c,), f" (one weight per class of {what} {s})")[0]
+    return TensorType(s.dtype, (target[0], c) + tuple(target[1:])), target
 
 
 class SoftmaxCrossEntropyLossOp(Op):
