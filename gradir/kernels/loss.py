@@ -37,10 +37,11 @@ def _check(op: str, x: np.ndarray, labels: np.ndarray, weights: Optional[np.ndar
     return n, c, labels.size // n if n else 0
 
 
-def targets(op: str, labels: np.ndarray, n: int, c: int, ignore_index: Optional[int]
-            ) -> tuple[np.ndarray, np.ndarray]:
+def targets(op: str, labels: np.ndarray, n: int, c: int, ignore_index: Optional[int], what: str = "scores",
+            ignored: str = "ignore_index={}") -> tuple[np.ndarray, np.ndarray]:
     """(labels as Int64 [N, D] with ignored ones replaced by 0, mask of the targets not ignored).
-    Raises ``ValueError`` for a label that is not ignored and not a class index."""
+    Raises ``ValueError`` for a label that is not ignored and not a class index (``what`` names the
+    operand whose axis 1 holds the classes; ``ignored`` says how the ignored value was chosen)."""
     lab = labels.reshape(n, -1).astype(np.int64)
     keep = np.ones(lab.shape, bool) if ignore_index is None else lab != ignore_index
     bad = keep & ((lab < 0) | (lab >= c))
@@ -48,9 +49,9 @@ def targets(op: str, labels: np.ndarray, n: int, c: int, ignore_index: Optional[
         k = int(np.argmax(bad.reshape(-1)))
         where = list(np.unravel_index(k, labels.shape))
         more = int(bad.sum()) - 1
-        allowed = f"0..{c - 1}" + ("" if ignore_index is None else f" or ignore_index={ignore_index}")
+        allowed = f"0..{c - 1}" + ("" if ignore_index is None else " or " + ignored.format(ignore_index))
         raise ValueError(f"{op}: label {int(lab.reshape(-1)[k])} at labels{[int(i) for i in where]} is out of range: "
-                         f"expected {allowed} (scores have {c} classes on axis 1)"
+                         f"expected {allowed} ({what} has {c} classes on axis 1)"
                          + (f"; {more} more label{'s are' if more > 1 else ' is'} out of range" if more else ""))
     return np.where(keep, lab, 0), keep
 
@@ -107,7 +108,8 @@ def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label:
     want = label.shape if reduction == "none" else ()
     if dy.shape != want:
         raise ValueError(f"{op}: dY has shape {list(dy.shape)}; expected {list(want)} for reduction={reduction!r}")
-    lab, keep = targets(op, label, n, c, -1 if ignore_index is None else ignore_index)
+    lab, keep = targets(op, label, n, c, -1 if ignore_index is None else ignore_index, "log_prob",
+                        "ignore_index={}" if ignore_index is not None else "{} (ORT's default ignore_index)")
     r = np.exp(log_prob.reshape(n, c, d))  # a fresh [N, C, D] array
     nn, dd = np.nonzero(keep)
     r[nn, lab[nn, dd], dd] -= dtype.type(1)  # each target has one label: no repeated index

@@ -53,9 +53,12 @@ class SoftmaxCrossEntropyLossOp(Op):
     ``log_prob = LogSoftmax(scores, axis=1)``; the loss of target ``(n, d...)`` with label ``c`` is
     ``-log_prob[n, c, d...] * weights[c]`` (weight 1 without weights), 0 where the label is ``ignore_index``.
     "mean" divides the sum by the sum of the weights of the targets not ignored (their count without
-    weights): when every target is ignored that is 0/0, NaN, as in ONNX and PyTorch.  A label that is
-    not ignored must be in ``0..C-1``: another is a run-time error naming it.  Both results always
-    exist; an unused ``log_prob`` is freed at once (the kernel computes it anyway).
+    weights): when every target is ignored that is 0/0, NaN, as in ONNX's reference and PyTorch (ORT's
+    CPU kernel skips the division and gives 0).  A label that is not ignored must be in ``0..C-1``:
+    another is a run-time error naming it (ORT's kernel also ignores -1 when ``ignore_index`` is
+    absent; ONNX does not).  ONNX's ``log_prob`` result is optional; in gradir both results are always
+    named on the line, and a ``log_prob`` nothing reads is freed right after the op (the kernel computes
+    it anyway).  Labels and weights have no gradient: deriving with respect to the weights is an error.
     """
 
     OPERANDS = (Operand("scores", doc="[N, C] or [N, C, d1, ..., dk]"),
@@ -77,9 +80,10 @@ class SoftmaxCrossEntropyLossGradOp(BackwardOp):
     """ORT SoftmaxCrossEntropyLossGrad: d_logits = (exp(log_prob) - onehot(label)) * weight[label] * dY (scaled).
 
     For "none" each target's ``dY`` scales its row; for "sum" the scalar ``dY``; for "mean" ``dY``
-    divided by the summed weights (or count) of the targets not ignored, unless that is 0 (then
-    ``dY`` itself, as ORT does; every row is then 0 or weighted by 0).  Ignored targets get 0.
-    Without ``ignore_index`` ORT's kernels ignore the label -1; gradir does the same.
+    divided by the summed weights (or count) of the targets not ignored, left to right, unless that
+    is 0 (then ``dY`` itself, as ORT does).  Ignored targets get exactly 0.  Without ``ignore_index``
+    ORT's kernels ignore the label -1; gradir does the same.  Operands, attributes and result are
+    ORT's (``com.microsoft``, opset 1).
     """
 
     OPERANDS = (Operand("dY", doc="gradient of the loss: scalar for sum/mean, the labels' shape for none"),
