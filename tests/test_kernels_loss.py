@@ -357,3 +357,20 @@ def test_type_errors_are_located(text, where, message):
         gradir.parse(text, "bad.gir")
     rendered = e.value.render()
     assert f"bad.gir:{where}: error: " in rendered and message in rendered, rendered
+
+
+def test_cli_demo_run_draws_valid_labels_and_a_bad_label_exits_1(tmp_path, capsys):
+    from gradir.cli import main
+    f = tmp_path / "sce.gir"
+    f.write_text("input t0 : Float32 [8, 6]\ninput t1 : Float32 [6, 3]\ninput t2 \"labels\" : Int64 [8]\n"
+                 "t3 = MatMul(t0, t1)\nt4, t5 = SoftmaxCrossEntropyLoss(t3, t2, ignore_index=-100)\noutput t4\n")
+    for seed in range(5):  # demo labels are in 0..C-1 (other integers would be 0..9)
+        assert main(["run", str(f), "--seed", str(seed)]) == 0
+    assert main(["gradcheck", str(f)]) == 0
+    np.save(tmp_path / "lab.npy", np.array([0, 1, 2, 3, 0, 1, -100, 2]))
+    capsys.readouterr()
+    assert main(["run", str(f), "--input", f"t2={tmp_path / 'lab.npy'}", "--generate-missing"]) == 1
+    err = capsys.readouterr().err
+    assert "sce.gir:5:1: error: SoftmaxCrossEntropyLoss: label 3 at labels[3] is out of range: expected 0..2 or " \
+           "ignore_index=-100 (scores has 3 classes on axis 1)" in err
+    assert "Traceback" not in err
