@@ -28,20 +28,27 @@ __all__ = ["register", "demo_inputs", "complete_inputs", "load_inputs", "read_np
 def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     """Reproducible inputs: floats ~ N(0, 1) or the uniform range their first consumer asks
     for (LSTM weights: U(±1/√H)), integers in the range their consumer expects (e.g.
-    sequence lengths in 1..S), booleans fair coins; '?' dims are 2."""
+    sequence lengths in 1..S, class labels in 0..C-1), booleans fair coins; '?' dims are 2."""
     rng = np.random.default_rng(seed)
     ranges: dict[str, tuple[int, int]] = {}
     scales: dict[str, float] = {}
     for op in graph.ops:
         for i, v in enumerate(op.operands):
             sample = op.operand_spec(i).sample
-            if v is None or not sample or v in ranges or v in scales:
+            if v is None or not sample or ((v in ranges or v in scales) and sample != "classes"):
                 continue
             if sample == "weights":
                 scales[v] = 1.0 / math.sqrt(op.attrs["hidden_size"])
             elif sample == "lengths":
                 x = graph.types.get(op.operands[0]) if op.operands else None
                 ranges[v] = (1, x.shape[0] if x is not None and x.rank >= 1 and x.shape[0] is not None else 1)
+            elif sample == "classes":
+                x = graph.types.get(op.operands[i - 1] or "") if i else None
+                c = x.shape[1] if x is not None and x.rank >= 2 else None
+                lo, hi = ranges.get(v, (0, (2 if c is None else c) - 1))  # a '?' dim is generated as 2
+                hi = min(hi, (2 if c is None else c) - 1)  # labels read by several ops: valid for each
+                if hi >= lo:
+                    ranges[v] = (lo, hi)
     out = {}
     for inp in graph.inputs:
         t = inp.type

@@ -554,6 +554,9 @@ def test_kernel_results_never_alias_their_operands(name, data):
     if name in ("LSTMTraining", "LSTMGrad") and arrays[4 if name == "LSTMTraining" else 3] is not None:
         k = 4 if name == "LSTMTraining" else 3
         arrays[k] = np.full(types[k].shape, types[0].shape[0], dtype=types[k].dtype.numpy)  # valid lengths
+    for k, t in enumerate(types):
+        if t is not None and gradir.OPS[name].operand_spec(k).sample == "classes":  # valid class labels
+            arrays[k] = rng.integers(0, types[k - 1].shape[1], t.shape).astype(t.dtype.numpy)
     with np.errstate(all="ignore"):
         res = KERNELS[name].fn(*arrays, out=None, **op.attrs)
     for r in (res if isinstance(res, tuple) else (res,)):
