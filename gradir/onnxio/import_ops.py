@@ -388,5 +388,22 @@ def custom(op_type: str) -> Handler:
 
 
 HANDLERS[("", "SoftmaxCrossEntropyLoss")] = _passthrough("SoftmaxCrossEntropyLoss")
-HANDLERS[(MS_DOMAIN, "SoftmaxCrossEntropyLossGrad")] = _passthrough("SoftmaxCrossEntropyLossGrad")
+@handler("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN)
+def _sce_grad(ctx: Any, node: Any, attrs: dict) -> list:
+    """ORT reads a reduced loss's gradient dY as one number, whether it is [] or [1] (PyTorch-exported seeds
+    are [1]); gradir's op takes a scalar, so a [1] dY is reshaped."""
+    reduction = attrs.get("reduction", b"mean")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    dy = ctx.x(node, 0)
+    if reduction != "none" and dy is not None and dy.shape == (1,):
+        ctx.values[node.input[0] + "/scalar"] = ctx.b.Reshape(dy, shape=[])
+        node = _with_input(node, 0, node.input[0] + "/scalar")
+    return _passthrough("SoftmaxCrossEntropyLossGrad")(ctx, node, attrs)
+
+
+def _with_input(node: Any, i: int, name: str) -> Any:
+    copy = type(node)()
+    copy.CopyFrom(node)
+    copy.input[i] = name
+    return copy
 

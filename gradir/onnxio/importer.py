@@ -233,6 +233,11 @@ class Importer:
     def _node(self, node: Any) -> None:
         where = f"node {node.name or '(unnamed)'!r} ({_domain(node.domain) or 'ai.onnx'} {node.op_type})"
         if any(n in self.poisoned for n in node.input if n):
+            # fed by a node that could not be imported: report it only if its own op type is unsupported
+            d = _domain(node.domain)
+            if (d, node.op_type) not in HANDLERS and not (d == GRADIR_DOMAIN and node.op_type in OPS) and \
+                    not (d == "" and node.op_type in FOLDABLE | {"Constant"}):
+                self.problems.append(f"{where}: gradir has no equivalent op")
             self.poisoned.update(node.output)
             return
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
