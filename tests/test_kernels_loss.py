@@ -296,7 +296,9 @@ def test_the_gradient_op_checks_its_labels_too():
 def test_unused_log_prob_and_an_output_log_prob():
     x = np.random.default_rng(3).standard_normal((4, 3))
     labels = np.array([0, 1, 2, 1])
-    only_loss = gradir.compile(forward_text(x, labels)).run(feeds(x, labels))
+    exe = gradir.compile(forward_text(x, labels))
+    assert "t3, t4 = SoftmaxCrossEntropyLoss  (frees t4)" in exe.plan.describe()  # log_prob dies at once
+    only_loss = exe.run(feeds(x, labels))
     both = gradir.compile(forward_text(x, labels, outputs="t3, t4")).run(feeds(x, labels))
     assert list(only_loss) == ["t3"] and list(both) == ["t3", "t4"]
     assert only_loss["t3"].tobytes() == both["t3"].tobytes()
