@@ -401,3 +401,9 @@ def test_kernels_give_the_same_bits_however_rows_are_split(monkeypatch, reductio
             ref = bits
     finally:
         parallel.set_threads(saved)
+
+
+def test_the_gradient_reuses_log_probs_buffer():
+    bwd = gradir.grad(forward_text(np.zeros((4, 3), np.float32), np.zeros(4, np.int64)), wrt=["t0"])
+    plan = gradir.compile(bwd).plan.describe()
+    assert "t6 = SoftmaxCrossEntropyLossGrad  (in place: t6 reuses t4; frees t4" in plan, plan

@@ -96,7 +96,7 @@ def softmax_cross_entropy_loss(scores: np.ndarray, labels: np.ndarray, weights: 
     return _store(np.asarray(total, dtype), out_loss), lp
 
 
-@kernel("SoftmaxCrossEntropyLossGrad")
+@kernel("SoftmaxCrossEntropyLossGrad", inplace=True)  # out may be log_prob: each row is read before written
 def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label: np.ndarray,
                                     weight: Optional[np.ndarray] = None, *, out: Optional[np.ndarray] = None,
                                     reduction: str = "mean", ignore_index: Optional[int] = None) -> np.ndarray:
