@@ -296,7 +296,9 @@ def test_the_gradient_op_checks_its_labels_too():
 def test_unused_log_prob_and_an_output_log_prob():
     x = np.random.default_rng(3).standard_normal((4, 3))
     labels = np.array([0, 1, 2, 1])
-    only_loss = gradir.compile(forward_text(x, labels)).run(feeds(x, labels))
+    exe = gradir.compile(forward_text(x, labels))
+    assert "t3, t4 = SoftmaxCrossEntropyLoss  (frees t4)" in exe.plan.describe()  # log_prob dies at once
+    only_loss = exe.run(feeds(x, labels))
     both = gradir.compile(forward_text(x, labels, outputs="t3, t4")).run(feeds(x, labels))
     assert list(only_loss) == ["t3"] and list(both) == ["t3", "t4"]
     assert only_loss["t3"].tobytes() == both["t3"].tobytes()
@@ -304,9 +306,9 @@ def test_unused_log_prob_and_an_output_log_prob():
 
 def test_results_are_bit_identical_for_1_2_4_threads():
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((64, 100, 33)).astype(np.float32)
-    labels = rng.integers(0, 100, (64, 33))
-    labels[rng.random((64, 33)) < 0.2] = -100
+    x = rng.standard_normal((256, 100, 33)).astype(np.float32)  # 3.4 MB: big enough to split into chunks
+    labels = rng.integers(0, 100, (256, 33))
+    labels[rng.random((256, 33)) < 0.2] = -100
     w = rng.uniform(0.1, 2, 100).astype(np.float32)
     fwd = forward_text(x, labels, w, "mean", -100, outputs="t3, t4")
     bwd = gradir.grad(forward_text(x, labels, w, "mean", -100), wrt=["t0"])
@@ -374,3 +376,34 @@ def test_cli_demo_run_draws_valid_labels_and_a_bad_label_exits_1(tmp_path, capsy
     assert "sce.gir:5:1: error: SoftmaxCrossEntropyLoss: label 3 at labels[3] is out of range: expected 0..2 or " \
            "ignore_index=-100 (scores has 3 classes on axis 1)" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_kernels_give_the_same_bits_however_rows_are_split(monkeypatch, reduction):
+    """Chunks of rows on 1, 2, 3 and 4 threads, forced small enough to split even a small case."""
+    from gradir.kernels import parallel
+    monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64)
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((37, 11, 5)) * 20).astype(np.float32)
+    labels = rng.integers(0, 11, (37, 5))
+    labels[rng.random((37, 5)) < 0.2] = -1
+    w = rng.uniform(0.1, 2, 11).astype(np.float32)
+    dy = rng.standard_normal((37, 5) if reduction == "none" else ()).astype(np.float32)
+    saved = parallel.get_threads()
+    ref = None
+    try:
+        for threads in (1, 2, 3, 4):
+            parallel.set_threads(threads)
+            loss, lp = KERNELS["SoftmaxCrossEntropyLoss"].fn(x, labels, w, reduction=reduction, ignore_index=-1)
+            dx = KERNELS["SoftmaxCrossEntropyLossGrad"].fn(dy, lp, labels, w, reduction=reduction)
+            bits = (loss.tobytes(), lp.tobytes(), dx.tobytes())
+            assert ref is None or bits == ref, threads
+            ref = bits
+    finally:
+        parallel.set_threads(saved)
+
+
+def test_the_gradient_reuses_log_probs_buffer():
+    bwd = gradir.grad(forward_text(np.zeros((4, 3), np.float32), np.zeros(4, np.int64)), wrt=["t0"])
+    plan = gradir.compile(bwd).plan.describe()
+    assert "t6 = SoftmaxCrossEntropyLossGrad  (in place: t6 reuses t4; frees t4" in plan, plan

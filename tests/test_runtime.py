@@ -447,6 +447,9 @@ def test_inplace_kernels_are_right_when_out_is_any_operand(name, data):
     op.check_signature()
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
     arrays = [None if t is None else rng.standard_normal(t.shape).astype(t.dtype.numpy) for t in types]
+    for k, t in enumerate(types):
+        if t is not None and gradir.OPS[name].operand_spec(k).sample == "classes":  # valid class labels
+            arrays[k] = rng.integers(0, types[k - 1].shape[1], t.shape).astype(t.dtype.numpy)
     kern = KERNELS[name].fn
     if len(result_types) != 1:
         return

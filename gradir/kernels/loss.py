@@ -16,8 +16,9 @@ from typing import Optional
 
 import numpy as np
 
-from . import kernel
+from . import jit, kernel
 from .activation import log_softmax
+from .parallel import parallel_rows
 
 __all__ = ["softmax_cross_entropy_loss", "softmax_cross_entropy_loss_grad", "targets"]
 
@@ -95,7 +96,7 @@ def softmax_cross_entropy_loss(scores: np.ndarray, labels: np.ndarray, weights: 
     return _store(np.asarray(total, dtype), out_loss), lp
 
 
-@kernel("SoftmaxCrossEntropyLossGrad")
+@kernel("SoftmaxCrossEntropyLossGrad", inplace=True)  # out may be log_prob: each row is read before written
 def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label: np.ndarray,
                                     weight: Optional[np.ndarray] = None, *, out: Optional[np.ndarray] = None,
                                     reduction: str = "mean", ignore_index: Optional[int] = None) -> np.ndarray:
@@ -110,12 +111,9 @@ def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label:
         raise ValueError(f"{op}: dY has shape {list(dy.shape)}; expected {list(want)} for reduction={reduction!r}")
     lab, keep = targets(op, label, n, c, -1 if ignore_index is None else ignore_index, "log_prob",
                         "ignore_index={}" if ignore_index is not None else "{} (ORT's default ignore_index)")
-    r = np.exp(log_prob.reshape(n, c, d))  # a fresh [N, C, D] array
-    nn, dd = np.nonzero(keep)
-    r[nn, lab[nn, dd], dd] -= dtype.type(1)  # each target has one label: no repeated index
     if reduction == "none":
         scale = dy.reshape(n, d)
-        factor = weight[lab] * scale if weight is not None else scale.copy()
+        factor = weight[lab] * scale if weight is not None else scale
     else:
         s = dy[()]
         if reduction == "mean":
@@ -123,10 +121,22 @@ def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label:
                 chosen = weight[lab[keep]]
                 total = np.cumsum(chosen, dtype=dtype)[-1] if chosen.size else dtype.type(0)  # left to right
             else:
-                total = dtype.type(nn.size)
+                total = dtype.type(np.count_nonzero(keep))
             if total != 0:
                 s = np.divide(s, total, dtype=dtype)
         factor = weight[lab] * s if weight is not None else np.full((n, d), s, dtype)
-    np.multiply(r, factor[:, None, :], out=r)
-    np.moveaxis(r, 1, 2)[~keep] = 0  # exactly 0, even where exp(log_prob) is not finite
-    return _store(r.reshape(log_prob.shape), out)
+    res = out if out is not None and out.flags.c_contiguous else np.empty(log_prob.shape, dtype)
+    rv = jit.writable_out(res, op).reshape(n, c, d)
+    lpv = np.ascontiguousarray(log_prob).reshape(n, c, d)
+
+    def rows(lo: int, hi: int) -> None:  # every element on its own: any split gives the same bits
+        r, kk, lb = rv[lo:hi], keep[lo:hi], lab[lo:hi]
+        np.exp(lpv[lo:hi], out=r)
+        nn, dd = np.nonzero(kk)
+        r[nn, lb[nn, dd], dd] -= dtype.type(1)  # each target has one label: no repeated index
+        np.multiply(r, factor[lo:hi, None, :], out=r)
+        if not kk.all():
+            np.moveaxis(r, 1, 2)[~kk] = 0  # exactly 0, even where exp(log_prob) is not finite
+
+    parallel_rows(n, 3 * c * d * dtype.itemsize, rows)
+    return _store(res, out) if res is not out else out
