@@ -73,18 +73,24 @@ def _loss_block(loss: tuple):
 
 
 def _build(case: models.Case, tmp: Path, accumulate: bool) -> tuple[Path, Path, Path]:
-    """generate_artifacts on a copy of the case's model; without `accumulate`,
-    onnxblock's accumulation step is switched off, which leaves the gradient graph
-    exactly as build_gradient_graph returned it (form b)."""
+    return build_artifacts(case.model, case.params, case.frozen, case.loss, tmp, accumulate)
+
+
+def build_artifacts(source: onnx.ModelProto, params, frozen, loss: tuple, tmp: Path,
+                    accumulate: bool) -> tuple[Path, Path, Path]:
+    """generate_artifacts on a copy of `source`; without `accumulate`, onnxblock's
+    accumulation step is switched off, which leaves the gradient graph exactly as
+    build_gradient_graph returned it (form b).  Returns the paths of the training
+    model, the eval model and the checkpoint written into `tmp`."""
     _graph_utils._GRAPH_TOKEN = 0  # generated names (onnx::loss::N) the same for every run
     saved = _training_graph_utils.build_gradient_accumulation_graph
     if not accumulate:
         _training_graph_utils.build_gradient_accumulation_graph = lambda *a, **k: None
     try:
         model = onnx.ModelProto()
-        model.CopyFrom(case.model)
-        artifacts.generate_artifacts(model, requires_grad=list(case.params), frozen_params=list(case.frozen),
-                                     loss=_loss_block(case.loss), optimizer=None, artifact_directory=tmp)
+        model.CopyFrom(source)
+        artifacts.generate_artifacts(model, requires_grad=list(params), frozen_params=list(frozen),
+                                     loss=_loss_block(loss), optimizer=None, artifact_directory=tmp)
     finally:
         _training_graph_utils.build_gradient_accumulation_graph = saved
     # generate_artifacts writes with the installed onnx's IR version: re-stamp
@@ -123,7 +129,7 @@ def _forward_model(eval_path: Path, case: models.Case) -> onnx.ModelProto:
     return _restamp(m)
 
 
-def _run_module(train: Path, evalm: Path, ckpt: Path, inputs: dict) -> tuple[dict, list[str]]:
+def run_module(train: Path, evalm: Path, ckpt: Path, inputs: dict) -> tuple[dict, list[str]]:
     state = CheckpointState.load_checkpoint(str(ckpt))
     module = Module(str(train), state, str(evalm), device="cpu", session_options=_session_options())
     module.train()
@@ -139,7 +145,7 @@ def _run_module(train: Path, evalm: Path, ckpt: Path, inputs: dict) -> tuple[dic
     return ref, names
 
 
-def _run_session(path: Path, feeds: dict) -> dict:
+def run_session(path: Path, feeds: dict) -> dict:
     sess = ort.InferenceSession(str(path), _session_options(), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     needed = {i.name for i in sess.get_inputs()}
@@ -172,7 +178,7 @@ def _op_types(model: onnx.ModelProto) -> list[str]:
     return sorted({f"{n.domain or 'ai.onnx'}:{n.op_type}" for n in model.graph.node})
 
 
-def _save_npz(path: Path, arrays: dict) -> None:
+def save_npz(path: Path, arrays: dict) -> None:
     """np.savez's format, with fixed zip timestamps so that reruns are byte-identical."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for key in sorted(arrays):
@@ -193,16 +199,16 @@ def generate_case(case: models.Case, out: Path) -> dict:
     with tempfile.TemporaryDirectory() as ta, tempfile.TemporaryDirectory() as tb:
         train_a, eval_a, ckpt_a = _build(case, Path(ta), accumulate=True)
         train_b, _, _ = _build(case, Path(tb), accumulate=False)
-        ref, module_inputs = _run_module(train_a, eval_a, ckpt_a, case.inputs)
+        ref, module_inputs = run_module(train_a, eval_a, ckpt_a, case.inputs)
         missing = set(module_inputs) ^ set(case.inputs)
         if missing:
             raise SystemExit(f"{case.name}: user inputs differ from the module's: {sorted(missing)}")
-        got_b = _run_session(train_b, {**case.inputs, **params})
+        got_b = run_session(train_b, {**case.inputs, **params})
         forward = _forward_model(eval_a, case)
         shutil.copy(train_a, d / "training_model.onnx")
         shutil.copy(train_b, d / "gradient_model.onnx")
     onnx.save(forward, d / "forward.onnx")
-    got_fwd = _run_session(d / "forward.onnx", case.inputs)
+    got_fwd = run_session(d / "forward.onnx", case.inputs)
 
     # form (b) and the forward model must agree with the training api
     model_b = onnx.load(d / "gradient_model.onnx")
@@ -231,9 +237,9 @@ def generate_case(case: models.Case, out: Path) -> dict:
         if not np.all(np.isfinite(v)):
             raise SystemExit(f"{case.name}: non-finite reference {k}")
 
-    _save_npz(d / "inputs.npz", case.inputs)
-    _save_npz(d / "params.npz", params)
-    _save_npz(d / "reference.npz", ref)
+    save_npz(d / "inputs.npz", case.inputs)
+    save_npz(d / "params.npz", params)
+    save_npz(d / "reference.npz", ref)
     for p in d.iterdir():
         if p.suffix == ".onnx":
             onnx.checker.check_model(onnx.load(p))

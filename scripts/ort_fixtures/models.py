@@ -309,7 +309,8 @@ def cases() -> list[Case]:
             ("fastgelu_bias", "FastGeluBias", 17), ("gelu_onnx20", "GeluOnnx", 20),
             ("gelu_onnx20_tanh", "GeluOnnxTanh", 20)]
     for i, (tag, act, opset) in enumerate(acts):
-        out.append(_mlp_case(f"mlp_{tag}", f"MLP 6-8-3 with {ACT_WHAT.get(act, act)}, MSE loss (mean)", act, opset, 10 + i))
+        what = f"MLP 6-8-3 with {ACT_WHAT.get(act, act)}, MSE loss (mean)"
+        out.append(_mlp_case(f"mlp_{tag}", what, act, opset, 10 + i))
     out.append(_mlp_case("mlp_relu_gemm_opset12", "MLP with Relu and Gemm(transB=1, alpha=.75, beta=1.5), "
                          "MSE loss (mean), opset 12", "Relu", 12, 30, gemm=True))
     frozen = _mlp_case("mlp_sigmoid_frozen_b1", "MLP with Sigmoid, B1 frozen (a parameter input "

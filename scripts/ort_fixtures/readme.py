@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (Markdown table rows are one line each)
 """Writes tests/data/onnx/README.md from the manifest and the op inventory
 (generate.py calls it; the notes below were checked on the generated graphs)."""
 
@@ -15,6 +16,13 @@ is written by the same run). Regenerate with:
 scripts/ort_fixtures/setup_venv.sh /work/venv-ort      # once: onnxruntime-training-cpu 1.19.2, numpy<2, onnx 1.16.2, no torch
 /work/venv-ort/bin/python scripts/ort_fixtures/generate.py   # writes tests/data/onnx/
 ```
+
+`scripts/ort_fixtures/models.py` holds the forward models (onnx.helper, no
+PyTorch, so no torch is needed), `generate.py` the pipeline. For models of your own
+(e.g. checking what `gradir export` writes), `scripts/ort_fixtures/ort_tool.py run
+MODEL.onnx --inputs a.npz --inputs b.npz -o out.npz` runs any model with the
+training build's kernels, and `ort_tool.py grad FORWARD.onnx -o DIR --loss mse|ce|own
+--inputs user.npz` builds forms a and b and ORT's reference for a forward model.
 
 Versions used: onnxruntime {ort}, onnx {onnx}, numpy {numpy}. The output is
 deterministic (fixed seeds, single-threaded sessions, fixed zip timestamps).
