@@ -11,6 +11,7 @@ Only numpy and onnx are needed here (no torch, no onnxruntime).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -292,6 +293,56 @@ def elementwise_misc(opset: int, seed: int) -> tuple[onnx.ModelProto, list[str]]
     return m, ["W"]
 
 
+# --- PyTorch-exported forward models (export_torch.py wrote them; no torch needed here)
+
+TORCH_DIR = Path(__file__).resolve().parent / "torch_models"
+TORCH_CASES = [  # name, what, loss, extra user inputs
+    ("torch_mlp_gelu", "PyTorch Linear-GELU-Linear (erf GELU as PyTorch writes it, Gemm, Constant nodes), MSE loss",
+     ("mse", "mean")),
+    ("torch_mlp_gelu_tanh", "PyTorch Linear-GELU(approximate=tanh)-Linear, MSE loss", ("mse", "mean")),
+    ("torch_mlp_relu", "PyTorch Linear-ReLU-Linear (Gemm transB=1), SoftmaxCrossEntropyLoss (mean) added by onnxblock",
+     ("ce", "mean", None)),
+    ("torch_mlp_ce_in_model", "PyTorch MLP (Tanh) whose forward computes nn.CrossEntropyLoss(ignore_index=1)",
+     ("own",)),
+    ("torch_lstm", "PyTorch nn.LSTM(3, 4) + Linear head (initial states from Shape/Gather/Concat/Expand of zeros), "
+     "MSE loss", ("mse", "mean")),
+    ("torch_flatten_softmax", "PyTorch Flatten-Linear, log_softmax(dim=-1) + softmax(dim=1), opset 13, MSE loss",
+     ("mse", "mean")),
+]
+
+
+def _random_like(rng, vi) -> np.ndarray:
+    shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def torch_cases() -> list[Case]:
+    out = []
+    for k, (name, what, loss) in enumerate(TORCH_CASES):
+        m = onnx.load(TORCH_DIR / f"{name}.onnx")
+        rng = _rng(2000 + k)
+        opset = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")][0]
+        params = [t.name for t in m.graph.initializer if t.data_type == FLOAT]
+        inputs = {}
+        for vi in m.graph.input:
+            if vi.type.tensor_type.elem_type == INT64:  # labels of the in-model loss
+                d_out = [t for t in m.graph.initializer if t.name.endswith("fc2.bias")][0].dims[0]
+                labels = rng.integers(0, d_out, size=vi.type.tensor_type.shape.dim[0].dim_value).astype(np.int64)
+                labels[labels == 1] = 0
+                labels[2] = 1  # exactly one ignored row
+                inputs[vi.name] = labels
+            else:
+                inputs[vi.name] = _random_like(rng, vi)
+        out_vi = m.graph.output[0]
+        if loss[0] == "mse":
+            inputs["target"] = _random_like(rng, out_vi)
+        elif loss[0] == "ce":
+            shape = [d.dim_value for d in out_vi.type.tensor_type.shape.dim]
+            inputs["labels"] = rng.integers(0, shape[-1], size=shape[:-1]).astype(np.int64)
+        out.append(Case(name, what, opset, m, loss, inputs, params))
+    return out
+
+
 # --- the list ---------------------------------------------------------------------
 
 
@@ -368,7 +419,7 @@ def cases() -> list[Case]:
     out.append(Case("elementwise_misc", "Abs/Reciprocal/Sin/Cos/Erf chain (ORT differentiates them; gradir "
                     "has no such ops: for the unsupported-node error), loss in the model", 17, m, ("own",),
                     {"X": _rng(1097).standard_normal((2, 3)).astype(np.float32)}, params))
-    return out
+    return out + torch_cases()
 
 
 CaseFn = Callable[[], list[Case]]

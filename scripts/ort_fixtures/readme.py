@@ -133,6 +133,32 @@ NOTES = """\
   ones `''`) and gives `(dX, dW, dR, dB, dh0, dc0)` (`''` where not needed; dX is
   `''` since X is not trainable). The source LSTM nodes here spell out all 7 input
   slots (`''` up to `initial_c`): with fewer, ORT 1.19.2 builds a wrong `LSTMGrad`.
+- **PyTorch-exported models** (`torch_*`, sources in `scripts/ort_fixtures/torch_models/`,
+  written by `export_torch.py` with torch's TorchScript exporter): ORT's
+  pre-training transformers turn the source's `Constant` nodes into initializers
+  (`/act/Constant_output_0`, ... float32 scalars; `/lstm/Constant_5_output_0` Int64),
+  and constant-fold PyTorch's LSTM initial-state subgraph (`Shape`, `Gather`,
+  `Unsqueeze`, `Concat`, `Expand` of zeros) into one float32 `[1, 2, 4]` zeros
+  initializer `/lstm/Expand_1_output_0` that feeds **both** the `initial_h` and the
+  `initial_c` slot of `LSTMTraining` and `LSTMGrad` (common-subexpression elimination
+  merged the two). Parameters keep PyTorch's names (`fc1.weight`, `onnx::LSTM_115`);
+  gradients are `fc1.weight_grad`, `onnx::LSTM_115_grad`. Parameter order is the
+  source's initializer order (`head.bias` first in `torch_lstm`).
+  A 3-D x 2-D `MatMul`'s input gradient is `com.microsoft` **`FusedMatMul`**`(dY, W,
+  transB=1, transA=0, transBatchA=0, transBatchB=0, alpha=1)`. `Flatten` (axis 1)
+  stays in the forward part (no gradient needed: its input is a user input).
+  PyTorch's erf GELU is fused into `com.microsoft` `Gelu` like the hand-written one;
+  its tanh GELU (`Mul`, `Mul`, `Mul 0.044715`, `Add`, `Mul sqrt(2/pi)`, `Tanh`, `Add 1`,
+  `Mul`, `Mul 0.5`) is **not** fused and is differentiated op by op.
+  PyTorch writes `SoftmaxCrossEntropyLoss` with one output (the loss); ORT 1.19.2's
+  gradient builder then fails (`i < node_->OutputDefs().size() was false`), so
+  `export_torch.py` adds the log-probability output, as ORTModule's own export does.
+- **Without the pre-training transformers** (`GradientGraphBuilder` on the raw
+  model, as `onnxruntime.training.experimental.export_gradient_graph` does) the
+  graphs of these cases are the same, except that an erf-written GELU stays
+  `Div`/`Erf`/`Add`/`Mul`/`Mul` and is differentiated op by op (`Erf`'s gradient:
+  `Mul(x, x)`, `Neg`, `Exp`, `Mul` by `Two_Sqrt_Pi`; `Sum` of the two contributions
+  to x), and that `ai.onnx` `LSTM` has no gradient builder there (only `LSTMTraining` has).
 - **Form a** adds, per trainable parameter `p`, an input `p_grad.accumulation.buffer`
   (same type as `p`), a node `InPlaceAccumulatorV2(p_grad.accumulation.buffer,
   p_grad, lazy_reset_grad)` named `GradientAccumulator<k>`, and an output
