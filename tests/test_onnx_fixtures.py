@@ -209,3 +209,35 @@ def test_opset12_axis1_flattens_and_opset13_does_not(op: str) -> None:
         y = (s if op == "logsoftmax" else np.exp(s)) * p["S"]
         loss = np.mean((y - i["target"]) ** 2)
         np.testing.assert_allclose(r["onnx::reducemean_output::6"], loss, rtol=1e-5, err_msg=case)
+
+
+def _lstm_case_loss(case: str, values: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> float:
+    from lstm_reference import lstm_training_ref
+
+    h_all, h_fin, c_fin, _, _ = lstm_training_ref(
+        inputs["X"], values["W"], values["R"], values.get("Bias"),
+        H0=values.get("h0", inputs.get("h0")), C0=values.get("c0", inputs.get("c0")), hidden_size=4)
+    out = h_all if not case.endswith("all_outputs") else h_all.sum(axis=0) + h_fin + 0.5 * c_fin
+    return float(np.mean((out - inputs["target"]) ** 2))
+
+
+@pytest.mark.parametrize("case", ["lstm_nobias_nostate", "lstm_bias_state_input", "lstm_nobias_state_param",
+                                  "lstm_bias_state_param_all_outputs"])
+def test_lstm_references_match_float64_finite_differences(case: str) -> None:
+    """ORT's LSTMGrad numbers (with all 7 LSTM input slots spelled out) are the true
+    gradients: central differences of an independent float64 LSTM agree."""
+    i, p, r = (_load(f"{case}/{n}.npz") for n in ("inputs", "params", "reference"))
+    values = {k: v.astype(np.float64) for k, v in p.items()}
+    np.testing.assert_allclose(r["onnx::reducemean_output::6"], _lstm_case_loss(case, values, i), rtol=1e-5)
+    eps = 1e-6
+    for name in p:
+        fd = np.zeros(values[name].size)
+        for k in range(fd.size):
+            plus, minus = values[name].copy().ravel(), values[name].copy().ravel()
+            plus[k] += eps
+            minus[k] -= eps
+            lp = _lstm_case_loss(case, {**values, name: plus.reshape(values[name].shape)}, i)
+            lm = _lstm_case_loss(case, {**values, name: minus.reshape(values[name].shape)}, i)
+            fd[k] = (lp - lm) / (2 * eps)
+        got = r[f"{name}_grad"].astype(np.float64).ravel()
+        np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6 * np.abs(fd).max(), err_msg=f"{case}: {name}")
