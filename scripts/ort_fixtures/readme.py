@@ -133,7 +133,8 @@ NOTES = """\
   ones `''`) and gives `(dX, dW, dR, dB, dh0, dc0)` (`''` where not needed; dX is
   `''` since X is not trainable). The source LSTM nodes here spell out all 7 input
   slots (`''` up to `initial_c`): with fewer, ORT 1.19.2 builds a wrong `LSTMGrad`
-  (it places `Y` in slot `input count - 1`...: checked on `lstm_bias_nostate`'s model
+  (it copies the forward inputs but B positionally, so
+  `Y` lands in slot `k - 1` of a k-slot node instead of slot 6: checked on `lstm_bias_nostate`'s model
   cut to 4 slots, graph building fails with a type error on `LSTMGrad`; cut to 5 or 6,
   the session fails at run time, `Input H0 (C0) must have shape {1, 2, 4}. Actual:
   {5,1,2,4}`). With 7 slots ORT's gradients match float64 central differences of an
