@@ -15,6 +15,8 @@ is written by the same run). Regenerate with:
 ```sh
 scripts/ort_fixtures/setup_venv.sh /work/venv-ort      # once: onnxruntime-training-cpu 1.19.2, numpy<2, onnx 1.16.2, no torch
 /work/venv-ort/bin/python scripts/ort_fixtures/generate.py   # writes tests/data/onnx/
+# only to re-export the PyTorch sources in scripts/ort_fixtures/torch_models/ (needs torch, not ORT):
+/work/venv/bin/python scripts/ort_fixtures/export_torch.py
 ```
 
 `scripts/ort_fixtures/models.py` holds the forward models (onnx.helper, no
@@ -134,7 +136,7 @@ NOTES = """\
   `''` since X is not trainable). The source LSTM nodes here spell out all 7 input
   slots (`''` up to `initial_c`): with fewer, ORT 1.19.2 builds a wrong `LSTMGrad`
   (it copies the forward inputs but B positionally, so
-  `Y` lands in slot `k - 1` of a k-slot node instead of slot 6: checked on `lstm_bias_nostate`'s model
+  `Y` lands in slot `k - 1` of a k-slot node instead of slot 6: checked on an `lstm_bias_nostate`-like model
   cut to 4 slots, graph building fails with a type error on `LSTMGrad`; cut to 5 or 6,
   the session fails at run time, `Input H0 (C0) must have shape {1, 2, 4}. Actual:
   {5,1,2,4}`). With 7 slots ORT's gradients match float64 central differences of an
