@@ -4,7 +4,7 @@ among the fixtures (real exporter output: `fc1.weight` names, `Constant` nodes,
 
 Needs torch (and onnx), not onnxruntime; run it with the project's venv:
 
-    /work/venv/bin/python scripts/ort_fixtures/export_torch.py
+    python scripts/ort_fixtures/export_torch.py
 
 It writes scripts/ort_fixtures/torch_models/*.onnx (committed, a few KB each), which
 generate.py (in the ORT venv, without torch) turns into fixtures like the others.

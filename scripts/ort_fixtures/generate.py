@@ -2,8 +2,8 @@
 
 Run with the python of the venv that scripts/ort_fixtures/setup_venv.sh makes:
 
-    scripts/ort_fixtures/setup_venv.sh /work/venv-ort
-    /work/venv-ort/bin/python scripts/ort_fixtures/generate.py [-o tests/data/onnx]
+    scripts/ort_fixtures/setup_venv.sh ../venv-ort
+    ../venv-ort/bin/python scripts/ort_fixtures/generate.py [-o tests/data/onnx]
 
 For every case of models.py it writes, in OUT/<case>/:
 

@@ -3,11 +3,11 @@
 Run with the venv of setup_venv.sh:
 
   # run a model (e.g. one `gradir export` wrote) with ORT's training-build kernels
-  /work/venv-ort/bin/python scripts/ort_fixtures/ort_tool.py run MODEL.onnx \\
+  ../venv-ort/bin/python scripts/ort_fixtures/ort_tool.py run MODEL.onnx \\
       --inputs inputs.npz [--inputs params.npz] -o ort_out.npz
 
   # build ORT's training graphs (forms a and b) for a forward model, ORT's results too
-  /work/venv-ort/bin/python scripts/ort_fixtures/ort_tool.py grad FORWARD.onnx -o DIR \\
+  ../venv-ort/bin/python scripts/ort_fixtures/ort_tool.py grad FORWARD.onnx -o DIR \\
       [--loss mse|ce|own] [--reduction mean|sum] [--ignore-index N] \\
       [--requires-grad W1 B1 ...] [--frozen ...] [--inputs user_inputs.npz]
 

@@ -2,7 +2,7 @@
 # Create the separate venv in which ORT's training build generates the ONNX
 # reference fixtures of tests/data/onnx/ (see tests/data/onnx/README.md).
 #
-#   scripts/ort_fixtures/setup_venv.sh [VENV_DIR]     (default /work/venv-ort)
+#   scripts/ort_fixtures/setup_venv.sh [VENV_DIR]     (default: venv-ort beside the repository)
 #
 # onnxruntime-training-cpu 1.19.2 needs numpy<2 and Python 3.11 wheels, which is
 # why it is not installed into the project's own venv.  torch is not installed:
@@ -10,7 +10,8 @@
 # importing onnxruntime.training, which is all `artifacts` and the training api
 # need.
 set -euo pipefail
-VENV="${1:-/work/venv-ort}"
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+VENV="${1:-$REPO/../venv-ort}"
 PY="${PYTHON:-python3}"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
