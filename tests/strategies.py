@@ -196,6 +196,26 @@ def _lstm_grad(draw):
     return ts, attrs
 
 
+def _softmax_cross_entropy(draw, grad=False):
+    """scores [N, C, d...], labels [N, d...] (Int32 or Int64), weights [C] or omitted; the gradient op
+    takes dY (scalar, or the labels' shape for reduction "none") first."""
+    dt = fdtype(draw)
+    N, C = draw(dims), draw(dims)
+    extra = shape(draw, 0, 2)
+    scores = T(dt, [N, C] + extra)
+    labels = T(draw(st.sampled_from([DType.Int32, DType.Int64])), [N] + extra)
+    weights = T(dt, [C]) if draw(st.booleans()) else None
+    attrs = {}
+    reduction = draw(st.sampled_from([None, "none", "sum", "mean"]))
+    if reduction is not None:
+        attrs["reduction"] = reduction
+    if draw(st.booleans()):
+        attrs["ignore_index"] = draw(st.sampled_from([-100, -1, 0, 1, 2**40]))
+    if grad:
+        return [T(dt, [N] + extra if reduction == "none" else []), scores, labels, weights], attrs
+    return [scores, labels, weights], attrs
+
+
 def _broadcast_pair(draw):
     """(small, big) shapes where small broadcasts to big (NumPy rules)."""
     big = shape(draw)
@@ -243,7 +263,7 @@ DECLARED_EXAMPLES: dict[str, Callable] = {"Constant": constant_example}
 
 OP_EXAMPLES: dict[str, Callable] = {
     "Constant": lambda d: ([], constant_example(d)[0]),  # no operands; its type is in DECLARED_EXAMPLES
-    **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log"]},
+    **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log", "Sqrt"]},
     "Neg": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
     "Identity": lambda d: _unary(d, list(DType)),
     "LeakyRelu": _alpha_unary, "QuickGelu": _alpha_unary,
@@ -259,6 +279,8 @@ OP_EXAMPLES: dict[str, Callable] = {
     "LSTMCell": _lstm_cell, "GradLSTMCellInput": _grad_cell,
     "GradLSTMCellInputFused": lambda d: _grad_cell(d, True),
     "LSTMTraining": _lstm_training, "LSTMGrad": _lstm_grad,
+    "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
+    "SoftmaxCrossEntropyLossGrad": lambda d: _softmax_cross_entropy(d, True),
     "ReduceSumTo": _reduce_sum_to, "BroadcastTo": _broadcast_to, "Unsqueeze": _unsqueeze,
     "Scale": lambda d: (_unary(d)[0], {"factor": d(nice_floats)}),
     "ZerosLike": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
@@ -298,11 +320,15 @@ def graphs(draw, max_ops: int = 6, unknown_dims: bool = True, labels: Optional[s
             continue
         types, attrs = OP_EXAMPLES[name](draw)
         operands = []
-        for t in types:
+        cls = OPS[name]
+        for idx, t in enumerate(types):
             if t is None:
                 operands.append(None)
                 continue
-            if t in available and draw(st.booleans()):
+            # class labels are an input of their own, read by this op only: their values must be valid
+            # class indices for it (``demo_inputs`` draws them so), which another op's may not be
+            labels = cls.operand_spec(idx).sample == "classes"
+            if t in available and not labels and draw(st.booleans()):
                 operands.append(draw(st.sampled_from(available[t])))
                 continue
             v = f"t{next(counter)}"
@@ -311,9 +337,9 @@ def graphs(draw, max_ops: int = 6, unknown_dims: bool = True, labels: Optional[s
                 k = draw(st.integers(0, t.rank - 1))
                 shown = t.with_shape([None if j == k else d for j, d in enumerate(t.shape)])
             inputs.append(GraphInput(v, shown))
-            available.setdefault(t, []).append(v)
+            if not labels:
+                available.setdefault(t, []).append(v)
             operands.append(v)
-        cls = OPS[name]
         n_res = cls.num_results(cls(["t0"], operands, attrs).resolved_attrs())
         results = [f"t{next(counter)}" for _ in range(n_res)]
         op = cls(results, operands, attrs)

@@ -52,7 +52,8 @@ def _ufunc_kernel(name: str, ufunc: np.ufunc) -> None:
 
 
 for _name, _ufunc in [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide),
-                      ("Neg", np.negative), ("Exp", np.exp), ("Log", np.log)]:
+                      ("Neg", np.negative), ("Exp", np.exp), ("Log", np.log),
+                      ("Sqrt", np.sqrt)]:
     _ufunc_kernel(_name, _ufunc)
 
 

@@ -115,6 +115,13 @@ class LogOp(UnaryOp):
     FORMULA = "log(X)"
 
 
+class SqrtOp(UnaryOp):
+    """Square root (NaN below 0)."""
+
+    ELEMENTWISE = "same"
+    FORMULA = "sqrt(X)"
+
+
 class IdentityOp(UnaryOp):
     """x, unchanged."""
 
