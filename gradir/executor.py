@@ -49,21 +49,17 @@ def blas_hold(plan: Plan) -> Any:
     return parallel.blas_limit(1) if plan.blas else contextlib.nullcontext()
 
 
-# A ready step whose priority and cost are both at least this share of the starting step's
-# counts as about as critical: the starting step leaves it a core (two equal branches run side
-# by side, one core each, rather than one after the other on both; a short step that merely
-# leads to the same path does not take a core from the long one).
+# A ready step whose priority and cost are both at least this share of the starting step's is
+# about as critical: the starting step leaves it a core (equal branches run side by side).
 SHARE = 0.5
 
 
 def _defer(step: Step, running: dict[int, tuple[float, int]], steps: list[Step],
            dependents: list[list[int]]) -> bool:
     """Whether ``step`` should wait although a core is free: a running step's path is much
-    longer (its priority times ``SHARE`` is above ``step``'s), a step after it can use more
-    than one core, and ``step`` would still hold the core when that step ends (its estimated
-    cost on one core exceeds that step's estimated time left).  The core is then kept for the
-    critical path's next step, which would otherwise start on fewer cores and stay on them for
-    all its length."""
+    longer (its priority times ``SHARE`` is above ``step``'s), a step after it can use several
+    cores, and ``step`` would still hold the core when it ends (estimated).  The core is kept for
+    the critical path's next step, which would otherwise run on fewer cores all its length."""
     now = time.perf_counter()
     for k, (t0, cores) in running.items():
         r = steps[k]
