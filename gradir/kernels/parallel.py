@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
@@ -86,6 +87,7 @@ _blas_saved: list[int] | None = None  # each library's thread count before the f
 _blas_cap = 1  # the smallest BLAS thread count then: a limit never raises the count
 _blas_controller = None
 _blas_libs: list | None = None
+_blas_scanned = 0  # len(sys.modules) at the last look for BLAS libraries
 
 
 def _as_controller(call: Callable[[], object]) -> object:
@@ -117,13 +119,20 @@ def _controller():  # type: ignore[no-untyped-def]
     return _blas_controller
 
 
-def _libs() -> list:
+def _libs(rescan: bool = False) -> list:
     """threadpoolctl's controllers of the loaded BLAS libraries (call with _blas_lock held).
     Their ``get_num_threads``/``set_num_threads`` are a C call each (~1 µs), where a
-    ``ThreadpoolController.limit`` reads every library's info first (~30 µs a run)."""
-    global _blas_libs
-    if _blas_libs is None:
+    ``ThreadpoolController.limit`` reads every library's info first (~30 µs a run).  With
+    ``rescan`` (nobody holds a limit), libraries loaded since (a BLAS that came with a package
+    imported since: SciPy's, PyTorch's) are looked for again when Python modules were imported
+    since the last look (a scan takes ~0.2 ms; counting modules, nothing)."""
+    global _blas_libs, _blas_controller, _blas_scanned
+    mods = len(sys.modules)
+    if _blas_libs is None or (rescan and mods != _blas_scanned):
+        if _blas_libs is not None:
+            _blas_controller = None  # a new controller finds the libraries loaded now
         _blas_libs = list(_controller().select(user_api="blas").lib_controllers)
+        _blas_scanned = mods
     return _blas_libs
 
 
@@ -141,6 +150,7 @@ def _set(counts: list[int]) -> None:
 def _blas_threads_locked() -> int:
     if _blas_held:
         return min(min(_blas_held), _blas_cap)
+    _libs(rescan=True)
     return min(_counts(), default=1)
 
 
@@ -162,6 +172,7 @@ class blas_limit:
     def _enter_locked(self) -> None:
         global _blas_saved, _blas_cap
         if not _blas_held:
+            _libs(rescan=True)
             _blas_saved = _counts()
             _blas_cap = min(_blas_saved, default=1)
             if any(c > self.n for c in _blas_saved):
