@@ -39,13 +39,15 @@ class KernelInfo:
     blas: bool = False  # spends its time in BLAS (limits BLAS threads when run concurrently)
     ufunc: Any = None  # a NumPy ufunc computing exactly this op (no attributes): used for tiny arrays
     warm: Callable[[Any], None] | None = None  # warm(dtype): compile this kernel's compiled path ahead
+    # prepare(op, types): build what this kernel needs for this very op (a fused loop), at compile time
+    prepare: Callable[[Any, Any], None] | None = None
 
 
 KERNELS: dict[str, KernelInfo] = {}
 
 
 def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any = None,
-           warm: Callable[[Any], None] | None = None) -> Callable:
+           warm: Callable[[Any], None] | None = None, prepare: Callable[[Any, Any], None] | None = None) -> Callable:
     """Decorator: register ``fn`` as the kernel of op ``name``.
 
     ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
@@ -56,7 +58,7 @@ def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any =
     def register(fn: Callable) -> Callable:
         if name in KERNELS:
             raise ValueError(f"kernel for {name!r} registered twice")
-        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm)
+        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare)
         return fn
 
     return register
@@ -68,4 +70,4 @@ def get_kernel(name: str) -> KernelInfo | None:
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
-from . import activation, constant, lstm, math, shape  # noqa: E402,F401
+from . import activation, constant, fused, lstm, math, shape  # noqa: E402,F401

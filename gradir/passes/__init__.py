@@ -74,9 +74,11 @@ def register_pass(name: str, doc: str) -> Callable:
 
 
 from . import basic, constfold, fusion  # noqa: E402,F401  (register the passes)
+from . import elementwise  # noqa: E402,F401
 
 # folding first: cse then merges equal folded values, and dce drops the Constants only they read
 DEFAULT_PASSES = ["fold-constants", "cse", "dce", "fuse-lstm-cell-grads"]
+DEFAULT_PASSES.append("fuse-elementwise")  # last: the other passes see the ops it would hide
 
 
 def run_passes(program: Program, names: Optional[list[str]] = None,
