@@ -67,9 +67,12 @@ class FusedElementwiseOp(Op):
     @classmethod
     def build(cls, members: Sequence[Op], inputs: Sequence[str], outputs: Sequence[str],
               types: Mapping[str, TensorType]) -> "FusedElementwiseOp":
-        body = [m.copy(result_types=None).to_string() for m in members]
-        return cls(list(outputs), list(inputs), {"body": tuple(body), "outputs": tuple(outputs)},
-                   [types[v] for v in outputs], loc=members[0].loc, members=members)
+        # each member's line without its type (the loop's type is shown once)
+        body = [m.to_string().rsplit(" : ", 1)[0] if m.result_types else m.to_string() for m in members]
+        op = cls(list(outputs), list(inputs), {"body": tuple(body), "outputs": tuple(outputs)},
+                 [types[v] for v in outputs], loc=members[0].loc, members=members)
+        op._body = FusedBody(members, inputs, outputs, types[outputs[0]])  # now, while the compiler holds off the GC
+        return op
 
     @classmethod
     def num_results(cls, attrs: Mapping[str, Any]) -> int:

@@ -32,12 +32,23 @@ MIN_ELEMENTS = 1 << 14
 MAX_OPS = 32
 
 
+_LOOPABLE: dict[tuple[type, int], bool] = {}
+
+
+def _loopable(cls: type, n_operands: int) -> bool:
+    """``cls`` has a formula (for ``n_operands``) that calls no transcendental function."""
+    key = (cls, n_operands)
+    ok = _LOOPABLE.get(key)
+    if ok is None:
+        formula = formula_of(cls, n_operands)
+        ok = _LOOPABLE[key] = formula is not None and not (
+            TRANSCENDENTAL & set(compile(formula, "<formula>", "eval").co_names))
+    return ok
+
+
 def fusable(op: Op, types: dict) -> bool:
     """Whether ``op`` may be a member of a fused group (see the module docstring)."""
-    if not op.ELEMENTWISE or len(op.results) != 1:
-        return False
-    formula = formula_of(type(op), len(op.operands))
-    if formula is None or TRANSCENDENTAL & set(compile(formula, "<formula>", "eval").co_names):
+    if not op.ELEMENTWISE or len(op.results) != 1 or not _loopable(type(op), len(op.operands)):
         return False
     t = types.get(op.results[0])
     if t is None or t.dtype not in (DType.Float32, DType.Float64) or not t.is_static:
@@ -58,22 +69,18 @@ class _Groups:
                 self.producer[r] = k
         self.group: dict[int, int] = {}  # op index -> group id (the index of its first op)
         self.members: dict[int, list[int]] = {}
+        self.ext: dict[int, set[int]] = {}  # group id -> producers of what its members read (outside or not)
+        self.key: dict[int, tuple] = {}
 
-    def external(self, members: set[int]) -> set[int]:
-        """The producers, outside ``members``, of the values they read."""
-        out = set()
-        for k in members:
-            for v in self.ops[k].operands:
-                q = self.producer.get(v) if v is not None else None
-                if q is not None and q not in members:
-                    out.add(q)
-        return out
+    def reads(self, k: int) -> set[int]:
+        return {q for q in (self.producer.get(v) for v in self.ops[k].operands if v is not None) if q is not None}
 
-    def acyclic(self, members: set[int]) -> bool:
-        """No op outside ``members`` both depends on one of them and feeds one of them."""
+    def acyclic(self, members: set[int], reads: set[int]) -> bool:
+        """No op outside ``members`` both depends on one of them and feeds one of them (``reads``:
+        the producers of the values the members read)."""
         first = min(members)
         seen: set[int] = set()
-        stack = [q for q in self.external(members) if q > first]
+        stack = [q for q in reads if q > first and q not in members]
         while stack:
             k = stack.pop()
             if k in members:
@@ -94,25 +101,30 @@ class _Groups:
             g = self.group.get(q) if q is not None else None
             if g is None or g == joined or self.key[g] != key:
                 continue
-            merged = set(self.members[g]) | {k} | (set(self.members[joined]) if joined is not None else set())
-            if len(merged) > MAX_OPS or not self.acyclic(merged):
+            n = len(self.members[g]) + (len(self.members[joined]) if joined is not None else 1)
+            if n > MAX_OPS:
+                continue
+            merged = set(self.members[g]) | ({k} if joined is None else set(self.members[joined]))
+            reads = self.ext[g] | (self.reads(k) if joined is None else self.ext[joined])
+            if not self.acyclic(merged, reads):
                 continue
             if joined is None:
                 self.members[g].append(k)
                 self.group[k] = g
+                self.ext[g] = reads
                 joined = g
             else:  # merge group g into the one k joined
                 for m in self.members.pop(g):
                     self.group[m] = joined
                     self.members[joined].append(m)
                 self.members[joined].sort()
-                del self.key[g]
+                self.ext[joined] = reads
+                del self.key[g], self.ext[g]
         if joined is None:
             self.group[k] = k
             self.members[k] = [k]
             self.key[k] = key
-
-    key: dict[int, tuple]
+            self.ext[k] = self.reads(k)
 
 
 @register_pass("fuse-elementwise",
@@ -120,7 +132,6 @@ class _Groups:
                f"of at least {MIN_ELEMENTS:,} elements) as one compiled loop each (FusedElementwise)")
 def fuse_elementwise(p: Program) -> str:
     gs = _Groups(p)
-    gs.key = {}
     types = p.types
     for k, op in enumerate(p.ops):
         if fusable(op, types):
