@@ -4,6 +4,7 @@ the unfused ops, the same bits for every thread count, and the disk cache."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -225,6 +226,10 @@ def test_bits_do_not_depend_on_the_thread_count(dtype, monkeypatch):
     assert all(r == results[0] for r in results)
     with jit.disabled():  # the members' kernels one after another: the unfused bits
         assert [_bits(a) for a in KERNELS["FusedElementwise"].fn(x["t0"], x["t1"], x["t2"], body=body)] == results[0]
+    for path in ("compiled", "numpy"):  # results never share memory with an operand (the pool recycles those)
+        with jit.disabled() if path == "numpy" else contextlib.nullcontext():
+            res = KERNELS["FusedElementwise"].fn(x["t0"], x["t1"], x["t2"], body=body)
+        assert not any(np.shares_memory(r, a) for r in res for a in x.values())
 
 
 def test_layout_coalesces_axes():
