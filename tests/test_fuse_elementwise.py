@@ -153,8 +153,8 @@ def test_groups_stop_at_max_ops_and_identical_groups_share_one_loop(small_groups
 @pytest.mark.parametrize("name", EXACT_ELEMENTWISE)
 def test_each_exact_op_gives_its_kernels_bits(name, dtype, small_groups):
     """Each op fused (after a Neg, so the group has two ops) against its own kernel, special
-    values included; Float32 TanhGrad against the NumPy kernel (the compiled one contracts
-    1 - y*y into a fused multiply-add, docs/performance.md)."""
+    values included (Float32 TanhGrad's compiled kernel contracts 1 - y*y into an FMA: so does
+    the loop, within that op only)."""
     cls = gradir.OPS[name]
     n = 2 if len(cls.OPERANDS) == 2 else 1
     shape = "[33, 65]"
@@ -168,12 +168,7 @@ def test_each_exact_op_gives_its_kernels_bits(name, dtype, small_groups):
     if name in ("TanhGrad", "SigmoidGrad"):
         x["t1"] = np.tanh(x["t1"]) if name == "TanhGrad" else 1 / (1 + np.exp(-x["t1"]))
     got = exe.run(x)["t10"]
-    unfused = gradir.compile(text, disable=["fuse-elementwise"])
-    if name == "TanhGrad" and dtype == DType.Float32:
-        with jit.disabled():
-            want = unfused.run(x)["t10"]
-    else:
-        want = unfused.run(x)["t10"]
+    want = gradir.compile(text, disable=["fuse-elementwise"]).run(x)["t10"]
     assert _bits(got) == _bits(want)
 
 
@@ -181,7 +176,7 @@ def test_each_exact_op_gives_its_kernels_bits(name, dtype, small_groups):
 @given(elementwise_dags(), st.integers(0, 2 ** 16))
 def test_random_dags_give_the_unfused_bits(graph, seed):
     """Random DAGs of the exact ops with broadcasting, both dtypes: the fused program gives the
-    unfused one's bits (the unfused NumPy kernels' for Float32, whose compiled TanhGrad uses an FMA)."""
+    unfused one's bits."""
     saved = elementwise.MIN_ELEMENTS
     elementwise.MIN_ELEMENTS = 1
     try:
@@ -191,13 +186,7 @@ def test_random_dags_give_the_unfused_bits(graph, seed):
     plain = gradir.compile(graph, disable=["fuse-elementwise"])
     x = _inputs(graph, seed)
     with np.errstate(all="ignore"):
-        got = fused.run(x)
-        f32_tanh = any(op.op_name == "TanhGrad" for op in graph.ops) and graph.inputs[0].type.dtype == DType.Float32
-        if f32_tanh:
-            with jit.disabled():
-                want = plain.run(x)
-        else:
-            want = plain.run(x)
+        got, want = fused.run(x), plain.run(x)
     for k in want:
         assert _bits(got[k]) == _bits(want[k]), k
 
@@ -245,7 +234,12 @@ def test_codegen_rounds_constants_to_the_dtype():
     op = gradir.OPS["Scale"](["t1"], ["t0"], {"factor": 0.1})
     body = FusedBody([op], ["t0"], ["t1"], TensorType(DType.Float32, (4,)))
     src = kernel_source(body, (True,))
-    assert "np.float32(float.fromhex('0x1.999999999999ap-4'))" in src and "fastmath" not in src
+    assert "np.float32(float.fromhex('0x1.999999999999ap-4'))" in src
+    # Float32: FMA contraction within an op only (each op's result fenced); Float64: no fast-math
+    assert "fastmath={'contract'}" in src and "v1 = fence(K0 * v0)" in src
+    body = FusedBody([op], ["t0"], ["t1"], TensorType(DType.Float64, (4,)))
+    src = kernel_source(body, (True,))
+    assert "fastmath" not in src and "fence(" not in src.split("def loop")[1]
 
 
 _SECOND_PROCESS = textwrap.dedent("""
