@@ -414,7 +414,7 @@ def elementwise_dags(draw, ops=tuple(EXACT_ELEMENTWISE), max_ops: int = 12, dtyp
             if full[1] != full[2]:
                 continue
             operands = [pick(), pick()]
-        elif name in ("ReluGrad", "LeakyReluGrad", "SigmoidGrad", "TanhGrad"):
+        elif name in ("ReluGrad", "LeakyReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"):
             operands = [pick(), pick()]
         else:
             operands = [pick()]

@@ -172,6 +172,33 @@ def test_each_exact_op_gives_its_kernels_bits(name, dtype, small_groups):
     assert _bits(got) == _bits(want)
 
 
+F32_KERNEL_ELEMENTS = ["Sigmoid", "Gelu", "GeluGrad", "FastGelu", "FastGeluGrad"]  # KernelInfo.scalar
+
+
+@pytest.mark.parametrize("name", F32_KERNEL_ELEMENTS)
+def test_float32_ops_with_an_element_function_give_their_kernels_bits(name, small_groups):
+    """Float32 ops whose compiled kernel has an element function are fused through it (their
+    Float64 kernels are NumPy code: those stay out)."""
+    assert KERNELS[name].scalar is not None
+    n = len(gradir.OPS[name].OPERANDS)
+    args = ", ".join(["t9"] + [f"t{k}" for k in range(1, n)])
+    for dtype, fused in (("Float32", 1), ("Float64", 0)):
+        text = "".join(f"input t{k} : {dtype} [33, 65]\n" for k in range(n))
+        text += f"t9 = Neg(t0)\nt10 = {name}({args})\nt11 = Mul(t10, t0)\noutput t11\n"
+        exe = gradir.compile(text)
+        assert len(_fused_steps(exe)) == fused
+        x = _inputs(exe.graph, seed=4)
+        want = gradir.compile(text, disable=["fuse-elementwise"]).run(x)["t11"]
+        assert _bits(exe.run(x)["t11"]) == _bits(want)
+
+
+@settings(max_examples=25, deadline=None)
+@given(elementwise_dags(ops=tuple(EXACT_ELEMENTWISE + F32_KERNEL_ELEMENTS), dtype=DType.Float32),
+       st.integers(0, 2 ** 16))
+def test_random_float32_dags_with_activations_give_the_unfused_bits(graph, seed):
+    test_random_dags_give_the_unfused_bits.hypothesis.inner_test(graph, seed)
+
+
 @settings(max_examples=40, deadline=None)
 @given(elementwise_dags(), st.integers(0, 2 ** 16))
 def test_random_dags_give_the_unfused_bits(graph, seed):
@@ -235,11 +262,11 @@ def test_codegen_rounds_constants_to_the_dtype():
     body = FusedBody([op], ["t0"], ["t1"], TensorType(DType.Float32, (4,)))
     src = kernel_source(body, (True,))
     assert "np.float32(float.fromhex('0x1.999999999999ap-4'))" in src
-    # Float32: FMA contraction within an op only (each op's result fenced); Float64: no fast-math
-    assert "fastmath={'contract'}" in src and "v1 = fence(K0 * v0)" in src
+    # Float32: FMA contraction within an op only (each op's result kept apart); Float64: no fast-math
+    assert "fastmath={'contract'}" in src and "v1 = keep(K0 * v0, z)" in src
     body = FusedBody([op], ["t0"], ["t1"], TensorType(DType.Float64, (4,)))
     src = kernel_source(body, (True,))
-    assert "fastmath" not in src and "fence(" not in src.split("def loop")[1]
+    assert "fastmath" not in src and "keep(" not in src.split("def loop")[1]
 
 
 _SECOND_PROCESS = textwrap.dedent("""

@@ -41,13 +41,17 @@ class KernelInfo:
     warm: Callable[[Any], None] | None = None  # warm(dtype): compile this kernel's compiled path ahead
     # prepare(op, types): build what this kernel needs for this very op (a fused loop), at compile time
     prepare: Callable[[Any, Any], None] | None = None
+    # the numba function of ``_jit_act`` computing one element of the compiled Float32 path from the
+    # operands alone: a fused Float32 loop calls it, and so gives this kernel's bits
+    scalar: str | None = None
 
 
 KERNELS: dict[str, KernelInfo] = {}
 
 
 def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any = None,
-           warm: Callable[[Any], None] | None = None, prepare: Callable[[Any, Any], None] | None = None) -> Callable:
+           warm: Callable[[Any], None] | None = None, prepare: Callable[[Any, Any], None] | None = None,
+           scalar: str | None = None) -> Callable:
     """Decorator: register ``fn`` as the kernel of op ``name``.
 
     ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
@@ -58,7 +62,8 @@ def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any =
     def register(fn: Callable) -> Callable:
         if name in KERNELS:
             raise ValueError(f"kernel for {name!r} registered twice")
-        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare)
+        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare,
+                                   scalar=scalar)
         return fn
 
     return register

@@ -1,10 +1,12 @@
 """numba building blocks that the generated fused loops (``fused_codegen``) import.
 
-``fence(v)`` is LLVM's ``llvm.arithmetic.fence``: ``v`` unchanged, but fast-math rewrites do not
-cross it.  Float32 loops are compiled with FMA contraction on (as the compiled Float32 kernels
-are, so an op's own formula contracts as its kernel's does, e.g. ``TanhGrad``'s ``1 - y*y``)
-and every op's result goes through a fence, so no multiply of one op fuses with an add of
-the next: each op is rounded as its own kernel rounds it.
+Float32 loops are compiled with FMA contraction on, as the compiled Float32 kernels are, so an
+op's own arithmetic contracts as its kernel's does (``TanhGrad``'s ``1 - y*y``, the polynomials
+of the kernels' element functions).  A multiply of one op must not fuse with an add of the next
+(the unfused ops round in between): every op's result goes through ``keep(v, z)``, ``v``'s bits
+OR-ed with ``z``, a loop argument that is always 0.  LLVM cannot fold that away, so the add no
+longer sees a multiply, and it vectorizes (``llvm.arithmetic.fence`` would do the same but
+keeps the loop scalar).
 """
 
 from __future__ import annotations
@@ -13,21 +15,21 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["fence"]
+__all__ = ["keep"]
 
 
 @intrinsic
-def fence(typingctx, v):  # type: ignore[no-untyped-def]
-    """``v``, with no fast-math rewrite across it."""
-    if not isinstance(v, types.Float):
+def keep(typingctx, v, z):  # type: ignore[no-untyped-def]
+    """``v`` (a float) with its bits OR-ed with the integer ``z`` (0 at run time)."""
+    if not isinstance(v, types.Float) or not isinstance(z, types.Integer):
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        ty = args[0].type
-        name = f"llvm.arithmetic.fence.{'f32' if ty == ir.FloatType() else 'f64'}"
-        fn = builder.module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(builder.module, ir.FunctionType(ty, [ty]), name)
-        return builder.call(fn, args)
+        x, zero = args
+        width = 32 if x.type == ir.FloatType() else 64
+        it = ir.IntType(width)
+        zero = builder.trunc(zero, it) if zero.type.width > width else (
+            builder.zext(zero, it) if zero.type.width < width else zero)
+        return builder.bitcast(builder.or_(builder.bitcast(x, it), zero), x.type)
 
-    return v(v), codegen
+    return v(v, z), codegen

@@ -117,6 +117,6 @@ def _run(body: Any, operands: tuple, outs: list) -> None:
     unit_bytes = ch * body.dtype.itemsize * (len(operands) + n_out)
 
     def run(u0: int, u1: int) -> None:
-        loop(u0, u1, nch, ch, cols, oshape, ostr, *flat_in, *flat_out)
+        loop(u0, u1, nch, ch, cols, oshape, ostr, 0, *flat_in, *flat_out)
 
     parallel_rows(rows * nch, unit_bytes, run)

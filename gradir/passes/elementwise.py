@@ -2,10 +2,11 @@
 compiled loop (``gradir.kernels.fused``), so the values between them never go through memory.
 
 An op can join a group when it is element-wise with a scalar formula (``Op.ELEMENTWISE`` and
-``Op.FORMULA``, or the variadic ``Sum``), its formula calls no transcendental function (those
-kernels are SIMD or polynomial code far faster than a loop calling libm per element, see
-``fused_codegen.TRANSCENDENTAL``), and its result is Float32 or Float64 with a static shape
-equal to the group's (operands may broadcast into it).  Ops are visited in order; an op joins
+``Op.FORMULA``, or the variadic ``Sum``) that calls no transcendental function (those kernels
+are SIMD or polynomial code far faster than a loop calling libm per element, see
+``fused_codegen.TRANSCENDENTAL``), or, in Float32, its compiled kernel has an element function
+(``KernelInfo.scalar``: Sigmoid, the GELUs and their gradients), and its result is Float32 or
+Float64 with a static shape equal to the group's (operands may broadcast into it).  Ops are visited in order; an op joins
 the group of an operand's producer, merging the groups of several operands, unless that would
 make the group depend on itself through an op outside it (a cycle: checked by walking back from
 the group's outside operands, never past the group's first op).  Groups of fewer than two ops,
@@ -21,7 +22,7 @@ import heapq
 from typing import Optional
 
 from ..ir import Op
-from ..kernels.fused_codegen import TRANSCENDENTAL, formula_of
+from ..kernels.fused_codegen import TRANSCENDENTAL, formula_of, scalar_function
 from ..ops.fused import FusedElementwiseOp
 from ..types import DType
 from . import Program, register_pass
@@ -48,10 +49,12 @@ def _loopable(cls: type, n_operands: int) -> bool:
 
 def fusable(op: Op, types: dict) -> bool:
     """Whether ``op`` may be a member of a fused group (see the module docstring)."""
-    if not op.ELEMENTWISE or len(op.results) != 1 or not _loopable(type(op), len(op.operands)):
+    if not op.ELEMENTWISE or len(op.results) != 1:
         return False
     t = types.get(op.results[0])
     if t is None or t.dtype not in (DType.Float32, DType.Float64) or not t.is_static:
+        return False
+    if not _loopable(type(op), len(op.operands)) and scalar_function(type(op), t.dtype.numpy) is None:
         return False
     for v in op.operands:
         tv = types.get(v) if v is not None else None
