@@ -89,6 +89,9 @@ def fused_elementwise(*operands: np.ndarray, out: Any = None, body: Any) -> Any:
             np.broadcast_shapes(a.shape, shape) != shape for a in operands):
         raise ValueError(f"FusedElementwise: operands {[a.shape for a in operands]} do not broadcast to the "
                          f"loop's shape {list(shape)}")
+    if any(a.dtype != body.dtype for a in operands):
+        raise ValueError(f"FusedElementwise: operands {[str(a.dtype) for a in operands]} are not all "
+                         f"{body.dtype}")
     outs = [o if o is not None and o.flags.c_contiguous and o.flags.writeable else np.empty(shape, body.dtype)
             for o in given]
     _run(body, operands, outs)
@@ -100,6 +103,9 @@ def fused_elementwise(*operands: np.ndarray, out: Any = None, body: Any) -> Any:
 
 
 def _run(body: Any, operands: tuple, outs: list) -> None:
+    """Fill ``outs`` (C-contiguous, the loop's shape) from ``operands``."""
+    if body.numel == 0:
+        return
     if not jit.enabled():
         _interpret(body, operands, outs)
         return

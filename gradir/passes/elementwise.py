@@ -131,8 +131,9 @@ class _Groups:
 
 
 @register_pass("fuse-elementwise",
-               f"run connected element-wise ops (no transcendental functions; Float32/Float64, static shapes "
-               f"of at least {MIN_ELEMENTS:,} elements) as one compiled loop each (FusedElementwise)")
+               f"run connected element-wise ops (Float32/Float64, static shapes of at least {MIN_ELEMENTS:,} "
+               f"elements; Exp, Log, Tanh and Float64 activations stay apart) as one compiled loop each "
+               f"(FusedElementwise)")
 def fuse_elementwise(p: Program) -> str:
     gs = _Groups(p)
     types = p.types
