@@ -33,8 +33,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-__all__ = ["TRANSCENDENTAL", "formula_of", "scalar_function", "kernel_source", "compiled_loop", "cache_dir", "compile_count",
-           "CODEGEN_VERSION"]
+__all__ = ["TRANSCENDENTAL", "formula_of", "scalar_function", "kernel_source", "compiled_loop", "cache_dir",
+           "compile_count", "CODEGEN_VERSION"]
 
 CODEGEN_VERSION = 3
 

@@ -6,14 +6,14 @@ An op can join a group when it is element-wise with a scalar formula (``Op.ELEME
 are SIMD or polynomial code far faster than a loop calling libm per element, see
 ``fused_codegen.TRANSCENDENTAL``), or, in Float32, its compiled kernel has an element function
 (``KernelInfo.scalar``: Sigmoid, the GELUs and their gradients), and its result is Float32 or
-Float64 with a static shape equal to the group's (operands may broadcast into it).  Ops are visited in order; an op joins
-the group of an operand's producer, merging the groups of several operands, unless that would
-make the group depend on itself through an op outside it (a cycle: checked by walking back from
-the group's outside operands, never past the group's first op).  Groups of fewer than two ops,
-or smaller than ``MIN_ELEMENTS`` elements (where the unfused ops' tiny-array paths are as fast
-and compiling would cost more than it saves), stay as they were; groups stop growing at
-``MAX_OPS`` ops, which keeps compile time bounded and identical stretches of a long graph
-sharing one compiled loop.
+Float64 with a static shape equal to the group's (operands may broadcast into it).  Ops are
+visited in order; an op joins the group of an operand's producer, merging the groups of several
+operands, unless that would make the group depend on itself through an op outside it (a cycle:
+checked by walking back from the group's outside operands, never past the group's first op).
+Groups of fewer than two ops, or smaller than ``MIN_ELEMENTS`` elements (where the unfused ops'
+tiny-array paths are as fast and compiling would cost more than it saves), stay as they were;
+groups stop growing at ``MAX_OPS`` ops, which keeps compile time bounded and identical
+stretches of a long graph sharing one compiled loop.
 """
 
 from __future__ import annotations
