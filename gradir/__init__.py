@@ -6,9 +6,10 @@ and (in later layers) a compiler, runtime, autodiff and a Python builder.
 
 from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
-from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError,
-                     RenderError, Span, VerifyError)
-from .ir import OPS, Attr, BackwardOp, Graph, GraphInput, Op, Operand
+from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, OnnxError,
+                     ParseError, RenderError, Span, VerifyError)
+from .graph import Graph, GraphInput
+from .ir import OPS, Attr, BackwardOp, Op, Operand
 from .autodiff import AutodiffError, grad
 from .builder import BuilderError, GraphBuilder
 from .dot import to_dot
@@ -16,6 +17,7 @@ from .gradcheck import GradcheckReport, gradcheck
 from .runtime import Executable, compile
 from . import reference as _reference  # noqa: F401,E402  (registers the reference backend)
 from .syntax import load, parse
+from .onnxio import export_onnx, import_onnx
 from .types import DType, TensorType
 
 __version__ = "0.1.0"
@@ -25,5 +27,5 @@ __all__ = [
     "gradcheck", "GradcheckReport",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
-    "ExecutionError", "ArgumentError", "RenderError", "Diagnostic", "Span", "__version__", "to_dot",
+    "ExecutionError", "ArgumentError", "RenderError", "OnnxError", "import_onnx", "export_onnx", "Diagnostic", "Span", "__version__", "to_dot",
 ]

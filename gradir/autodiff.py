@@ -35,337 +35,17 @@ same graph twice gives identical text.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, NoReturn, Optional, Sequence, Union
-
-from .errors import AutodiffError, Diagnostic, GradirError, Source, shown
-from .ir import OPS, Graph, GraphInput, Op
-from .types import TensorType, format_shape
-
-__all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "AutodiffError", "grad_text"]
-
-
-Rule = Callable[["Emitter", Op, list, list], Sequence[Optional[str]]]
-RULES: dict[str, Rule] = {}
-
-# Gradient ops (``is_backward``) deliberately have no rule: gradir derives
-# first-order gradients only.  A test checks that every other op has one.
-NO_RULE_REASON = "it is a gradient op (gradir derives first-order gradients only)"
-
-# Ops that broadcast their operands (their cotangents may need ReduceSumTo).
-
-
-def rule(*names: str) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for n in names:
-            RULES[n] = fn
-        return fn
-    return register
-
-
-# ---------------------------------------------------------------------------
-# The emitter
-# ---------------------------------------------------------------------------
-class Emitter:
-    """Appends ops with fresh result names, inferring their types as it goes."""
-
-    def __init__(self, types: dict[str, TensorType], first_free: int, source: Optional[Source] = None) -> None:
-        self.types = types  # every value known so far (forward and backward)
-        self.source = source  # the forward graph's text, to locate errors
-        self.ops: list[Op] = []
-        self._next = first_free
-        self.current: Optional[Op] = None  # the forward op whose rule is running (for messages)
-
-    def fresh(self) -> str:
-        name = f"t{self._next}"
-        self._next += 1
-        return name
-
-    def type(self, value: str) -> TensorType:
-        return self.types[value]
-
-    def shape(self, value: str) -> tuple:
-        return self.types[value].shape
-
-    def rank(self, value: str) -> int:
-        return self.types[value].rank
-
-    def op(self, name: str, *operands: Optional[str], **attrs) -> Union[str, tuple[str, ...]]:
-        """Emit ``name(operands, attrs)``; returns the result name (a tuple if several)."""
-        cls = OPS[name]
-        n = cls.num_results(cls(["t0"], list(operands), attrs).resolved_attrs())
-        results = [self.fresh() for _ in range(n)]
-        op = cls(results, list(operands), attrs)
-        try:
-            types = op.check([None if v is None else self.types[v] for v in op.operands])
-        except Exception as e:  # a bug in a rule, not a user error
-            where = f" (differentiating {self.current.to_string()})" if self.current is not None else ""
-            raise AssertionError(f"gradir bug: a gradient rule emitted an invalid op {op.to_string()}{where}: "
-                                 f"{e}") from e
-        op.result_types = list(types)
-        for r, t in zip(results, types):
-            self.types[r] = t
-        self.ops.append(op)
-        return results[0] if n == 1 else tuple(results)
-
-    def __getattr__(self, name: str) -> Callable[..., Union[str, tuple[str, ...]]]:
-        """``e.MatMul(a, b)`` is ``e.op("MatMul", a, b)``."""
-        if name in OPS:
-            return lambda *operands, **attrs: self.op(name, *operands, **attrs)
-        raise AttributeError(name)
-
-    def fail(self, op: Op, message: str, result: Optional[int] = None) -> NoReturn:
-        """Raise ``AutodiffError`` located at the forward op, or at its result ``result``
-        (when the graph came from text)."""
-        span = None
-        if op.loc is not None:
-            span = op.loc.results[result] if result is not None and result < len(op.loc.results) else op.loc.name
-        raise AutodiffError(Diagnostic(message, span, self.source if span is not None else None,
-                                       filename=self.source.filename if self.source else None))
-
-    # -- helpers shared by rules -------------------------------------------
-    def swap_last_two(self, value: str) -> str:
-        r = self.rank(value)
-        return self.transpose(value, list(range(r - 2)) + [r - 1, r - 2])
-
-    def transpose(self, value: str, perm: list[int]) -> str:
-        """``Transpose``, printing ``perm`` only when it is not the default (reversed axes)."""
-        if perm == list(reversed(range(len(perm)))):
-            return self.op("Transpose", value)
-        return self.op("Transpose", value, perm=perm)
-
-
-# ---------------------------------------------------------------------------
-# Rules.  Each returns one cotangent (or None) per operand of the forward op.
-# ---------------------------------------------------------------------------
-def _x(op: Op, i: int = 0) -> str:
-    return op.operands[i]  # type: ignore[return-value]
-
-
-@rule("Relu", "QuickGelu", "Gelu", "FastGelu")
-def _act_of_x(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """ORT gradients that read the forward input X."""
-    attrs = {"alpha": op.attrs["alpha"]} if "alpha" in op.attrs else {}
-    return [e.op(op.GRADIENT, cts[0], _x(op), **attrs)]
-
-
-@rule("LeakyRelu")
-def _leaky_relu(e: Emitter, op: Op, cts: list, need: list) -> list:
-    # LeakyReluGrad tests `Y > 0`.  For alpha > 0, Y > 0 exactly where X > 0, so ORT's
-    # convention of passing Y is equivalent to passing X; for alpha <= 0 only X gives
-    # the right mask.  Passing X is right for every alpha and spares recomputing Y.
-    return [e.op(op.GRADIENT, cts[0], _x(op), alpha=op.attrs["alpha"])]
-
-
-@rule("Sigmoid", "Tanh")
-def _act_of_y(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """ORT gradients that read the forward output Y."""
-    return [e.op(op.GRADIENT, cts[0], op.results[0])]
-
-
-@rule("Softmax", "LogSoftmax")
-def _softmax(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.op(op.GRADIENT, cts[0], op.results[0], axis=op.attrs["axis"])]
-
-
-@rule("Identity")
-def _identity(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [cts[0]]
-
-
-@rule("Neg")
-def _neg(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.Neg(cts[0])]
-
-
-@rule("Exp")
-def _exp(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.Mul(cts[0], op.results[0])]
-
-
-@rule("Log")
-def _log(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.Div(cts[0], _x(op))]
-
-
-@rule("Scale")
-def _scale(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.Scale(cts[0], factor=op.attrs["factor"])]
-
-
-@rule("ZerosLike")
-def _zeros_like(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [None]
-
-
-@rule("Constant")
-def _constant(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return []  # no operands: nothing to differentiate (activity analysis never reaches it)
-
-
-@rule("Add")
-def _add(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [cts[0], cts[0]]
-
-
-@rule("Sub")
-def _sub(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [cts[0], e.Neg(cts[0]) if need[1] else None]
-
-
-@rule("Mul")
-def _mul(e: Emitter, op: Op, cts: list, need: list) -> list:
-    a, b = op.operands
-    return [e.Mul(cts[0], b) if need[0] else None, e.Mul(cts[0], a) if need[1] else None]
-
-
-@rule("Div")
-def _div(e: Emitter, op: Op, cts: list, need: list) -> list:
-    # C = A / B:  dA = dC / B,  dB = -dC * A / B^2 = -(dC / B) * C
-    da = e.Div(cts[0], op.operands[1])
-    return [da, e.Neg(e.Mul(da, op.results[0])) if need[1] else None]
-
-
-@rule("Sum")
-def _sum(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [cts[0]] * len(op.operands)
-
-
-@rule("MatMul")
-def _matmul(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """NumPy matmul, 1-D operands promoted: a vector A is [1, k], a vector B is [k, 1].
-
-    dA = dC @ B^T, dB = A^T @ dC on the promoted shapes; the promoted axis is then
-    summed away (it has size 1) and batch broadcasting is undone by the driver.
-    """
-    a, b = op.operands
-    dc = cts[0]
-    va, vb = e.rank(a) == 1, e.rank(b) == 1
-    if va and vb:
-        dc = e.Unsqueeze(dc, axes=[0, 1])
-    elif va:
-        dc = e.Unsqueeze(dc, axes=[-2])
-    elif vb:
-        dc = e.Unsqueeze(dc, axes=[-1])
-    da = db = None
-    if need[0]:
-        b2 = e.Unsqueeze(b, axes=[-1]) if vb else b
-        da = e.MatMul(dc, e.swap_last_two(b2))
-        if va:
-            da = e.ReduceSum(da, axes=[-2])
-    if need[1]:
-        a2 = e.Unsqueeze(a, axes=[0]) if va else a
-        db = e.MatMul(e.swap_last_two(a2), dc)
-        if vb:
-            db = e.ReduceSum(db, axes=[-1])
-    return [da, db]
-
-
-@rule("Transpose")
-def _transpose(e: Emitter, op: Op, cts: list, need: list) -> list:
-    r = e.rank(_x(op))
-    perm = op.attrs["perm"]
-    perm = list(reversed(range(r))) if perm is None else list(perm)
-    inv = [0] * r
-    for k, p in enumerate(perm):
-        inv[p] = k
-    return [e.transpose(cts[0], inv)]
-
-
-@rule("Reshape")
-def _reshape(e: Emitter, op: Op, cts: list, need: list) -> list:
-    shape = e.shape(_x(op))
-    if sum(d is None for d in shape) > 1:
-        e.fail(op, f"cannot differentiate {op.op_name}: its operand {_x(op)} has shape {format_shape(shape)} "
-                   "with more than one unknown dimension, so the gradient cannot be reshaped back")
-    return [e.Reshape(cts[0], shape=[-1 if d is None else d for d in shape])]
-
-
-def _reduced_axes(op: Op, rank: int) -> list[int]:
-    axes = op.attrs["axes"]
-    return list(range(rank)) if axes is None else sorted(a % rank for a in axes)
-
-
-def _unreduce(e: Emitter, op: Op, dy: str) -> str:
-    """Broadcast the cotangent of a reduction back to the operand's shape."""
-    x = _x(op)
-    axes = _reduced_axes(op, e.rank(x))
-    if axes and not op.attrs["keepdims"]:
-        dy = e.Unsqueeze(dy, axes=axes)
-    if e.shape(dy) == e.shape(x) and e.type(x).is_static:
-        return dy
-    return e.BroadcastTo(dy, x)
-
-
-@rule("ReduceSum")
-def _reduce_sum(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [_unreduce(e, op, cts[0])]
-
-
-@rule("ReduceMean")
-def _reduce_mean(e: Emitter, op: Op, cts: list, need: list) -> list:
-    x = _x(op)
-    n = 1
-    for k in _reduced_axes(op, e.rank(x)):
-        d = e.shape(x)[k]
-        if d is None:
-            e.fail(op, f"cannot differentiate {op.op_name}: axis {k} of {x} ({e.type(x)}) has unknown size, "
-                       "so the 1/n of the mean is unknown")
-        n *= d
-    dx = _unreduce(e, op, cts[0])
-    return [dx if n == 1 else e.Scale(dx, factor=1.0 / n)]
-
-
-@rule("Unsqueeze")
-def _unsqueeze(e: Emitter, op: Op, cts: list, need: list) -> list:
-    r = e.rank(op.results[0])
-    return [e.ReduceSum(cts[0], axes=sorted(a % r for a in op.attrs["axes"]))]
-
-
-@rule("BroadcastTo")
-def _broadcast_to(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [cts[0], None]  # the driver sums the cotangent back to X's shape; Like is shape only
-
-
-@rule("ReduceSumTo")
-def _reduce_sum_to(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.BroadcastTo(cts[0], _x(op)), None]
-
-
-@rule("LSTMCell")
-def _lstm_cell(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """One ``GradLSTMCellInput`` per operand that needs a gradient (and no other)."""
-    dh, dc = cts
-    if dh is None:  # GradLSTMCellInput requires dH'; dC' may be omitted
-        dh = e.ZerosLike(op.operands[1])
-    hs = op.attrs["hidden_size"]
-    return [e.GradLSTMCellInput(dh, dc, *op.operands, input_index=k, hidden_size=hs) if need[k] else None
-            for k in range(6)]
-
-
-@rule("LSTMTraining")
-def _lstm_training(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """Exactly one ``LSTMGrad``, fed with the recomputed HAll, CAll and iofc.
-
-    LSTMGrad takes upstream gradients of HAll, HFinal and CFinal only: the
-    gradient of CAll (every cell state) and of iofc (the gate activations) has no
-    operand to enter the recurrence through, so a path from either to an output
-    is an error rather than a silently wrong gradient.
-    """
-    for k in (3, 4):
-        if cts[k] is not None:
-            what = op.RESULTS[k]
-            e.fail(op, f"cannot differentiate {op.op_name} through its result {what} ({op.results[k]}), which "
-                       "reaches an output: LSTMGrad accepts upstream gradients of HAll, HFinal and CFinal "
-                       f"only, so no gradient can flow back from {what}", result=k)
-    x, w, r, b, sl, h0, c0, p = (list(op.operands) + [None] * 8)[:8]
-    hall, _, _, call, iofc = op.results
-    attrs = {a.name: op.attrs[a.name] for a in op.ATTRS}
-    dx, dw, dr, db, dh0, dc0, dp = e.LSTMGrad(x, w, r, sl, h0, c0, hall, call, iofc, cts[0], cts[1], cts[2], p,
-                                              **attrs)
-    return [dx, dw, dr, db if b is not None else None, None, dh0 if h0 is not None else None,
-            dc0 if c0 is not None else None, dp if p is not None else None]
+from typing import Iterable, Optional, Union
+
+from .errors import AutodiffError, Diagnostic, shown
+from .graph import Graph, GraphInput
+from .ir import Op
+from .labels import label_text
+from .gradrules import NO_RULE_REASON, RULES, Emitter, Rule, rule
+
+__all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "Rule", "rule", "NO_RULE_REASON",
+           "AutodiffError", "grad_text", "parse_wrt"]
 
 
 # ---------------------------------------------------------------------------
@@ -392,7 +72,10 @@ class Derivation:
 
 
 def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
+    """The input names (``tN``) to differentiate with respect to: ``wrt`` names inputs by ``tN`` or by
+    label, as a list or one comma-separated str; ``None`` means every floating-point input."""
     types = {i.name: i.type for i in graph.inputs}
+    by_label = {i.label: i.name for i in graph.inputs if i.label is not None}
     if wrt is None:
         names = [i.name for i in graph.inputs if i.type.dtype.is_float]
         if not names:
@@ -414,12 +97,15 @@ def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
         names = None
     if names is None:
         raise ArgumentError(f"wrt must be a list of input names (or a comma-separated str), got {shown(wrt)}")
+    names = [by_label[w] if isinstance(w, str) and w not in types and w in by_label else w for w in names]
     for k, w in enumerate(names):
         if not isinstance(w, str):
             problems.append(f"wrt entries are input names like 't0', got {shown(w)}")
         elif w not in types:
-            problems.append(f"wrt: {w} is not an input of the graph (its inputs are "
-                            f"{', '.join(types) or 'none'})")
+            shown_inputs = [i.name if i.label is None else f"{i.name} ({label_text(i.label).strip()})"
+                            for i in graph.inputs]
+            problems.append(f"wrt: {w} is not an input of the graph, by name or label (its inputs are "
+                            f"{', '.join(shown_inputs) or 'none'})")
         elif not types[w].dtype.is_float:
             problems.append(f"wrt: {w} has type {types[w]}; only floating-point inputs have gradients")
         elif w in names[:k]:

@@ -10,7 +10,9 @@ that runs.
   result in a fresh array: no pool, no in-place writes, no threads.  It is the yardstick the
   tests hold the CPU backend to (the same bits for every sample).
 
-A backend is an object with a ``name`` and ``lower(graph, program, plan, threads)``
+A backend is an object with a ``name``, the name of its kernel table (``kernels``: kernels are
+registered per backend with ``@kernel(op, backend=...)``; both backends here use ``cpu``'s) and
+``lower(graph, program, plan, threads)``
 returning an object with ``run(inputs, check_numerics=False, trace=None)``; it registers
 itself with ``register_backend`` (``runtime.py`` registers ``cpu``, ``reference.py``
 ``reference``).  This module imports neither, so nothing here closes an import cycle.
@@ -27,6 +29,7 @@ __all__ = ["Backend", "BACKENDS", "register_backend", "get_backend"]
 
 class Backend(Protocol):
     name: str
+    kernels: str  # its kernel table, ``gradir.kernels.TABLES[kernels]``
 
     def lower(self, graph: Any, program: Any, plan: Any, threads: Optional[int]) -> Any: ...
 

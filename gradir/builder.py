@@ -37,7 +37,8 @@ import numpy as np
 
 from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
 from .errors import ArgumentError, BuilderError, Diagnostic, VerifyError, shown
-from .ir import OPS, REQUIRED, Graph, GraphInput, Op, OpError, OpErrors, format_attr_value
+from .graph import Graph, GraphInput
+from .ir import OPS, REQUIRED, Op, OpError, OpErrors, format_attr_value
 from .types import DType, TensorType
 
 __all__ = ["GraphBuilder", "Value", "BuilderError"]
@@ -176,6 +177,16 @@ class GraphBuilder:
         name = f"t{self._next}"
         self._next += 1
         return name
+
+    @property
+    def num_ops(self) -> int:
+        """How many ops the graph has so far (an op made by the next call is ``ops[num_ops]``)."""
+        return len(self._ops)
+
+    @property
+    def inputs(self) -> list[GraphInput]:
+        """The inputs declared so far (copies)."""
+        return [GraphInput(i.name, i.type, label=i.label) for i in self._inputs]
 
     # -- graph structure ------------------------------------------------------------
     def input(self, dtype: Union[str, DType, TensorType], shape: Optional[Iterable] = None, *,

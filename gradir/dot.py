@@ -29,7 +29,8 @@ import sys
 from typing import Iterable, Optional, Sequence
 
 from .errors import ArgumentError, Diagnostic, RenderError, UsageError, shown
-from .ir import Graph, Op, attr_equal, format_attr_value
+from .graph import Graph
+from .ir import Op, attr_equal, format_attr_value
 from .ops.fused import FusedElementwiseOp
 
 __all__ = ["to_dot", "render", "register"]

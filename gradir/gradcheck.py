@@ -44,7 +44,8 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 import numpy as np
 
 from .errors import ArgumentError, Diagnostic, GradcheckError, GradirError, InputError, shown
-from .ir import Graph, GraphInput, Op
+from .graph import Graph, GraphInput
+from .ir import Op
 from .syntax import graph_argument
 from .types import DType, format_shape
 

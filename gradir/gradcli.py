@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     examples=["gradir grad samples/mlp_forward.gir -o mlp.grad.gir",
                               "gradir grad samples/mlp_forward.gir --wrt t1,t3 | gradir run -"])
     p.add_argument("file", metavar="FILE", help="forward graph (.gir); '-' reads standard input")
-    p.add_argument("--wrt", metavar="t0,t3", help="comma-separated input names to differentiate with respect "
-                                                  "to (default: every floating-point input)")
+    p.add_argument("--wrt", metavar="t0,t3", help="comma-separated inputs to differentiate with respect to, "
+                                                  "by name (t0) or label (default: every floating-point input)")
     p.add_argument("-o", "--output", metavar="OUT", help="write to OUT (atomically) instead of standard output")
     p.set_defaults(func=cmd_grad)

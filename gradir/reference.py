@@ -65,6 +65,7 @@ class ReferenceExecutable(Executable):
 
 class _Reference:
     name = "reference"
+    kernels = "cpu"  # the CPU kernels, called one after another
 
     def lower(self, graph: Any, program: Any, plan: Any, threads: Optional[int]) -> Any:
         warm_kernels(plan)

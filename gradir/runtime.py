@@ -22,7 +22,7 @@ from . import kernels  # noqa: F401  (importing the package registers every kern
 from .backends import get_backend, register_backend
 from .errors import ArgumentError, Diagnostic, ExecutionError, GradirError, InputError, shown
 from .executor import BufferPool, Run, describe, dtype_name, straight_line_code
-from .ir import Graph, GraphInput
+from .graph import Graph, GraphInput
 from .passes import Program, run_passes
 from .schedule import Plan, build_plan
 from .types import TensorType, format_shape
@@ -62,7 +62,7 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
             graph = parse(graph_or_text, filename)
     elif isinstance(graph_or_text, Graph):
         graph = graph_or_text
-        if not graph.types:
+        if not graph.validated:
             graph.validate()
     else:
         raise ArgumentError(f"compile() takes a Graph, IR text or a path, not {type(graph_or_text).__name__}")
@@ -71,7 +71,7 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     with no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
         program = Program(graph)
         log = run_passes(program, passes, disable)
-        plan = build_plan(program, log)
+        plan = build_plan(program, log, lower.kernels)
     return lower.lower(graph, program, plan, threads)
 
 
@@ -317,6 +317,8 @@ class _Cpu:
     """The default backend: the thread-pool executor (``Executable``)."""
 
     name = "cpu"
+
+    kernels = "cpu"
 
     def lower(self, graph: Graph, program: Program, plan: Plan, threads: Optional[int]) -> Executable:
         warm_kernels(plan)

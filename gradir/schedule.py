@@ -22,7 +22,7 @@ import networkx as nx
 
 from .errors import CompileError, Diagnostic
 from .ir import Op
-from .kernels import KERNELS, KernelInfo
+from .kernels import TABLES, KernelInfo
 from .ops.fused import FusedElementwiseOp
 from .passes import Program
 from .types import TensorType
@@ -44,11 +44,12 @@ class Step:
     blas_concurrent: bool = False  # another BLAS step may run at the same time
     tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
     concurrent: bool = False  # another non-tiny step may run at the same time
+    table: str = "cpu"  # the kernel table (``gradir.kernels.TABLES``) of the backend the plan is for
 
     @property
     def kernel(self) -> KernelInfo:
-        """The CPU backend's kernel for this op (``gradir.kernels``)."""
-        return KERNELS[self.op.op_name]
+        """This op's kernel in the plan's kernel table (looked up, not stored: the plan pickles)."""
+        return TABLES[self.table][self.op.op_name]
 
 
 @dataclass
@@ -121,9 +122,11 @@ def _bytes(t: Optional[TensorType]) -> int:
     return t.nbytes or 0
 
 
-def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
+def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str = "cpu") -> Plan:
+    """The schedule of ``program`` for a backend whose kernels are ``TABLES[kernels]``."""
     ops = program.ops
-    missing = [op for op in ops if op.op_name not in KERNELS]
+    table = TABLES.get(kernels, {})
+    missing = [op for op in ops if op.op_name not in table]
     if missing:
         diags = []
         first: dict[str, list] = {}
@@ -149,7 +152,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]]) -> Plan:
         op = ops[k]
         n = max(len(op.OPERANDS), len(op.operands))
         operands = list(op.operands) + [None] * (n - len(op.operands))
-        st = Step(pos, op, operands, list(op.results))
+        st = Step(pos, op, operands, list(op.results), table=kernels)
         for v in op.operands:
             if v is None:
                 continue

@@ -26,7 +26,9 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
 from .fastparse import (Fallback, Stmt, TypeSyntax, dim_literal, fast_line, float_literal, int_literal,
                         label_literal, type_from_syntax)
-from .ir import OPS, Graph, GraphInput, OpLoc
+from .graph import Graph, GraphInput
+from .verify import verify_graph
+from .ir import OPS, OpLoc
 from .trivia import attach, stmt_key
 
 __all__ = ["parse", "load", "print_graph", "grammar_text"]
@@ -319,12 +321,14 @@ def _parse(text: Union[str, bytes], filename: str = "<string>", *, verify: bool 
     if tally.errors:
         raise ParseError(tally.errors, more=tally.more)
     graph.trivia = attach(text, lines, tally.rows, tally.keys)
+    if verify and not diags and not poisoned:
+        return graph.validate()  # every problem at once, as below; and the graph is marked validated
     if verify:
-        from .verify import verify_graph
         diags = diags + verify_graph(graph, poisoned=poisoned)
         if diags:
             raise VerifyError(errors_of(diags))
-    elif diags:
+        return graph.validate()
+    if diags:
         raise VerifyError(errors_of(diags))
     return graph
 
@@ -362,7 +366,7 @@ def graph_argument(value: Any, who: str) -> Graph:
         value = load(value)
     elif not isinstance(value, Graph):
         raise ArgumentError(f"{who} takes a Graph, IR text or a path, not {type(value).__name__}")
-    if not value.types:
+    if not value.validated:
         value.validate()
     return value
 

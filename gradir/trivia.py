@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     from .fastparse import Stmt
-    from .ir import Graph
 
 __all__ = ["Trivia", "comment_of", "attach", "render", "stmt_key"]
 

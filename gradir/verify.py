@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from .errors import Diagnostic, Source, Span
-from .ir import VALUE_NAME, Graph, Op, OpError, OpLoc, OpErrors
+from .ir import VALUE_NAME, Op, OpError, OpLoc, OpErrors
+from .labels import check_labels
+
+# ``Graph`` is named in annotations only: graph.py imports this module to validate.
 from .types import TensorType
 
 __all__ = ["verify_graph", "MAX_NAME_DIGITS"]
@@ -78,7 +81,7 @@ class _LazySpans:
         return self.spans[i] if i < len(self.spans) else None
 
 
-def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnostic]:
+def verify_graph(graph: "Graph", poisoned: Optional[dict] = None) -> list[Diagnostic]:
     """Return every problem in ``graph`` (empty if valid); fills ``graph.types``
     and each op's ``result_types`` when the graph is valid."""
     src = graph.source
@@ -220,7 +223,6 @@ def verify_graph(graph: Graph, poisoned: Optional[dict] = None) -> list[Diagnost
             err(msg, Span(n, 1, max(2, len(lines[-1]) + 1)))
         else:
             err("graph has no outputs", None)
-    from .labels import check_labels
     check_labels(graph, err)
     if not diags:
         graph.types = types

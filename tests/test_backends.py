@@ -61,3 +61,50 @@ def test_a_pass_that_breaks_the_graph_is_named(monkeypatch):
                            passes=["cse", "drop-first-op"])
     finally:
         del PASSES["drop-first-op"]
+
+
+def test_a_graph_changed_after_validation_is_validated_again() -> None:
+    g = gradir.parse("input t0 : Float32 [3]\nt1 = Neg(t0) : Float32 [3]\noutput t1\n")
+    assert g.validated
+    bad = gradir.OPS["Relu"](["t2"], ["t9"])  # t9 is defined nowhere
+    g.ops.append(bad)
+    g.outputs = ["t2"]
+    assert not g.validated
+    with pytest.raises(gradir.VerifyError, match="t9"):
+        gradir.compile(g)
+    g.ops[-1] = gradir.OPS["Relu"](["t2"], ["t1"])
+    assert gradir.compile(g).run({"t0": np.ones(3, np.float32)})["t2"].tolist() == [0, 0, 0]
+    assert g.validated
+
+
+def test_kernels_are_registered_per_backend() -> None:
+    """A backend names its kernel table; the plan's steps call that table's kernels, and an op without
+    a kernel there is a compile error for that backend only."""
+    from gradir.kernels import TABLES, kernel
+    from gradir.reference import ReferenceExecutable
+    calls = []
+
+    @kernel("Neg", backend="test-negonly")
+    def neg(x, out=None):  # type: ignore[no-untyped-def]
+        calls.append(x.shape)
+        return np.negative(x, out=out)
+
+    class NegOnly:
+        name = "test-negonly"
+        kernels = "test-negonly"
+
+        def lower(self, graph, program, plan, threads):  # type: ignore[no-untyped-def]
+            return ReferenceExecutable(graph, program, plan, 1)
+
+    BACKENDS["test-negonly"] = NegOnly()
+    try:
+        exe = gradir.compile("input t0 : Float32 [2]\nt1 = Neg(t0) : Float32 [2]\noutput t1\n", backend="test-negonly")
+        assert exe.run({"t0": np.array([1, -2], np.float32)})["t1"].tolist() == [-1, 2]
+        assert calls == [(2,)]
+        assert pickle.loads(pickle.dumps(exe.plan)).steps[0].kernel.fn is neg
+        with pytest.raises(gradir.GradirError, match="op 'Relu' has no kernel yet"):
+            gradir.compile("input t0 : Float32 [2]\nt1 = Relu(t0) : Float32 [2]\noutput t1\n", backend="test-negonly")
+        gradir.compile("input t0 : Float32 [2]\nt1 = Relu(t0) : Float32 [2]\noutput t1\n")  # cpu has it
+    finally:
+        del BACKENDS["test-negonly"]
+        del TABLES["test-negonly"]

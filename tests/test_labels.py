@@ -292,3 +292,19 @@ def test_constants_and_labels_parse_run_derive_and_build():
     b.output(b.Mul(v, c), label="half x")
     b.output(c, label="the constant")
     assert b.build() == g
+
+
+def test_wrt_names_inputs_by_label_or_by_name() -> None:
+    g = gradir.parse('input t0 "x" : Float32 [3]\ninput t1 "w" : Float32 [3]\nt2 = Mul(t0, t1) : Float32 [3]\n'
+                     'output t2 "y"\n')
+    by_label = grad(g, wrt=["w", "t0"])
+    by_name = grad(g, wrt="t1,t0")
+    assert by_label.to_text() == by_name.to_text()
+    assert by_label.output_labels == ["grad(w)", "grad(x)"]
+
+
+def test_wrt_unknown_name_lists_the_inputs_with_their_labels() -> None:
+    g = gradir.parse('input t0 "x" : Float32 [3]\nt1 = Neg(t0) : Float32 [3]\noutput t1\n')
+    with pytest.raises(gradir.GradirError, match=r'wrt: z is not an input of the graph, by name or label '
+                                                 r'\(its inputs are t0 \("x"\)\)'):
+        grad(g, wrt=["z"])

@@ -23,7 +23,7 @@ def _missing(name: str) -> list[str]:
     if name not in KERNELS:
         out.append("its kernel in gradir/kernels/ (@kernel)")
     if not cls.is_backward and name not in RULES:
-        out.append("its gradient rule in gradir/autodiff.py (@rule)")
+        out.append("its gradient rule in gradir/gradrules.py (@rule)")
     if name not in strategies.OP_EXAMPLES and name not in strategies.DECLARED_EXAMPLES:
         out.append("its entry in tests/strategies.py (OP_EXAMPLES)")
     if not (cls.__doc__ or "").strip():
@@ -41,7 +41,7 @@ def test_the_check_sees_a_missing_place(monkeypatch):
     monkeypatch.delitem(KERNELS, "Relu")
     monkeypatch.delitem(RULES, "Relu")
     assert _missing("Relu") == ["its kernel in gradir/kernels/ (@kernel)",
-                                "its gradient rule in gradir/autodiff.py (@rule)"]
+                                "its gradient rule in gradir/gradrules.py (@rule)"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -70,7 +70,7 @@ def _operands(cls, rng, shape=(3, 5)) -> dict[str, np.ndarray]:
             x = 1 / (1 + np.exp(-x))  # a sigmoid output
         elif o.name == "Y" and cls.op_name == "TanhGrad":
             x = np.tanh(x)
-        elif cls.op_name == "Log":
+        elif cls.op_name in ("Log", "Sqrt"):
             x = np.abs(x) + 0.1
         out[o.name] = x
     return out
@@ -119,3 +119,15 @@ def test_the_linearity_check_can_fail():
     ops = {"A": np.ones(3), "B": np.full(3, 2.0)}
     add = OPS["Add"]
     assert not np.allclose(evaluate_formula(add, dict(ops, A=2 * ops["A"])), 2 * evaluate_formula(add, ops))
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_operand_sample_kinds_are_known_and_have_what_they_read(name: str) -> None:
+    """``Operand.sample`` (how ``gradir run`` draws example values) is data the CLI interprets: each kind
+    must be one it knows, and "weights" reads the op's ``hidden_size``."""
+    from gradir.attrs import SAMPLES
+    cls = OPS[name]
+    for o in cls.OPERANDS:
+        assert o.sample in SAMPLES, f"{name}.{o.name}: unknown sample kind {o.sample!r}"
+        if o.sample == "weights":
+            assert cls.attr_spec("hidden_size") is not None, f"{name}.{o.name}: 'weights' needs hidden_size"

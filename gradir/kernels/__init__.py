@@ -1,4 +1,7 @@
-"""The kernel table: one entry per op name, mapping it to a NumPy kernel.
+"""The kernel tables: one per backend (``TABLES[backend]``), each mapping an op name to its kernel.
+``KERNELS`` is the ``cpu`` table, the NumPy/numba kernels below (the ``reference`` backend calls
+these too, one after another); a backend with kernels of its own registers them with
+``@kernel(name, backend=...)`` and names its table in its ``kernels`` attribute (``backends.py``).
 
 Calling convention (every kernel follows it):
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["KernelInfo", "KERNELS", "kernel", "get_kernel"]
+__all__ = ["KernelInfo", "KERNELS", "TABLES", "kernel", "get_kernel"]
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,14 @@ class KernelInfo:
     scalar: str | None = None
 
 
-KERNELS: dict[str, KernelInfo] = {}
+TABLES: dict[str, dict[str, KernelInfo]] = {"cpu": {}}
+KERNELS: dict[str, KernelInfo] = TABLES["cpu"]
 
 
-def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any = None,
+def kernel(name: str, *, backend: str = "cpu", inplace: bool = False, blas: bool = False, ufunc: Any = None,
            warm: Callable[[Any], None] | None = None, prepare: Callable[[Any, Any], None] | None = None,
            scalar: str | None = None) -> Callable:
-    """Decorator: register ``fn`` as the kernel of op ``name``.
+    """Decorator: register ``fn`` as the kernel of op ``name`` in ``backend``'s table.
 
     ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
     runtime calls it directly for tiny arrays, where a kernel's own overhead shows.
@@ -60,19 +64,20 @@ def kernel(name: str, *, inplace: bool = False, blas: bool = False, ufunc: Any =
     """
 
     def register(fn: Callable) -> Callable:
-        if name in KERNELS:
-            raise ValueError(f"kernel for {name!r} registered twice")
-        KERNELS[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare,
-                                   scalar=scalar)
+        table = TABLES.setdefault(backend, {})
+        if name in table:
+            raise ValueError(f"kernel for {name!r} registered twice for backend {backend!r}")
+        table[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare,
+                                 scalar=scalar)
         return fn
 
     return register
 
 
-def get_kernel(name: str) -> KernelInfo | None:
-    return KERNELS.get(name)
+def get_kernel(name: str, backend: str = "cpu") -> KernelInfo | None:
+    return TABLES.get(backend, {}).get(name)
 
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
-from . import activation, constant, fused, lstm, math, shape  # noqa: E402,F401
+from . import activation, constant, fused, loss, lstm, math, shape  # noqa: E402,F401

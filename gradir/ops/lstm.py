@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
@@ -12,8 +11,9 @@ HIDDEN = Attr("hidden_size", "int", min=1, doc="hidden size H")
 
 # -- the cell ------------------------------------------------------------------
 _CELL_OPERANDS = (Operand("X", doc="[B, I]"), Operand("H", doc="[B, Hd] previous hidden state"),
-                  Operand("C", doc="[B, Hd] previous cell state"), Operand("W_ih", doc="[4Hd, I]"),
-                  Operand("W_hh", doc="[4Hd, Hd]"), Operand("Bias", doc="[4Hd]"))
+                  Operand("C", doc="[B, Hd] previous cell state"), Operand("W_ih", doc="[4Hd, I]", sample="weights"),
+                  Operand("W_hh", doc="[4Hd, Hd]", sample="weights"),
+                  Operand("Bias", doc="[4Hd]", sample="weights"))
 
 
 def _dim(a: Dim, b: Dim) -> Dim:
@@ -37,20 +37,9 @@ def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
     return B, I, Hd, dtype
 
 
-def _weight_scale(op: Op, operand: int, weights: tuple[int, ...]) -> Optional[float]:
-    """Demo inputs for weights, biases and peepholes as PyTorch initializes them, U(±1/√H):
-    N(0, 1) weights saturate every gate, and the gate derivatives then underflow to
-    denormals (meaningless gradients, and slow)."""
-    if operand not in weights:
-        return None
-    return 1.0 / math.sqrt(op.attrs["hidden_size"])
-
 
 class LSTMCellOp(Op):
     """One LSTM step (PyTorch gate order i, f, g, o): returns (H', C')."""
-
-    def demo_scale(self, operand: int) -> Optional[float]:
-        return _weight_scale(self, operand, (3, 4, 5))
 
     OPERANDS = _CELL_OPERANDS
     RESULTS = ("H_next", "C_next")
@@ -88,9 +77,6 @@ class GradLSTMCellInputOp(BackwardOp):
 
     FUSES_INTO = ("GradLSTMCellInputFused", "input_index", "input_indices")
 
-    def demo_scale(self, operand: int) -> Optional[float]:
-        return _weight_scale(self, operand, (5, 6, 7))
-
     OPERANDS = _CELL_GRAD_OPERANDS
     RESULTS = ("dInput",)
     ATTRS = (Attr("input_index", "int", min=0, max=5,
@@ -110,9 +96,6 @@ def _check_indices(v: tuple) -> Optional[str]:
 
 class GradLSTMCellInputFusedOp(BackwardOp):
     """Several GradLSTMCellInput gradients from one gate recomputation (made by the fusion pass)."""
-
-    def demo_scale(self, operand: int) -> Optional[float]:
-        return _weight_scale(self, operand, (5, 6, 7))
 
     OPERANDS = _CELL_GRAD_OPERANDS
     RESULTS = ()
@@ -217,28 +200,16 @@ class _LayerCheck:
         return TensorType(self.dtype, [getattr(self, d) if isinstance(d, str) else d for d in self.shapes()[key]])
 
 
-def _sl_range(op: Op, operand: int, sl_index: int, types: Any) -> Optional[tuple[int, int]]:
-    if operand != sl_index:
-        return None
-    x = types.get(op.operands[0]) if op.operands else None
-    S = x.shape[0] if x is not None and x.rank == 3 and x.shape[0] is not None else 1
-    return (1, S)
-
 
 class LSTMTrainingOp(Op):
     """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
 
-    def demo_scale(self, operand: int) -> Optional[float]:
-        return _weight_scale(self, operand, (1, 2, 3, 7))
-
-    def demo_range(self, operand: int, types: Any) -> Optional[tuple[int, int]]:
-        return _sl_range(self, operand, 4, types)
-
-    OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 4H, I]"), Operand("R", doc="[D, 4H, H]"),
-                Operand("B", optional=True, doc="[D, 8H] (Wb then Rb)"),
-                Operand("SL", optional=True, doc="[B] Int32 sequence lengths"),
+    OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 4H, I]", sample="weights"),
+                Operand("R", doc="[D, 4H, H]", sample="weights"),
+                Operand("B", optional=True, doc="[D, 8H] (Wb then Rb)", sample="weights"),
+                Operand("SL", optional=True, doc="[B] Int32 sequence lengths", sample="lengths"),
                 Operand("H0", optional=True, doc="[D, B, H]"), Operand("C0", optional=True, doc="[D, B, H]"),
-                Operand("P", optional=True, doc="[D, 3H] peepholes i, o, f"))
+                Operand("P", optional=True, doc="[D, 3H] peepholes i, o, f", sample="weights"))
     RESULTS = ("HAll", "HFinal", "CFinal", "CAll", "iofc")
     ATTRS = LAYER_ATTRS
 
@@ -259,17 +230,12 @@ class LSTMTrainingOp(Op):
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
 
-    def demo_scale(self, operand: int) -> Optional[float]:
-        return _weight_scale(self, operand, (1, 2, 12))
-
-    def demo_range(self, operand: int, types: Any) -> Optional[tuple[int, int]]:
-        return _sl_range(self, operand, 3, types)
-
-    OPERANDS = (Operand("X"), Operand("W"), Operand("R"), Operand("SL", optional=True),
+    OPERANDS = (Operand("X"), Operand("W", sample="weights"), Operand("R", sample="weights"),
+                Operand("SL", optional=True, sample="lengths"),
                 Operand("H0", optional=True), Operand("C0", optional=True), Operand("HAll"),
                 Operand("CAll"), Operand("iofc"), Operand("dHAll", optional=True),
                 Operand("dHFinal", optional=True), Operand("dCFinal", optional=True),
-                Operand("P", optional=True))
+                Operand("P", optional=True, sample="weights"))
     RESULTS = ("dX", "dW", "dR", "dB", "dH0", "dC0", "dP")
     ATTRS = LAYER_ATTRS
 

@@ -13,7 +13,8 @@ from typing import Callable, Optional
 
 import networkx as nx
 
-from ..ir import Graph, Op
+from ..graph import Graph
+from ..ir import Op
 
 __all__ = ["Program", "Pass", "PASSES", "DEFAULT_PASSES", "run_passes", "register_pass", "lint"]
 
@@ -73,11 +74,13 @@ def register_pass(name: str, doc: str) -> Callable:
     return deco
 
 
-from . import basic, constfold, fusion  # noqa: E402,F401  (register the passes)
+from . import basic, constfold, fusion, matmul, simplify  # noqa: E402,F401  (register the passes)
 from . import elementwise  # noqa: E402,F401
 
 # folding first: cse then merges equal folded values, and dce drops the Constants only they read
-DEFAULT_PASSES = ["fold-constants", "cse", "dce", "fuse-lstm-cell-grads"]
+# the algebraic rewrites after cse (fewer ops to look at), before dce (which drops what they bypass)
+DEFAULT_PASSES = ["fold-constants", "cse", "simplify", "fold-transpose-matmul", "flatten-batched-matmul", "dce",
+                  "fuse-lstm-cell-grads"]
 DEFAULT_PASSES.append("fuse-elementwise")  # last: the other passes see the ops it would hide
 
 
