@@ -27,6 +27,7 @@ from . import cost
 from .errors import CompileError, Diagnostic
 from .ir import Op
 from .kernels import TABLES, KernelInfo
+from .ops.fused import FusedElementwiseOp
 from .passes import Program
 from .types import TensorType
 
@@ -115,6 +116,8 @@ class Plan:
                 notes.append("BLAS")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
+            if isinstance(s.op, FusedElementwiseOp):
+                lines += [f"#           {text}" for text in s.op.plan_lines(self.types)]
         path = self.critical_path()
         if len(path) > 1 and self.heavy_concurrency:
             lines.append("# critical path (started first when steps compete for cores): "

@@ -181,6 +181,14 @@ EXPORTERS["FastGelu"] = _same("FastGelu", MS_DOMAIN)
 EXPORTERS["QuickGelu"] = _same("QuickGelu", MS_DOMAIN, ("alpha",))
 
 
+@exporter("FusedMatMul")
+def _fused_matmul(e: _Export, op: Op) -> None:
+    ins, outs = _io(e, op)
+    a = op.resolved_attrs()
+    e.node("FusedMatMul", ins, outs, MS_DOMAIN, alpha=float(a["alpha"]),
+           **{k: int(a[k]) for k in ("transA", "transB", "transBatchA", "transBatchB")})
+
+
 @exporter("Gelu")
 def _gelu(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)

@@ -205,18 +205,6 @@ HANDLERS[("", "Softmax")] = _softmax("Softmax")
 HANDLERS[("", "LogSoftmax")] = _softmax("LogSoftmax")
 
 
-def _transposed(ctx: Any, x: Any, trans: bool, batch: bool = False) -> Any:
-    """``x`` with its last two axes swapped when ``trans`` (``batch``: FusedMatMul's transBatch, which
-    moves the first axis to just before the last two)."""
-    if batch and x.rank >= 3:
-        perm = list(range(1, x.rank - 1)) + [0, x.rank - 1]
-        x = ctx.b.Transpose(x, perm=perm)
-    if trans:
-        perm = list(range(x.rank - 2)) + [x.rank - 1, x.rank - 2]
-        x = ctx.b.Transpose(x, perm=perm)
-    return x
-
-
 def _scaled(ctx: Any, y: Any, alpha: float) -> Any:
     return y if alpha == 1.0 else ctx.b.Scale(y, factor=alpha)
 
@@ -224,9 +212,12 @@ def _scaled(ctx: Any, y: Any, alpha: float) -> Any:
 @handler("Gemm")
 def _gemm(ctx: Any, node: Any, attrs: dict) -> list:
     _only(attrs, {"alpha", "beta", "transA", "transB"}, node)
-    a = _transposed(ctx, ctx.x(node, 0), bool(attrs.get("transA", 0)))
-    b = _transposed(ctx, ctx.x(node, 1), bool(attrs.get("transB", 0)))
-    y = _scaled(ctx, ctx.b.MatMul(a, b), _float_attr(attrs, "alpha", 1.0))
+    a, b = ctx.x(node, 0), ctx.x(node, 1)
+    ta, tb, alpha = int(attrs.get("transA", 0)), int(attrs.get("transB", 0)), _float_attr(attrs, "alpha", 1.0)
+    if ta or tb or alpha != 1.0:
+        y = ctx.b.FusedMatMul(a, b, alpha=alpha, transA=ta, transB=tb)
+    else:
+        y = ctx.b.MatMul(a, b)
     c = ctx.x(node, 2)
     if c is not None:
         beta = _float_attr(attrs, "beta", 1.0)
@@ -238,9 +229,8 @@ def _gemm(ctx: Any, node: Any, attrs: dict) -> list:
 @handler("FusedMatMul", domain=MS_DOMAIN)
 def _fused_matmul(ctx: Any, node: Any, attrs: dict) -> list:
     _only(attrs, {"alpha", "transA", "transB", "transBatchA", "transBatchB"}, node)
-    a = _transposed(ctx, ctx.x(node, 0), bool(attrs.get("transA", 0)), bool(attrs.get("transBatchA", 0)))
-    b = _transposed(ctx, ctx.x(node, 1), bool(attrs.get("transB", 0)), bool(attrs.get("transBatchB", 0)))
-    return [_scaled(ctx, ctx.b.MatMul(a, b), _float_attr(attrs, "alpha", 1.0))]
+    kw = {k: int(attrs[k]) for k in ("transA", "transB", "transBatchA", "transBatchB") if k in attrs}
+    return [ctx.b.FusedMatMul(ctx.x(node, 0), ctx.x(node, 1), alpha=_float_attr(attrs, "alpha", 1.0), **kw)]
 
 
 @handler("Pow")

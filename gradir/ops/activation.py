@@ -14,7 +14,7 @@ class ReluOp(UnaryOp):
     """max(x, 0)."""
 
     ELEMENTWISE = "same"
-    FORMULA = "where(X > 0, X, 0)"
+    FORMULA = "where(X <= 0, 0, X)"  # NaN stays NaN, as in the kernel
     GRADIENT = "ReluGrad"
 
 

@@ -2,7 +2,7 @@
 training build and store its outputs beside them (NAME.ort.npz, keyed by ONNX output name), for
 tests/test_onnx.py to compare with gradir's.  Run with the ORT venv (setup_venv.sh):
 
-    /work/venv-ort/bin/python scripts/ort_fixtures/check_exports.py
+    ../venv-ort/bin/python scripts/ort_fixtures/check_exports.py
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ writes tests/data/onnx/exported/NAME.onnx and NAME.inputs.npz (inputs keyed by O
 training build (see tests/data/onnx/exported/README.md):
 
     python scripts/ort_fixtures/export_samples.py
-    /work/venv-ort/bin/python scripts/ort_fixtures/check_exports.py
+    ../venv-ort/bin/python scripts/ort_fixtures/check_exports.py
 """
 
 from __future__ import annotations
