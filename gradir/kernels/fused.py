@@ -78,7 +78,7 @@ def _prepare(op: Any, types: Any) -> None:
     compiled_loop(op.body, tuple(st[-1] != 0 for st in strides))
 
 
-@kernel("FusedElementwise", prepare=_prepare)
+@kernel("FusedElementwise", prepare=_prepare, splits=True)
 def fused_elementwise(*operands: np.ndarray, out: Any = None, body: Any) -> Any:
     """Run a fused group (``body``: ``gradir.ops.fused.FusedBody``); returns its results."""
     n_out = len(body.outputs)
