@@ -62,7 +62,10 @@ def partition(a_shape: tuple, b_shape: tuple) -> tuple[str, int]:
     if len(a) < 2 or len(b) < 2 or 0 in a or 0 in b:
         return "", 1
     K, N = b[-1 - 1], b[-1]
-    batch = np.broadcast_shapes(a[:-2], b[:-2])
+    try:
+        batch = np.broadcast_shapes(a[:-2], b[:-2])
+    except ValueError:  # shapes that do not multiply as given (a layout the caller did not undo)
+        return "", 1
     M = a[-2]
     flops = 2.0 * math.prod(batch) * M * K * N
     if len(b) == 2 or math.prod(b[:-2]) == 1:
