@@ -1,0 +1,108 @@
+"""The graphs of benchmarks/bench_graphs.py at tiny sizes: gradir's derived gradients against a
+reference, so that the benchmark's builders cannot rot.
+
+The reference is PyTorch eager autograd where torch is importable (it is in the ``bench`` extra,
+not the test extra), and always float64 finite differences (``gradir.gradcheck``, on the forward
+graph at the case's own inputs).  JAX's version of each graph is checked too where JAX is
+importable."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import gradir
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+import graph_cases as gc  # noqa: E402
+
+KEYS = list(gc.BUILDERS)
+
+
+def _gradir_gradients(case: gc.Case) -> list:
+    fwd = gradir.parse(case.text)
+    bwd = gradir.grad(fwd, wrt=case.wrt)
+    feeds = dict(case.inputs)
+    cot = bwd.inputs[len(fwd.inputs):]
+    assert len(cot) == len(case.cotangents)
+    for inp, ct in zip(cot, case.cotangents):
+        assert inp.type.shape == ct.shape, (case.key, inp, ct.shape)
+        feeds[inp.name] = ct
+    return list(gradir.compile(bwd, threads=1).run(feeds).values())
+
+
+def test_the_five_graphs_at_the_issues_sizes():
+    assert KEYS == ["lstm", "mlp", "chain", "loss", "branches"]
+    for sizes in (gc.LSTM_SIZES, gc.MLP_SIZES, gc.CHAIN_SIZES, gc.LOSS_SIZES, gc.BRANCH_SIZES):
+        assert set(sizes) == {"tiny", "quick", "full"}
+    assert gc.LSTM_SIZES["full"] == (100, 64, 256, 256, 512)  # S, B, I, H, classes
+    assert gc.MLP_SIZES["full"] == (512, 1024, 4096, 1024)
+    assert gc.CHAIN_SIZES["full"] == (2048, 2048)
+    chain = gradir.parse(gc.build("chain", "tiny").text)
+    assert len(chain.ops) == 8 and all(op.ELEMENTWISE for op in chain.ops)
+    case = gc.build("loss", "tiny")
+    assert case.cotangents[0].shape == ()  # the loss is a scalar
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_gradients_against_finite_differences(key):
+    case = gc.build(key, "tiny")
+    report = gradir.gradcheck(case.text, wrt=case.wrt, inputs=case.inputs)
+    assert report.ok, report.table()
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_gradients_against_pytorch(key):
+    torch = None
+    if _have("torch"):
+        import torch
+    case = gc.build(key, "tiny")
+    ours = _gradir_gradients(case)
+    assert [g.shape for g in ours] == [case.inputs[k].shape for k in case.wrt]
+    if torch is None:  # the finite-difference test above is the reference then
+        return
+    ref = gc.torch_gradients(torch, case)
+    assert len(ref) == len(ours)
+    for label, a, b in zip(case.wrt_labels, ours, ref):
+        assert gc.rel_error(a, b) <= 1e-5, (key, label, gc.rel_error(a, b))
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_jax_version_matches(key):
+    if not _have("jax"):
+        return
+    import jax
+    case = gc.build(key, "tiny")
+    f = case.jax(jax)
+    others = [case.inputs[k] for k in case.others]
+    _, vjp = jax.vjp(lambda *w: f(*w, *others), *[case.inputs[k] for k in case.wrt])
+    theirs = vjp(tuple(case.cotangents))
+    for label, a, b in zip(case.wrt_labels, _gradir_gradients(case), theirs):
+        assert gc.rel_error(a, np.asarray(b)) <= 1e-5, (key, label)
+
+
+def test_rel_error_sees_a_wrong_gradient():
+    a = np.array([1.0, 2.0, 4.0], np.float32)
+    assert gc.rel_error(a, a) == 0.0
+    assert gc.rel_error(a * np.float32(1.01), a) > 1e-3
+    assert gc.rel_error(a[:2], a) == float("inf")
+
+
+def _have(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+def test_the_benchmark_runs(capsys):
+    """bench_graphs.main end to end on the quick element-wise chain (torch.compile and JAX left out)."""
+    import bench_graphs
+    assert bench_graphs.main(["--quick", "--graphs", "chain", "--repeats", "1", "--threads", "1", "--no-compile",
+                              "--no-jax"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU: " in out and "## element-wise chain on 512 x 512" in out
+    assert "heavy steps" in out and "ms alone" in out
+    if _have("torch"):
+        assert "gradir vs PyTorch eager" in out and "chain: <= 0.5x PyTorch eager" in out
+    with pytest.raises(SystemExit):
+        bench_graphs.main(["--graphs", "nope"])
