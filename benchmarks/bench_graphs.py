@@ -136,7 +136,10 @@ def check(case: gc.Case, name: str, grads: list, ref: list) -> float:
     return worst
 
 
-def medians(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 2) -> dict[str, float]:
+def medians(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 2,
+            spread: Optional[dict] = None) -> dict[str, float]:
+    """Median seconds per call of each of ``fns``, run in turn round after round (``spread``, if a
+    dict, receives each one's (min, max))."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -146,6 +149,8 @@ def medians(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 2) ->
             t0 = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
+    if spread is not None:
+        spread.update({k: (min(v), max(v)) for k, v in times.items()})
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -246,11 +251,14 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
         print(f"   torch.compile: {'not available (PyTorch missing)' if torch is None else 'no C compiler found'}")
     if jax is None:
         print("   JAX: not installed; column left out")
-    t = medians(fns, args.repeats)
+    spread: dict = {}
+    t = medians(fns, args.repeats, spread=spread)
     fastest = min(t, key=t.get)
+    print(f"   {'':<34s} {'median':>9s}    {'min-max':>17s}")
     for k, v in t.items():
         ratio = "" if k == "gradir" else f"   gradir / this = {t['gradir'] / v:5.2f}x"
-        print(f"   {names[k]:<34s} {v * 1e3:9.2f} ms{ratio}")
+        lo, hi = spread[k]
+        print(f"   {names[k]:<34s} {v * 1e3:9.2f} ms ({lo * 1e3:7.1f}-{hi * 1e3:7.1f}){ratio}")
     others = [k for k in t if k != "gradir"]
     if others:
         best = min(others, key=t.get)
