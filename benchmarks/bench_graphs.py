@@ -163,6 +163,25 @@ def traced_run(exe: gradir.Executable, feeds: dict) -> tuple[float, dict[str, fl
     return wall, {ev["args"]["results"]: ev["dur"] * 1e-6 for ev in trace}
 
 
+def one_op_graph(st: Any, types: dict) -> str:
+    """The step's op alone, on inputs named as its operands.  Each float result is read by a
+    ``ReduceSum`` (not timed), so that it is an intermediate value, whose buffer the runtime pools
+    across runs, as inside the graph: a graph output is a fresh array on every run, and writing
+    one (page faults) would double a memory-bound op's time."""
+    names = list(dict.fromkeys(v for v in st.operands if v is not None))
+    lines = [f"input {v} : {types[v]}" for v in names] + [st.op.to_string()]
+    top = max(int(v[1:]) for v in names + list(st.results) if v[1:].isdigit()) + 1
+    outs = []
+    for r in st.results:
+        if types[r].dtype.is_float:
+            lines.append(f"t{top} = ReduceSum({r})")
+            outs.append(f"t{top}")
+            top += 1
+        else:
+            outs.append(r)
+    return "\n".join(lines + ["output " + ", ".join(outs)]) + "\n"
+
+
 def step_table(exe: gradir.Executable, feeds: dict, threads: int, runs: int) -> list[tuple[str, float, float]]:
     """Each heavy step: (description, median time inside the graph, median time alone).
 
@@ -188,8 +207,7 @@ def step_table(exe: gradir.Executable, feeds: dict, threads: int, runs: int) -> 
     alone = []
     for st in heavy:
         names = list(dict.fromkeys(v for v in st.operands if v is not None))
-        one = Graph([GraphInput(v, types[v]) for v in names], [st.op.copy(loc=None)], list(st.results))
-        alone.append((gradir.compile(one, threads=threads), {v: values[v] for v in names}))
+        alone.append((gradir.compile(one_op_graph(st, types), threads=threads), {v: values[v] for v in names}))
         traced_run(*alone[-1])  # warm-up
     walls: list[float] = []
     inside: dict[str, list[float]] = {}
@@ -199,8 +217,8 @@ def step_table(exe: gradir.Executable, feeds: dict, threads: int, runs: int) -> 
         walls.append(wall)
         for k, t in steps.items():
             inside.setdefault(k, []).append(t)
-        for times, (e, feed) in zip(by_itself, alone):
-            times.append(sum(traced_run(e, feed)[1].values()))
+        for times, st, (e, feed) in zip(by_itself, heavy, alone):
+            times.append(traced_run(e, feed)[1][", ".join(st.results)])
     med = {k: statistics.median(v) for k, v in inside.items()}
     print(f"   traced runs: {statistics.median(walls) * 1e3:.2f} ms wall, the {len(med)} steps' times add up to "
           f"{sum(med.values()) * 1e3:.2f} ms")
@@ -248,9 +266,9 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
             print(f"   JAX: first call (compiling) {took:.1f} s; vs PyTorch eager {err:.1e}")
             fns["jax"] = jrun
     if "compile" not in fns:
-        print(f"   torch.compile: {'not available (PyTorch missing)' if torch is None else 'no C compiler found'}")
+        print(f"   torch.compile: {'not available (PyTorch missing)' if torch is None else 'left out'}")
     if jax is None:
-        print("   JAX: not installed; column left out")
+        print(f"   JAX: {'left out' if args.no_jax else 'not installed'}; no JAX column")
     spread: dict = {}
     t = medians(fns, args.repeats, spread=spread)
     fastest = min(t, key=t.get)
@@ -339,6 +357,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             jax = None
     cc = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++") or shutil.which("clang++")
     have_cc = torch is not None and cc is not None and not args.no_compile
+    if torch is not None and cc is None:
+        print("torch.compile: no C++ compiler found (inductor needs one); column left out")
 
     print(cpu_line())
     print(f"numpy {np.__version__}, gradir {gradir.__version__} (compiled kernels "

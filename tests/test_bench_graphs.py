@@ -97,8 +97,15 @@ def _have(module: str) -> bool:
 def test_the_benchmark_runs(capsys):
     """bench_graphs.main end to end on the quick element-wise chain (torch.compile and JAX left out)."""
     import bench_graphs
-    assert bench_graphs.main(["--quick", "--graphs", "chain", "--repeats", "1", "--threads", "1", "--no-compile",
-                              "--no-jax"]) == 0
+    torch = sys.modules.get("torch")
+    saved = torch.get_num_threads() if torch is not None else None
+    try:
+        assert bench_graphs.main(["--quick", "--graphs", "chain", "--repeats", "1", "--threads", "1",
+                                  "--no-compile", "--no-jax"]) == 0
+    finally:  # main sets PyTorch's (process-wide) thread count
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(saved or os.cpu_count() or 1)
     out = capsys.readouterr().out
     assert "CPU: " in out and "## element-wise chain on 512 x 512" in out
     assert "heavy steps" in out and "ms alone" in out
