@@ -116,3 +116,15 @@ def test_the_benchmark_runs(capsys):
         assert "gradir vs PyTorch eager" in out and "chain: <= 0.5x PyTorch eager" in out
     with pytest.raises(SystemExit):
         bench_graphs.main(["--graphs", "nope"])
+
+
+def test_the_benchmark_without_torch_or_jax(capsys, monkeypatch):
+    """Where PyTorch and JAX are missing, the benchmark says so and times gradir alone."""
+    import bench_graphs
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    monkeypatch.setitem(sys.modules, "jax", None)
+    assert bench_graphs.main(["--quick", "--graphs", "chain", "--repeats", "1", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "PyTorch missing" in out and "JAX missing" in out
+    assert "PyTorch: not installed" in out and "JAX: not installed" in out and "NOT checked" in out
+    assert "[ n/a] chain: <= 1.0x torch.compile" in out and "[ n/a] chain: <= 0.5x PyTorch eager" in out
