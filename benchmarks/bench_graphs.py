@@ -281,6 +281,7 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
         print(f"   torch.compile: {'not available (PyTorch missing)' if torch is None else 'left out'}")
     if jax is None:
         print(f"   JAX: {'left out' if args.no_jax else 'not installed'}; no JAX column")
+    fns = {k: fns[k] for k in ("gradir", "eager", "compile", "jax") if k in fns}
     spread: dict = {}
     t = medians(fns, args.repeats, spread=spread)
     fastest = min(t, key=t.get)
