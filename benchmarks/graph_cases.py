@@ -54,7 +54,7 @@ def _normal(rng: np.random.Generator, shape: tuple, scale: float = 1.0) -> np.nd
 # ---------------------------------------------------------------------------------------------
 # 1. LSTM language model: LSTMTraining -> MatMul to C classes -> LogSoftmax
 
-LSTM_SIZES = {"full": (100, 64, 256, 256, 512), "quick": (25, 32, 128, 128, 256), "tiny": (3, 2, 4, 5, 6)}
+LSTM_SIZES = {"full": (100, 64, 256, 256, 512), "quick": (20, 16, 64, 64, 128), "tiny": (3, 2, 4, 5, 6)}
 _ONNX_TO_TORCH = (0, 2, 3, 1)  # torch gate block k (i, f, g, o) is ONNX block _ONNX_TO_TORCH[k] (i, o, f, c)
 
 
@@ -125,8 +125,8 @@ def lstm_lm(scale: str, seed: int = 0) -> Case:
 # ---------------------------------------------------------------------------------------------
 # 2. and 4. GELU MLPs: a LogSoftmax output, or a scalar NLL loss
 
-MLP_SIZES = {"full": (512, 1024, 4096, 1024), "quick": (256, 512, 1024, 512), "tiny": (3, 4, 6, 5)}
-LOSS_SIZES = {"full": (512, 1024, 2048, 512), "quick": (256, 512, 1024, 128), "tiny": (3, 4, 6, 5)}
+MLP_SIZES = {"full": (512, 1024, 4096, 1024), "quick": (128, 256, 1024, 256), "tiny": (3, 4, 6, 5)}
+LOSS_SIZES = {"full": (512, 1024, 2048, 512), "quick": (128, 256, 512, 128), "tiny": (3, 4, 6, 5)}
 
 
 def _mlp_inputs(rng: np.random.Generator, N: int, D: int, Fh: int, C: int) -> dict:
@@ -233,7 +233,7 @@ def chain(scale: str, seed: int = 0) -> Case:
 # ---------------------------------------------------------------------------------------------
 # 5. two independent heavy branches joined at the end
 
-BRANCH_SIZES = {"full": (512, 1024, 2048, 1024), "quick": (256, 512, 1024, 512), "tiny": (3, 4, 6, 5)}
+BRANCH_SIZES = {"full": (512, 1024, 2048, 1024), "quick": (128, 256, 512, 256), "tiny": (3, 4, 6, 5)}
 
 
 def branches(scale: str, seed: int = 0) -> Case:
