@@ -3,14 +3,16 @@ in PyTorch eager autograd, ``torch.compile`` (inductor) and ``jax.jit`` of ``jax
 in the same run (issue [fusion], "bench_graphs.py" and "Goals").
 
     python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches] [--threads N]
+                                      [--repeats N] [--no-compile] [--no-jax]
 
 The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from
 the forward graph's text, with respect to the parameters (and the LSTM's input X, which a
 language model's embedding needs); PyTorch and JAX differentiate the same function with respect
 to the same values.  Before any timing, every gradient of gradir, torch.compile and JAX is checked
 against PyTorch eager, or JAX where PyTorch is missing (max |a - b| / max |b| <= 1e-3; the
-benchmark stops with an error otherwise).  Float32, ``--threads`` (default: every core) for gradir and PyTorch; JAX uses
-XLA's own pool (held to one thread with ``--threads 1``).
+benchmark stops with an error otherwise).  Float32, ``--threads`` (default: every core) for
+gradir and PyTorch; JAX uses XLA's own pool (held to one thread with ``--threads 1``).  The first
+run compiles torch.compile's kernels (inductor caches them on disk for later runs).
 
 Times are medians of ``--repeats`` rounds after warm-up; in each round every implementation runs
 once, in turn, so that the machine's slow phases spread over all of them (these machines are
