@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # gradir before NumPy, as the gradir command does (gradir._blasenv: OpenBLAS's idle spin)
 import gradir  # noqa: E402,I001
-from gradir.ir import Graph, GraphInput  # noqa: E402
+from gradir import Graph, GraphInput  # noqa: E402
 from gradir.kernels import jit  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -171,23 +171,25 @@ def traced_run(exe: gradir.Executable, feeds: dict) -> tuple[float, dict[str, fl
     return wall, {ev["args"]["results"]: ev["dur"] * 1e-6 for ev in trace}
 
 
-def one_op_graph(st: Any, types: dict) -> str:
+def one_op_graph(st: Any, types: dict) -> Graph:
     """The step's op alone, on inputs named as its operands.  Each float result is read by a
     ``ReduceSum`` (not timed), so that it is an intermediate value, whose buffer the runtime pools
     across runs, as inside the graph: a graph output is a fresh array on every run, and writing
-    one (page faults) would double a memory-bound op's time."""
+    one (page faults) would double a memory-bound op's time.  Built as a ``Graph`` from the plan's
+    op objects, not as text: the plan's ``FusedElementwise`` ops print a line that the parser does
+    not accept ("unknown op")."""
     names = list(dict.fromkeys(v for v in st.operands if v is not None))
-    lines = [f"input {v} : {types[v]}" for v in names] + [st.op.to_string()]
     top = max(int(v[1:]) for v in names + list(st.results) if v[1:].isdigit()) + 1
-    outs = []
+    ops, outs = [st.op.copy(loc=None)], []
     for r in st.results:
         if types[r].dtype.is_float:
-            lines.append(f"t{top} = ReduceSum({r})")
+            reader = gradir.parse(f"input {r} : {types[r]}\nt{top} = ReduceSum({r})\noutput t{top}\n")
+            ops.append(reader.ops[0].copy(loc=None))
             outs.append(f"t{top}")
             top += 1
         else:
             outs.append(r)
-    return "\n".join(lines + ["output " + ", ".join(outs)]) + "\n"
+    return Graph([GraphInput(v, types[v]) for v in names], ops, outs)
 
 
 def step_table(exe: gradir.Executable, feeds: dict, threads: int, runs: int) -> list[tuple[str, float, float]]:
