@@ -50,7 +50,7 @@ def blas_hold(plan: Plan) -> Any:
 
 
 # A ready step whose priority and cost are both at least this share of the starting step's is
-# about as critical: the starting step leaves it a core (equal branches run side by side).
+# about as critical: a starting step (not a product) leaves it a core (equal branches side by side).
 SHARE = 0.5
 
 
@@ -322,7 +322,7 @@ class Run:
                 return None
             heapq.heappop(ready)
             rivals = 0
-            if free > 1 and st.width > 1:  # leave a core to each ready step about as critical
+            if free > 1 and st.width > 1 and not st.kernel.blas:  # products scale: they take all
                 nxt = [heapq.heappop(ready) for _ in range(min(free - 1, len(ready)))]
                 rivals = sum(1 for heavy, p, i in nxt if heavy and -p >= SHARE * st.priority
                              and steps[i].cost >= SHARE * st.cost)

@@ -276,17 +276,23 @@ def test_priorities_are_the_longest_remaining_path():
 
 
 def test_equal_branches_share_the_cores():
-    """Two equal branches: the first step to start leaves a core to the other, about as
-    critical (side by side on one core each, not one after the other on both)."""
-    exe = gradir.compile(TWO_BRANCHES, threads=2)
-    by = {st.results[0]: st for st in exe.plan.steps}
-    assert by["t4"].width >= 2 and by["t4"].priority == pytest.approx(by["t7"].priority)
-    inputs = demo_inputs(gradir.parse(TWO_BRANCHES), 1)
-    for _ in range(3):
-        trace: list = []
-        exe.run(inputs, trace=trace)
-        first = min(trace, key=lambda e: e["ts"])
-        assert first["args"]["results"] in ("t4", "t7") and first["args"]["cores"] == 1
+    """Two equal element-wise branches: the first step to start leaves a core to the other,
+    about as critical (side by side on one core each, not one after the other on both).
+    Products do not: their blocks scale with the cores, so one at a time gets every core."""
+    text = ("input t0 : Float32 [2048, 1024]\ninput t1 : Float32 [2048, 1024]\n"
+            "t2 = Tanh(t0)\nt3 = Neg(t1)\nt4 = Add(t2, t3)\noutput t4\n")
+    for graph, cores in ((text, 1), (TWO_BRANCHES, 2)):
+        exe = gradir.compile(graph, threads=2, disable=["fuse-elementwise"])
+        first_two = [st for st in exe.plan.steps if not st.deps][:2]
+        assert all(st.width >= 2 for st in first_two)
+        assert first_two[0].priority == pytest.approx(first_two[1].priority)
+        inputs = demo_inputs(gradir.parse(graph), 1)
+        for _ in range(3):
+            trace: list = []
+            exe.run(inputs, trace=trace)
+            first = min(trace, key=lambda e: e["ts"])
+            assert first["args"]["results"] in {st.results[0] for st in first_two}
+            assert first["args"]["cores"] == cores, graph
 
 
 def test_a_short_side_step_waits_for_the_critical_paths_next_wide_step():
