@@ -325,7 +325,7 @@ class Run:
             if free > 1 and st.width > 1 and not st.kernel.blas:  # products scale: they take all
                 nxt = [heapq.heappop(ready) for _ in range(min(free - 1, len(ready)))]
                 rivals = sum(1 for heavy, p, i in nxt if heavy and -p >= SHARE * st.priority
-                             and steps[i].cost >= SHARE * st.cost)
+                             and steps[i].cost >= SHARE * st.cost and not steps[i].kernel.blas)
                 for e in nxt:
                     heapq.heappush(ready, e)
             got = grant(st, free - rivals)
