@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import policy
 from .errors import Diagnostic, ExecutionError, GradirError
 from .kernels import parallel
 from .schedule import Plan, Step
@@ -47,33 +48,6 @@ def blas_hold(plan: Plan) -> Any:
     round as its single-threaded ones, and its thread count is process-wide; products use more
     cores by splitting themselves into blocks fixed by their shapes (``kernels.blocked``)."""
     return parallel.blas_limit(1) if plan.blas else contextlib.nullcontext()
-
-
-# A ready step whose priority and cost are both at least this share of the starting step's is
-# about as critical: a starting step (not a product) leaves it a core (equal branches side by side).
-SHARE = 0.5
-
-
-def _defer(step: Step, running: dict[int, tuple[float, int]], steps: list[Step],
-           dependents: list[list[int]]) -> bool:
-    """Whether ``step`` should wait although a core is free: a running step's path is much
-    longer (its priority times ``SHARE`` is above ``step``'s), a step after it can use several
-    cores, and ``step`` would still hold the core when it ends (estimated).  The core is kept for
-    the critical path's next step, which would otherwise run on fewer cores all its length."""
-    now = time.perf_counter()
-    for k, (t0, cores) in running.items():
-        r = steps[k]
-        if (SHARE * r.priority > step.priority and any(steps[d].width > 1 for d in dependents[k])
-                and step.cost > r.cost / max(1, cores) - (now - t0)):
-            return True
-    return False
-
-
-def grant(step: Step, free: int) -> int:
-    """The cores a step starting now gets: those free (less one for each ready step about as
-    critical), up to what it can use (``Step.width``), at least one.  (Tests replace this to
-    force other allotments: results must not change.)"""
-    return max(1, min(step.width, free))
 
 
 class BufferPool:
@@ -280,9 +254,11 @@ class Run:
         others at once, and take no core); then the step with the longest estimated path to
         the end (``Step.priority``: the critical path starts first), then the lowest schedule
         index.  A step other than a tiny one starts only when a core is free, and takes the
-        cores free then, up to what its kernel can use, less one for each other ready step
-        about as critical (``grant``, ``SHARE``); it gives them back when it is done.  So a step runs on every core when nothing else needs one, and never
-        more steps compute at once than there are cores.
+        cores free then, up to what its kernel can use, less one for each other ready
+        element-wise step about as critical; it gives them back when it is done.  A step off
+        the critical path, or a product that would start on fewer cores than it can use while
+        a step is about to end, waits (``gradir.policy``).  So a step runs on every core when
+        nothing else needs one, and never more steps compute at once than there are cores.
         """
         steps = self.plan.steps
         n = len(steps)
@@ -318,17 +294,18 @@ class Run:
             if free < 1:
                 return None
             st = steps[k]
-            if running and _defer(st, running, steps, dependents):
+            if running and (policy.defer(st, running, steps, dependents)
+                            or policy.wait_for_cores(st, free, running, steps)):
                 return None
             heapq.heappop(ready)
             rivals = 0
             if free > 1 and st.width > 1 and not st.kernel.blas:  # products scale: they take all
                 nxt = [heapq.heappop(ready) for _ in range(min(free - 1, len(ready)))]
-                rivals = sum(1 for heavy, p, i in nxt if heavy and -p >= SHARE * st.priority
-                             and steps[i].cost >= SHARE * st.cost and not steps[i].kernel.blas)
+                rivals = sum(1 for heavy, p, i in nxt if heavy and -p >= policy.SHARE * st.priority
+                             and steps[i].cost >= policy.SHARE * st.cost and not steps[i].kernel.blas)
                 for e in nxt:
                     heapq.heappush(ready, e)
-            got = grant(st, free - rivals)
+            got = policy.grant(st, free - rivals)
             free -= got
             running[k] = (time.perf_counter(), got)
             return k, got

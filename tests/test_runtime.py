@@ -123,14 +123,14 @@ def test_large_lstm_beside_a_matmul_identical_across_threads(monkeypatch, allot)
     (``allot``: the free ones, always one, or a random number up to 4, more than are free too)."""
     import random
 
-    from gradir import executor
+    from gradir import policy
     from gradir.kernels.lstm import common as lstm_common
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
     rnd = random.Random(7)
     if allot == "one":
-        monkeypatch.setattr(executor, "grant", lambda step, free: 1)
+        monkeypatch.setattr(policy, "grant", lambda step, free: 1)
     elif allot == "random":
-        monkeypatch.setattr(executor, "grant", lambda step, free: rnd.randint(1, 4))
+        monkeypatch.setattr(policy, "grant", lambda step, free: rnd.randint(1, 4))
     S, B, I, H = 3, 16, 4, 260
     assert B >= lstm_common.SPLIT_MIN_ROWS and B * 4 * H > lstm_common.WHOLE_LOOP_MAX
     text = f"""input t0 : Float32 [{S}, {B}, {I}]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir import executor
+from gradir import policy
 from gradir.kernels import KERNELS, KernelInfo, blocked, parallel
 from gradir.runcli import demo_inputs
 
@@ -136,11 +136,11 @@ def test_two_heavy_branches_same_bits_for_threads_and_allotments(monkeypatch, te
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # LSTM halves as where gradir is imported first
     rnd = random.Random(3)
     if allot == "one":
-        monkeypatch.setattr(executor, "grant", lambda step, free: 1)
+        monkeypatch.setattr(policy, "grant", lambda step, free: 1)
     elif allot == "all":
-        monkeypatch.setattr(executor, "grant", lambda step, free: 4)
+        monkeypatch.setattr(policy, "grant", lambda step, free: 4)
     elif allot == "random":
-        monkeypatch.setattr(executor, "grant", lambda step, free: rnd.randint(1, 4))
+        monkeypatch.setattr(policy, "grant", lambda step, free: rnd.randint(1, 4))
     g = gradir.parse(text)
     inputs = demo_inputs(g, 11)
     ref = gradir.compile(g, backend="reference").run(inputs)
@@ -307,7 +307,7 @@ def test_a_short_side_step_waits_for_the_critical_paths_next_wide_step():
     side = S(priority=0.2, cost=0.05, width=1)
     brief = S(priority=0.2, cost=0.001, width=1)
     steps = [crit, wide, narrow]
-    assert executor._defer(side, {0: (now, 1)}, steps, [[1], [], []])
-    assert not executor._defer(side, {0: (now, 1)}, steps, [[2], [], []])  # nothing wide follows
-    assert not executor._defer(brief, {0: (now, 1)}, steps, [[1], [], []])  # ends first
-    assert not executor._defer(S(priority=0.6, cost=0.05, width=1), {0: (now, 1)}, steps, [[1], [], []])
+    assert policy.defer(side, {0: (now, 1)}, steps, [[1], [], []])
+    assert not policy.defer(side, {0: (now, 1)}, steps, [[2], [], []])  # nothing wide follows
+    assert not policy.defer(brief, {0: (now, 1)}, steps, [[1], [], []])  # ends first
+    assert not policy.defer(S(priority=0.6, cost=0.05, width=1), {0: (now, 1)}, steps, [[1], [], []])
