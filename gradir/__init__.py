@@ -7,7 +7,7 @@ and (in later layers) a compiler, runtime, autodiff and a Python builder.
 from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, ParseError,
-                     RenderError, Span, VerifyError)
+                     RenderError, ShardError, Span, VerifyError)
 from .graph import Graph, GraphInput
 from .ir import OPS, Attr, BackwardOp, Op, Operand
 from .autodiff import AutodiffError, grad
@@ -15,6 +15,7 @@ from .builder import BuilderError, GraphBuilder
 from .dot import to_dot
 from .gradcheck import GradcheckReport, gradcheck
 from .runtime import Executable, compile
+from .sharding import Sharded, shard
 from . import reference as _reference  # noqa: F401,E402  (registers the reference backend)
 from .syntax import load, parse
 from .types import DType, TensorType
@@ -23,8 +24,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError",
-    "gradcheck", "GradcheckReport",
+    "gradcheck", "GradcheckReport", "shard", "Sharded",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
-    "ExecutionError", "ArgumentError", "RenderError", "Diagnostic", "Span", "__version__", "to_dot",
+    "ExecutionError", "ArgumentError", "ShardError", "RenderError", "Diagnostic", "Span", "__version__", "to_dot",
 ]

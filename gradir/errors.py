@@ -16,7 +16,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
            "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "Terminated", "ConstantValueError", "OpError", "OpErrors",
-           "FastPathFallback", "shown"]
+           "FastPathFallback", "ShardError", "shown"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -184,6 +184,11 @@ class BuilderError(VerifyError):
 
 class GradcheckError(GradirError):
     """The check cannot be set up as asked (a backward graph that does not fit the forward graph, ...)."""
+
+
+class ShardError(GradirError):
+    """A graph cannot be sharded as asked (an op refuses its operands' placements, a bad batch axis, ...),
+    or a sharded run cannot be set up (no Dask, a bad scheduler, a shard file missing)."""
 
 
 class Terminated(BaseException):

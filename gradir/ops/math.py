@@ -53,6 +53,7 @@ class _Binary(Op):
 class AddOp(_Binary):
     """A + B with NumPy broadcasting."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A + B"
@@ -63,6 +64,7 @@ class AddOp(_Binary):
 class SubOp(_Binary):
     """A - B with NumPy broadcasting."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A - B"
@@ -73,6 +75,7 @@ class SubOp(_Binary):
 class MulOp(_Binary):
     """A * B with NumPy broadcasting."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A * B"
@@ -82,6 +85,7 @@ class MulOp(_Binary):
 class DivOp(_Binary):
     """A / B with NumPy broadcasting (floating point)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A / B"
@@ -93,6 +97,7 @@ class DivOp(_Binary):
 class NegOp(UnaryOp):
     """-x."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "-X"
     LINEAR_IN = (0,)
@@ -103,6 +108,7 @@ class NegOp(UnaryOp):
 class ExpOp(UnaryOp):
     """exp(x)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "exp(X)"
 
@@ -110,6 +116,7 @@ class ExpOp(UnaryOp):
 class LogOp(UnaryOp):
     """Natural logarithm."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "log(X)"
 
@@ -117,6 +124,7 @@ class LogOp(UnaryOp):
 class IdentityOp(UnaryOp):
     """x, unchanged."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "X"
     LINEAR_IN = (0,)
@@ -128,6 +136,7 @@ class IdentityOp(UnaryOp):
 class MatMulOp(Op):
     """NumPy matmul: batched over leading dims (broadcast), 1-D operands promoted."""
 
+    SHARDING = "matmul"
     BROADCASTS = True
     LINEAR_IN = (0, 1)
 
@@ -168,6 +177,7 @@ def _check_perm(p: tuple) -> Optional[str]:
 class TransposeOp(Op):
     """Permute axes; default reverses them."""
 
+    SHARDING = "transpose"
     SHAPE_ONLY = True
     LINEAR_IN = (0,)
 
@@ -196,6 +206,7 @@ def _check_reshape(s: tuple) -> Optional[str]:
 class ReshapeOp(Op):
     """Same elements, new shape (one -1 entry is inferred)."""
 
+    SHARDING = "reshape"
     SHAPE_ONLY = True
     LINEAR_IN = (0,)
 
@@ -254,6 +265,7 @@ class _Reduce(Op):
 class ReduceSumOp(_Reduce):
     """Sum over `axes` (default all)."""
 
+    SHARDING = "reduce"
     REDUCTION = True
     LINEAR_IN = (0,)
 
@@ -261,6 +273,7 @@ class ReduceSumOp(_Reduce):
 class ReduceMeanOp(_Reduce):
     """Mean over `axes` (default all)."""
 
+    SHARDING = "reduce"
     REDUCTION = True
     LINEAR_IN = (0,)
 
@@ -270,6 +283,7 @@ class ReduceMeanOp(_Reduce):
 class SumOp(Op):
     """Element-wise sum of n >= 1 operands of identical type (gradient accumulation)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     LINEAR_IN = (0,)
     LINEAR_JOINTLY = True
