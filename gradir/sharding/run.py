@@ -24,8 +24,9 @@ from .placement import Placement, analyze, resolve_batch
 from .shardgraph import build_shard_graph
 from .worker import ShardResult, digest, executable, run_shard
 
-__all__ = ["shard", "Sharded", "open_scheduler", "tree_sum", "DASK_HINT"]
+__all__ = ["shard", "Sharded", "open_scheduler", "tree_sum", "DASK_HINT", "DEFAULT_SHARDS"]
 
+DEFAULT_SHARDS = 2
 DASK_HINT = 'Dask is not installed: pip install "gradir[dask]" (or run the shards with --scheduler inline)'
 
 
@@ -75,8 +76,12 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
         n = spec[6:]
         if not n.isdigit() or not 1 <= int(n) <= 256:
             raise ArgumentError(f"scheduler {spec!r}: local:N needs a number of worker processes from 1 to 256")
-        cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True, dashboard_address=None,
-                               silence_logs=logging.ERROR)
+        try:
+            cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True, dashboard_address=None,
+                                   silence_logs=logging.ERROR)
+        except (RuntimeError, OSError) as e:  # e.g. a worker could not start (spawn re-runs __main__)
+            raise ShardError(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts one must "
+                             f"guard its main code with `if __name__ == \"__main__\":`") from None
         try:
             with Client(cluster) as client:
                 yield client
@@ -175,7 +180,7 @@ class Sharded:
                 raise ArgumentError(f"shards={shards} but {len(paths)} shard files match {files!r}")
             shards = len(paths)
         if shards is None:
-            shards = 2
+            shards = DEFAULT_SHARDS
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ArgumentError(f"shards must be a positive integer, got {shown(shards)}")
         if paths is None:
