@@ -77,7 +77,7 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
         if not n.isdigit() or not 1 <= int(n) <= 256:
             raise ArgumentError(f"scheduler {spec!r}: local:N needs a number of worker processes from 1 to 256")
         try:
-            cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True, dashboard_address=None,
+            cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True, dashboard_address=":0",
                                    silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as e:  # e.g. a worker could not start (spawn re-runs __main__)
             raise ShardError(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts one must "
