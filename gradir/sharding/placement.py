@@ -11,8 +11,9 @@ A value is
 
 Each op says how its results are placed, given its operands' placements, through a rule it names
 (``Op.SHARDING``, a key of ``gradir.sharding.rules.RULES``); a rule that cannot keep the meaning of
-the op refuses, and the refusal is a located ``ShardError`` that names the op and says why.  The
-rules follow GSPMD, ``jax.shard_map`` and PyTorch DTensor (docs/distributed.md).
+the op refuses, and ``gradir.sharding.analysis`` makes the refusal a located ``ShardError`` that
+names the op and says why.  The rules follow GSPMD, ``jax.shard_map`` and PyTorch DTensor
+(docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from ..errors import Diagnostic, ShardError
+from ..errors import Diagnostic, Refusal, ShardError
 from ..graph import Graph
 from ..ir import Op
 from ..types import TensorType
 
-__all__ = ["Placement", "REPLICATED", "PARTIAL", "split", "RuleContext", "analyze", "resolve_batch"]
+__all__ = ["Placement", "REPLICATED", "PARTIAL", "split", "RuleContext", "resolve_batch"]
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,6 @@ PARTIAL = Placement("partial")
 
 def split(axis: int) -> Placement:
     return Placement("split", axis)
-
-
-class Refusal(Exception):
-    """Raised by a rule (``RuleContext.refuse``); ``analyze`` turns it into a located ``ShardError``."""
-
-    def __init__(self, message: str, operand: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.operand = operand
 
 
 class RuleContext:
@@ -124,48 +116,3 @@ def resolve_batch(graph: Graph, batch: Mapping[str, int]) -> dict[str, int]:
         raise ShardError("--shard: the batch axes have different sizes ("
                          + ", ".join(f"{n} axis {out[n]}: {s}" for n, s in known.items()) + ")")
     return out
-
-
-def _op_diagnostic(graph: Graph, op: Op, message: str, operand: Optional[int]) -> Diagnostic:
-    span = None
-    if op.loc is not None:
-        ops = op.loc.operands
-        span = ops[operand] if operand is not None and operand < len(ops) else op.loc.name
-    return Diagnostic(message, span, graph.source if span is not None else None)
-
-
-def analyze(graph: Graph, batch: Mapping[str, int]) -> tuple[dict[str, Placement], set[int]]:
-    """Every value's placement (``batch``: input value name -> axis, see ``resolve_batch``) and the
-    indices of the ``ReduceMean`` ops that reduce over a split axis (the shard graph rewrites them).
-
-    Raises ``ShardError`` at the first op that refuses, located at the op (or at the operand at fault)."""
-    from .rules import RULES
-    if not graph.validated:
-        graph.validate()
-    place: dict[str, Placement] = {}
-    for i in graph.inputs:
-        place[i.name] = split(batch[i.name]) if i.name in batch else REPLICATED
-    means: set[int] = set()
-    for k, op in enumerate(graph.ops):
-        ps = [place[v] if v is not None else None for v in op.operands]
-        if all(p is None or p.is_replicated for p in ps):
-            for r in op.results:
-                place[r] = REPLICATED
-            continue
-        types = [graph.types[v] if v is not None else None for v in op.operands]
-        ctx = RuleContext(op, ps, types, [graph.types[r] for r in op.results])
-        rule = RULES.get(op.SHARDING or "")
-        try:
-            if rule is None:
-                raise Refusal(f"{op.op_name} has no sharding rule (Op.SHARDING)")
-            out = rule(ctx)
-        except Refusal as e:
-            shown = ", ".join(f"{v} {p}" for v, p in zip(op.operands, ps) if v is not None)
-            what = f"cannot shard {op.op_name} ({', '.join(op.results)} = {op.op_name}(...); operands: {shown})"
-            raise ShardError(_op_diagnostic(graph, op, f"{what}: {e.message}", e.operand)) from None
-        assert len(out) == len(op.results), (op.op_name, out)
-        if ctx.mean_rewrite:
-            means.add(k)
-        for r, p in zip(op.results, out):
-            place[r] = p
-    return place, means

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import ArgumentError, InputError, ShardError, shown
 from ..graph import Graph
-from .placement import Placement, analyze, resolve_batch
+from .analysis import analyze
+from .placement import Placement, resolve_batch
 from .shardgraph import build_shard_graph
 from .worker import ShardResult, digest, executable, run_shard
 
