@@ -13,10 +13,13 @@ cotangent axis 2): dX is split, every weight gradient a partial sum.  Timed, med
 
 Measured in the same run, on the same cluster: the cost of one task (a no-op round trip, and the
 per-task cost of many in flight), of shipping a byte to a worker and back, and of adding one byte of
-partial sums.  A scaling model calibrated on those numbers and the 1-thread compute time predicts
-the local:2 time (printed beside the measurement) and projects to N machines:
+partial sums.  A scaling model calibrated on those numbers and on the time a shard computes on a
+worker predicts the local:2 time (printed beside the measurement, term by term) and projects to N
+machines:
 
-    T(N) = task + in_bytes(N)/bw_in + compute/N + out_bytes(N)/bw_out + (N-1) * partial_bytes/add_rate
+    T(N) = tasks + in_bytes(N)/bw_in + compute(B/N) + out_bytes(N)/bw_out + (N-1) * partial_bytes/add_rate
+
+compute(b) is linear in the rows b (calibrated: a shard of B/2 rows on a local:2 worker).
 
 strong scaling (the global batch fixed) and weak scaling (the batch per machine fixed), with the
 inputs shipped from the client or, with ``files=``, loaded by each task (in_bytes then only the
@@ -88,13 +91,13 @@ def overheads(client, repeat: int) -> dict[str, float]:
     rt, _ = median_time(lambda: client.submit(noop, 1, pure=False).result(), max(repeat, 5))
     n = 200
     many, _ = median_time(lambda: wait([client.submit(noop, k, pure=False) for k in range(n)]), 3)
-    size = 32 << 20
+    size = 16 << 20
     arr = np.ones(size // 4, dtype=F32)
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        send, _ = median_time(lambda: client.submit(nbytes_of, arr, pure=False).result(), 3)
-    back, _ = median_time(lambda: client.submit(make_array, size, pure=False).result(), 3)
+        send, _ = median_time(lambda: client.submit(nbytes_of, arr, pure=False).result(), 7)
+    back, _ = median_time(lambda: client.submit(make_array, size, pure=False).result(), 7)
     parts = [np.ones(size // 4, dtype=F32) for _ in range(2)]
     add, _ = median_time(lambda: tree_sum(parts), 5)
     return {"round_trip": rt, "per_task": many / n, "bw_in": size / max(send - rt, 1e-6),
@@ -105,9 +108,11 @@ def nbytes(d) -> int:
     return sum(int(np.asarray(v).nbytes) for v in d.values())
 
 
-def model(o: dict, compute1: float, sharded, inputs: dict, outputs: dict, N: int, scale: float = 1.0,
-          files: bool = False) -> float:
-    """Predicted wall time on N machines (one shard each) for the batch ``scale`` times the measured one."""
+def model_terms(o: dict, shard2: float, sharded, inputs: dict, outputs: dict, N: int, scale: float = 1.0,
+                files: bool = False) -> dict[str, float]:
+    """The terms of the predicted wall time on N machines (one shard each) for the batch ``scale`` times
+    the measured one; ``shard2``: the compute time of one shard of half the measured batch (calibrated on
+    the local:2 run's workers), taken as linear in the rows."""
     from gradir.labels import inputs_by_name
     byname = inputs_by_name(sharded.graph, inputs)
     split_in = sum(byname[n].nbytes for n in sharded.batch)
@@ -117,8 +122,13 @@ def model(o: dict, compute1: float, sharded, inputs: dict, outputs: dict, N: int
     split_out = nbytes(outputs) - part_out
     in_bytes = N * repl_in + (0 if files else split_in * scale)
     out_bytes = N * part_out + split_out * scale
-    return (o["round_trip"] + N * o["per_task"] + in_bytes / o["bw_in"] + compute1 * scale / N
-            + out_bytes / o["bw_out"] + (N - 1) * part_out / o["add_rate"])
+    return {"tasks": o["round_trip"] + N * o["per_task"], "ship in": in_bytes / o["bw_in"],
+            "compute": shard2 * 2 * scale / N, "ship out": out_bytes / o["bw_out"],
+            "sums": (N - 1) * part_out / o["add_rate"]}
+
+
+def model(*args, **kw) -> float:
+    return sum(model_terms(*args, **kw).values())
 
 
 def compare(sharded, ref: dict, out: dict) -> str:
@@ -143,28 +153,37 @@ def bench(size: tuple, client, repeat: int, o: dict) -> None:
     t1, ref = median_time(lambda: exe1.run(inputs), repeat)
     t2, _ = median_time(lambda: exe2.run(inputs), repeat)
     sharded.run(inputs, shards=2, client=client)  # the workers compile the shard graph
-    td, out = median_time(lambda: sharded.run(inputs, shards=2, client=client), repeat)
-    shard_s = statistics.median(r.seconds for r in sharded.last_results)
+    shard_times: list[float] = []
+
+    def dask_run() -> dict:
+        out = sharded.run(inputs, shards=2, client=client)
+        shard_times.extend(r.seconds for r in sharded.last_results)
+        return out
+    td, out = median_time(dask_run, repeat)
+    shard_s = statistics.median(shard_times)
     print(f"one process, 1 thread : {t1 * 1e3:8.1f} ms")
     print(f"one process, 2 threads: {t2 * 1e3:8.1f} ms")
     print(f"local:2, K=2 shards   : {td * 1e3:8.1f} ms  (each shard computes {shard_s * 1e3:.1f} ms)  "
           f"{t1 / td:.2f}x the 1-thread time, {td / t2:.2f}x the 2-thread time")
     print(f"  {compare(sharded, ref, out)}")
-    pred = model(o, t1, sharded, inputs, out, 2)
-    print(f"  model for local:2: {pred * 1e3:.1f} ms predicted, {td * 1e3:.1f} ms measured")
+    terms = model_terms(o, shard_s, sharded, inputs, out, 2)
+    print(f"  model for local:2: {sum(terms.values()) * 1e3:.1f} ms predicted ("
+          + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in terms.items()) + f"), {td * 1e3:.1f} ms measured")
     if shard_s < 0.05 or td > t1:
         print(f"  gradir: sharding does not pay at this size: a shard computes {shard_s * 1e3:.1f} ms against "
               f"{o['round_trip'] * 1e3:.1f} ms per task round trip and {nbytes(inputs) / 1e6:.1f} MB of inputs "
               f"to ship; run it in one process")
         return
-    print("  scaling model (N machines, one shard each; the 1-thread compute split N ways):")
+    base = 2 * shard_s  # the model's one-machine compute time, for the speed-ups
+    print(f"  scaling model (N machines, one shard each; compute {base * 1e3:.0f} ms for the whole batch, split N "
+          f"ways; speed-up against that compute alone):")
     print("      N   strong: T(ms)  speed-up  | files: T(ms) speed-up | weak: T(ms)  efficiency")
     for N in (1, 2, 4, 8, 16, 64):
-        s = model(o, t1, sharded, inputs, out, N)
-        f = model(o, t1, sharded, inputs, out, N, files=True)
-        w = model(o, t1, sharded, inputs, out, N, scale=N / 2)  # a batch of B/2 per machine
-        w1 = model(o, t1, sharded, inputs, out, 1, scale=0.5)
-        print(f"  {N:5d}   {s * 1e3:12.1f}  {t1 / s:8.2f}  | {f * 1e3:11.1f} {t1 / f:8.2f} | {w * 1e3:11.1f}  "
+        s = model(o, shard_s, sharded, inputs, out, N)
+        f = model(o, shard_s, sharded, inputs, out, N, files=True)
+        w = model(o, shard_s, sharded, inputs, out, N, scale=N / 2)  # a batch of B/2 per machine
+        w1 = model(o, shard_s, sharded, inputs, out, 1, scale=0.5)
+        print(f"  {N:5d}   {s * 1e3:12.1f}  {base / s:8.2f}  | {f * 1e3:11.1f} {base / f:8.2f} | {w * 1e3:11.1f}  "
               f"{w1 / w:9.2f}")
 
 
