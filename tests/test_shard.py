@@ -209,6 +209,14 @@ def test_mlp_forward_derived_by_grad_then_sharded():
     check_against_unsharded(s, inputs, s.run(inputs, shards=4), 1e-5)
 
 
+def test_a_progress_line_per_finished_shard(capsys):
+    s = gradir.shard(sample("mlp_forward.grad.gir"), {"t0": 0, "cotangent(t10)": 0})
+    inputs, _ = complete_inputs(s.graph, {}, 0)
+    s.run(inputs, shards=3, progress=True)
+    err = capsys.readouterr().err
+    assert [f"{k}/3 shards done" in err for k in (1, 2, 3)] == [True] * 3 and err.endswith("\n")
+
+
 def test_partial_sums_are_added_in_a_fixed_pairwise_tree():
     parts = [np.float32(x) for x in (1e8, 1.0, -1e8, 1.0, 0.5)]
     assert tree_sum(parts) == ((parts[0] + parts[1]) + (parts[2] + parts[3])) + parts[4]
@@ -261,6 +269,28 @@ def test_one_npz_per_shard_each_task_loads_its_own(client, lstm, tmp_path):
     assert same_bits(s.run(replicated, client="inline", files=glob), ref)
     with pytest.raises(ShardError, match="no shard files match"):
         s.run(replicated, files=str(tmp_path / "none-*.npz"))
+    # an error in a task (a file that lacks an input) comes back as gradir's error, not the engine's
+    np.savez(tmp_path / "part-99.npz", t0=parts[0]["t0"])
+    with pytest.raises(gradir.InputError, match="missing input t4"):
+        s.run(replicated, client=client, files=glob, retries=0)
+
+
+def test_cli_shard_files(tmp_path, capsys):
+    f = sample("mlp_forward.grad.gir")
+    s = gradir.shard(f, {"t0": 0, "t11": 0})
+    inputs, _ = complete_inputs(s.graph, {}, 0)
+    for k, part in enumerate(s.split_inputs(inputs, 3)):
+        np.savez(tmp_path / f"p{k}.npz", **{n: a for n, a in part.items() if n in s.batch})
+    np.savez(tmp_path / "w.npz", **{n: a for n, a in inputs.items() if n not in s.batch})
+    np.savez(tmp_path / "all.npz", **inputs)
+    a, b = str(tmp_path / "a.npz"), str(tmp_path / "b.npz")
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--shard-files", str(tmp_path / "p*.npz"), "--inputs",
+                 str(tmp_path / "w.npz"), "-o", a]) == 0
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--shards", "3", "--inputs", str(tmp_path / "all.npz"),
+                 "-o", b]) == 0
+    assert "(3 shards, inline)" in capsys.readouterr().out
+    with np.load(a) as x, np.load(b) as y:
+        assert all(np.array_equal(x[k], y[k]) for k in x.files) and len(x.files) == 5
 
 
 def test_a_worker_killed_mid_run_and_the_run_completes_with_the_same_bits(client, lstm):

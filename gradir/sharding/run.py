@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import ArgumentError, InputError, ShardError, shown
+from ..errors import ArgumentError, GradirError, InputError, ShardError, shown
 from ..graph import Graph
 from .analysis import analyze
 from .placement import Placement, resolve_batch
@@ -240,7 +240,13 @@ class Sharded:
         done = 0
         try:
             for f in as_completed(list(futures)):
-                results[futures[f]] = f.result()
+                try:
+                    results[futures[f]] = f.result()
+                except GradirError:
+                    raise
+                except Exception as e:  # the engine's own failures (KilledWorker, a lost connection, ...)
+                    raise ShardError(f"shard {futures[f]} of {len(parts)} failed on Dask: {type(e).__name__}: "
+                                     f"{e}") from None
                 done += 1
                 if progress:
                     _progress(done, len(parts), time.perf_counter() - t0, f"shard {futures[f]}")
