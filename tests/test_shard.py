@@ -209,6 +209,16 @@ def test_mlp_forward_derived_by_grad_then_sharded():
     check_against_unsharded(s, inputs, s.run(inputs, shards=4), 1e-5)
 
 
+def test_bad_inputs_are_located_in_the_users_file():
+    s = gradir.shard(sample("mlp_forward.grad.gir"), {"t0": 0, "t11": 0})
+    inputs, _ = complete_inputs(s.graph, {}, 0)
+    with pytest.raises(gradir.InputError) as e:
+        s.run(dict(inputs, t0=inputs["t0"][:5]), shards=2)
+    assert str(e.value).startswith(sample("mlp_forward.grad.gir") + ":5:7: error: input t0: expected Float32 [8, 16]")
+    with pytest.raises(gradir.InputError, match=r"mlp_forward.grad.gir:6:7: error: missing input t1"):
+        s.run({k: v for k, v in inputs.items() if k != "t1"}, shards=2)
+
+
 def test_a_progress_line_per_finished_shard(capsys):
     s = gradir.shard(sample("mlp_forward.grad.gir"), {"t0": 0, "cotangent(t10)": 0})
     inputs, _ = complete_inputs(s.graph, {}, 0)

@@ -23,7 +23,7 @@ from ..graph import Graph
 from .analysis import analyze
 from .placement import Placement, resolve_batch
 from .shardgraph import build_shard_graph
-from .worker import ShardResult, digest, executable, run_shard
+from .worker import ShardResult, digest, run_compiled, run_shard
 
 __all__ = ["shard", "Sharded", "open_scheduler", "tree_sum", "DASK_HINT", "DEFAULT_SHARDS"]
 
@@ -111,6 +111,16 @@ class Sharded:
         from ..labels import output_keys
         self.output_keys = output_keys(graph)
         self.last_results: list[ShardResult] = []  # the shard results of the last run (benchmarks)
+        self._compiled: dict[Optional[int], Any] = {}
+
+    def compiled(self, threads: Optional[int] = None) -> Any:
+        """The shard graph compiled here (inline runs, and checking inputs before they are shipped): from
+        the graph itself, so that errors point into the file the graph came from."""
+        exe = self._compiled.get(threads)
+        if exe is None:
+            from ..runtime import compile
+            exe = self._compiled[threads] = compile(self.shard_graph, threads=threads)
+        return exe
 
     def __repr__(self) -> str:
         return f"<Sharded {self.graph.name or ''} batch={self.batch}>"
@@ -142,12 +152,17 @@ class Sharded:
         byname = inputs_by_name(self.graph, inputs, self._file)
         types = {i.name: i.type for i in self.graph.inputs}
         out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
+        spans = {i.name: i.span for i in self.graph.inputs}
         for name, a in byname.items():
             a = np.asarray(a)
+            t = types.get(name)
+            if t is not None and (a.ndim != t.rank or any(w is not None and d != w for d, w in zip(a.shape, t.shape))):
+                from ..errors import Diagnostic
+                got = "[" + ", ".join(map(str, a.shape)) + "]"
+                raise InputError(Diagnostic(f"input {name}: expected {t}, got an array of shape {got}", spans[name],
+                                            self.graph.source if spans[name] else None, filename=self._file))
             if name in self.batch:
                 ax = self.batch[name]
-                if a.ndim != types[name].rank:
-                    raise InputError(f"input {name}: expected {types[name]}, got rank {a.ndim}")
                 if a.shape[ax] < shards:
                     raise InputError(f"input {name}: its batch axis {ax} has {a.shape[ax]} rows, fewer than the "
                                      f"{shards} shards")
@@ -210,11 +225,11 @@ class Sharded:
 
     def _inline(self, parts: list[dict], paths: Optional[list[str]], threads: Optional[int], progress: bool,
                 jitter: float) -> list[ShardResult]:
-        executable(self.text, self.key, threads)
+        exe = self.compiled(threads)
         out = []
         t0 = time.perf_counter()
         for k, part in enumerate(parts):
-            out.append(run_shard(self.text, self.key, k, part, paths[k] if paths else None, threads, jitter))
+            out.append(run_compiled(exe, k, part, paths[k] if paths else None, jitter))
             if progress:
                 _progress(k + 1, len(parts), time.perf_counter() - t0, "inline")
         return out
@@ -223,7 +238,7 @@ class Sharded:
               progress: bool, jitter: float) -> list[ShardResult]:
         from distributed import as_completed
         if paths is None:  # fail here, located, rather than on a worker
-            exe = executable(self.text, self.key, threads)
+            exe = self.compiled(threads)
             for part in parts:
                 exe.check_inputs(part)
         futures = {}

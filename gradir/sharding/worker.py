@@ -13,9 +13,10 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-__all__ = ["EXECUTABLES", "digest", "executable", "run_shard", "ShardResult"]
+__all__ = ["EXECUTABLES", "digest", "executable", "run_shard", "run_compiled", "ShardResult"]
 
 EXECUTABLES: dict[tuple[str, Optional[int]], Any] = {}
+MAX_CACHED = 16  # graphs per process; the oldest is dropped past that
 
 
 def digest(text: str) -> str:
@@ -29,6 +30,8 @@ def executable(text: str, key: str, threads: Optional[int]) -> Any:
         from ..runtime import compile
         from ..syntax import parse
         exe = compile(parse(text, "<shard graph>"), threads=threads)
+        while len(EXECUTABLES) >= MAX_CACHED:
+            del EXECUTABLES[next(iter(EXECUTABLES))]
         EXECUTABLES[(key, threads)] = exe
     return exe
 
@@ -58,14 +61,20 @@ def load_shard_file(path: str) -> dict[str, np.ndarray]:
 
 def run_shard(text: str, key: str, index: int, inputs: Mapping[str, np.ndarray], path: Optional[str] = None,
               threads: Optional[int] = None, jitter: float = 0.0) -> ShardResult:
-    """Run shard ``index`` of the shard graph ``text``: ``inputs`` (by label or value name) plus, with
-    ``path``, the arrays of that shard's ``.npz``.  ``jitter`` (a test hook) first sleeps a random
-    time up to that many seconds, so that results arrive out of order."""
-    if jitter:
-        time.sleep(random.uniform(0.0, jitter))
+    """Run shard ``index`` of the shard graph ``text`` (what a Dask task runs): see ``run_compiled``."""
     t0 = time.perf_counter()
     compiled = (key, threads) in EXECUTABLES
     exe = executable(text, key, threads)
+    return run_compiled(exe, index, inputs, path, jitter, 0.0 if compiled else time.perf_counter() - t0)
+
+
+def run_compiled(exe: Any, index: int, inputs: Mapping[str, np.ndarray], path: Optional[str] = None,
+                 jitter: float = 0.0, compile_seconds: float = 0.0) -> ShardResult:
+    """Run shard ``index`` on the compiled shard graph ``exe``: ``inputs`` (by label or value name) plus,
+    with ``path``, the arrays of that shard's ``.npz``.  ``jitter`` (a test hook) first sleeps a random
+    time up to that many seconds, so that results arrive out of order."""
+    if jitter:
+        time.sleep(random.uniform(0.0, jitter))
     t1 = time.perf_counter()
     arrays = dict(inputs)
     if path is not None:
@@ -76,5 +85,4 @@ def run_shard(text: str, key: str, index: int, inputs: Mapping[str, np.ndarray],
             raise ShardError(f"shard file {path} holds {', '.join(both)}, which is given to every shard too")
         arrays.update(loaded)
     out = exe.run(arrays)
-    t2 = time.perf_counter()
-    return ShardResult(index, [out[k] for k in exe.output_keys], t2 - t1, 0.0 if compiled else t1 - t0)
+    return ShardResult(index, [out[k] for k in exe.output_keys], time.perf_counter() - t1, compile_seconds)
