@@ -139,6 +139,19 @@ def test_lstm_ops_split_the_batch_and_sum_the_weight_gradients():
     assert [str(s.placements[o.results[0]]) for o in grads[:6]] == ["split(0)"] * 3 + ["partial"] * 3
 
 
+def test_the_fused_cell_gradient_unsqueeze_and_broadcast_to():
+    p = placements("input t0 : Float32 [4, 8]\ninput t1 : Float32 [4, 16]\ninput t2 : Float32 [4, 16]\n"
+                   "input t3 : Float32 [64, 8]\ninput t4 : Float32 [64, 16]\ninput t5 : Float32 [64]\n"
+                   "input t6 : Float32 [4, 16]\n"
+                   "t7, t8 = GradLSTMCellInputFused(t6, _, t0, t1, t2, t3, t4, t5, input_indices=[3, 0], hidden_size=16)\n"
+                   "t9 = Unsqueeze(t8, axes=[0])\nt10 = ReduceSum(t0, axes=[1], keepdims=true)\nt11 = BroadcastTo(t10, t0)\n"
+                   "output t7, t9, t11\n", {k: 0 for k in ("t0", "t1", "t2", "t6")})
+    assert (p["t7"], p["t8"], p["t9"], p["t10"], p["t11"]) == ("partial", "split(0)", "split(1)", "split(0)", "split(0)")
+    e = refusal("input t0 : Float32 [8, 4]\ninput t1 : Float32 [4]\nt2 = BroadcastTo(t1, t0)\nt3 = ReduceSum(t0, "
+                "axes=[0])\nt4 = BroadcastTo(t3, t0)\noutput t2, t4\n", {"t0": 0})
+    assert e.diagnostics[0].span.line == 5 and "is a partial sum but Like (t0) is split(0)" in str(e)
+
+
 def test_bad_batch_arguments_are_errors_that_say_what_the_inputs_are():
     g = gradir.load(sample("mlp_forward.grad.gir"))
     with pytest.raises(ShardError, match=r"'x' is not an input of the graph \(its inputs are t0, t1"):
@@ -260,6 +273,8 @@ def test_dask_gives_the_inline_bits_also_when_results_arrive_out_of_order(client
         orders.add(tuple(r.index for r in s.last_results))  # by shard index, whatever the arrival
     assert orders == {(0, 1, 2, 3)}
     assert not same_bits(s.run(inputs, shards=3, client="inline"), ref)  # K matters (partial sums)
+    address = client.scheduler.address  # a scheduler address, as --scheduler tcp://host:8786 gives it
+    assert address.startswith("tcp://") and same_bits(s.run(inputs, shards=4, client=address), ref)
 
 
 def test_local_1_and_local_4_give_the_same_bits(lstm):
