@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import glob as globlib
+import os
 import sys
 import time
 import warnings
@@ -31,14 +32,22 @@ DEFAULT_SHARDS = 2
 DASK_HINT = 'Dask is not installed: pip install "gradir[dask]" (or run the shards with --scheduler inline)'
 
 
-def shard(graph: Union[Graph, str], batch: Mapping[str, int]) -> "Sharded":
+def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]) -> "Sharded":
     """Place every value of ``graph`` (a ``Graph``, IR text or a ``.gir`` path) when the inputs named in
     ``batch`` (by label or ``tN``) are split along the given axes; raises ``ShardError`` (located at
     the op) if an op refuses."""
-    if not isinstance(graph, Graph):
-        from ..syntax import load, parse
-        graph = load(graph) if isinstance(graph, str) and "\n" not in graph and graph.strip().endswith(".gir") \
-            else parse(graph) if isinstance(graph, str) else load(graph)
+    if isinstance(graph, os.PathLike) or (isinstance(graph, str) and "\n" not in graph and (
+            os.path.isfile(graph) or graph.strip().endswith(".gir"))):
+        from ..syntax import load
+        graph = load(graph)
+    elif isinstance(graph, str):
+        from ..syntax import parse
+        graph = parse(graph)
+    elif not isinstance(graph, Graph):
+        raise ArgumentError(f"shard() takes a Graph, IR text or a path, not {type(graph).__name__}")
+    if not isinstance(batch, Mapping):
+        raise ArgumentError(f"batch must be a mapping of input names to axes, e.g. {{\"x\": 0}}, got "
+                            f"{type(batch).__name__}")
     if not graph.validated:
         graph.validate()
     axes = resolve_batch(graph, batch)
