@@ -222,6 +222,15 @@ def test_mlp_forward_derived_by_grad_then_sharded():
     check_against_unsharded(s, inputs, s.run(inputs, shards=4), 1e-5)
 
 
+def test_a_graph_whose_batch_is_already_unknown():
+    s = gradir.shard("input t0 : Float32 [?, 4]\nt1 = Tanh(t0)\nt2 = Reshape(t1, shape=[-1, 2, 2])\n"
+                     "t3 = ReduceSum(t2, axes=[0])\nt4 = ReduceMean(t0, axes=[1])\noutput t2, t3, t4\n", {"t0": 0})
+    x = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    check_against_unsharded(s, {"t0": x}, s.run({"t0": x}, shards=3), 1e-5)
+    with pytest.raises(ShardError, match="needs the global count of the reduced elements"):
+        gradir.shard("input t0 : Float32 [?, 4]\nt1 = ReduceMean(t0)\noutput t1\n", {"t0": 0})
+
+
 def test_bad_inputs_are_located_in_the_users_file():
     s = gradir.shard(sample("mlp_forward.grad.gir"), {"t0": 0, "t11": 0})
     inputs, _ = complete_inputs(s.graph, {}, 0)
