@@ -431,7 +431,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "gradir run samples/mlp_forward.gir --save-inputs in.npz -o out.npz",
                               "gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz",
                               "gradir run samples/mlp_forward.gir --input t1=w1.npy --generate-missing",
-                              "gradir run g.gir --repeat 20 --threads 1 --trace trace.json"])
+                              "gradir run g.gir --repeat 20 --threads 1 --trace trace.json",
+                              "gradir run samples/mlp_forward.grad.gir --shard t0:0,t11:0 --shards 4 --scheduler local:2"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
     r.add_argument("--inputs", metavar="IN.npz", help="input arrays keyed by label or value name (loaded with "
                    "pickles disabled)")
@@ -473,7 +474,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "did, the schedule (in-place reuse, frees, BLAS steps) and the planned peak "
                                 "memory next to the naive total.",
                     examples=["gradir plan samples/lstm_cell_backward.gir",
-                              "gradir plan g.gir --disable cse,dce", "gradir plan --list-passes"])
+                              "gradir plan g.gir --disable cse,dce", "gradir plan --list-passes",
+                              "gradir plan samples/mlp_forward.grad.gir --shard t0:0,t11:0"])
     p.add_argument("file", metavar="FILE", nargs="?", help="IR file ('-' reads standard input)")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="switch passes off (repeatable, or comma-separated)")
