@@ -32,11 +32,12 @@ class Operand:
     # How example values for this operand are drawn when a person runs a graph without giving it
     # (``gradir run`` demo inputs, ``--generate-missing``), as data: "" (floats N(0, 1), integers 0..9),
     # "weights" (U(±1/√hidden_size), as PyTorch initializes LSTM weights: N(0, 1) saturates every gate),
-    # "lengths" (sequence lengths, integers 1..S for S the first dimension of the op's first operand).
+    # "lengths" (sequence lengths, integers 1..S for S the first dimension of the op's first operand),
+    # "classes" (class labels, integers 0..C-1 for C the dimension 1 of the operand before it).
     sample: str = ""
 
 
-SAMPLES = ("", "weights", "lengths")
+SAMPLES = ("", "weights", "lengths", "classes")
 
 INT_ATTR_LIMIT = 1 << 63  # int attributes are 64-bit, as in ONNX
 

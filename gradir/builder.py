@@ -178,6 +178,16 @@ class GraphBuilder:
         self._next += 1
         return name
 
+    @property
+    def num_ops(self) -> int:
+        """How many ops the graph has so far (an op made by the next call is ``ops[num_ops]``)."""
+        return len(self._ops)
+
+    @property
+    def inputs(self) -> list[GraphInput]:
+        """The inputs declared so far (copies)."""
+        return [GraphInput(i.name, i.type, label=i.label) for i in self._inputs]
+
     # -- graph structure ------------------------------------------------------------
     def input(self, dtype: Union[str, DType, TensorType], shape: Optional[Iterable] = None, *,
               label: Optional[str] = None) -> Value:

@@ -148,9 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Options whose values are files a command reads, and files it writes: an output may never be an input.
 _INPUT_OPTIONS = {"file": "FILE", "files": "FILE", "inputs": "--inputs", "input": "--input", "compare": "--compare",
-                  "backward": "--backward"}
+                  "backward": "--backward", "model": "MODEL"}
 _OUTPUT_OPTIONS = {"output": "-o", "trace": "--trace", "save_inputs": "--save-inputs", "svg": "--svg",
-                   "png": "--png"}
+                   "png": "--png", "values": "--values"}
 
 
 def _paths(args: argparse.Namespace, options: dict[str, str]) -> list[tuple[str, str]]:
@@ -203,7 +203,8 @@ def _silence_stdout() -> None:
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from . import dot, gradcli, runcli
     from .gradcheck import register as register_gradcheck
-    return [runcli.register, gradcli.register, register_gradcheck, dot.register]
+    from .onnxio import cli as onnx_cli
+    return [runcli.register, gradcli.register, register_gradcheck, dot.register, onnx_cli.register]
 
 
 # Later layers (runtime, autodiff) add their subcommands here.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Iterable
 
 from .ir import OPS, Op, format_attr_value
@@ -12,6 +13,7 @@ FAMILIES = [
     ("Activation gradients (ONNX Runtime semantics)", "activation", True),
     ("Activations", "activation", False),
     ("Arithmetic, MatMul, layout and reductions", "math", None),
+    ("Losses (ONNX SoftmaxCrossEntropyLoss and its ORT gradient)", "loss", None),
     ("LSTM", "lstm", None),
     ("Shape helpers used by derived gradients", "shape", None),
     ("Constants (see format.md: the type is required)", "constant", None),
@@ -111,7 +113,7 @@ def ops_markdown(names: Iterable[str] = ()) -> str:
         for c in ops:
             out.append(f"### `{c.op_name}`" + (" (backward)" if c.is_backward else ""))
             out.append("")
-            doc = (c.__doc__ or "").strip()
+            doc = inspect.cleandoc(c.__doc__ or "")  # a docstring's later lines lose their indent
             if doc:
                 out.append(doc)
                 out.append("")

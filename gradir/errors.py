@@ -15,7 +15,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
-           "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "Terminated", "ConstantValueError", "OpError", "OpErrors",
+           "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported", "Terminated", "ConstantValueError", "OpError", "OpErrors",
            "FastPathFallback", "ShardError", "Refusal", "shown"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
@@ -180,6 +180,16 @@ class AutodiffError(GradirError):
 
 class BuilderError(VerifyError):
     """A mistake in a ``GraphBuilder`` call (raised at that call)."""
+
+
+class OnnxError(GradirError):
+    """An ONNX model gradir cannot import (unsupported nodes, all listed at once; a model that fails
+    ``onnx.checker``), a graph it cannot export, or ``onnx`` not installed."""
+
+
+class OnnxUnsupported(Exception):
+    """Raised inside ``gradir.onnxio`` for one node (import) or op (export) that has no exact counterpart,
+    with the reason; collected, and reported all at once as one ``OnnxError``."""
 
 
 class GradcheckError(GradirError):

@@ -13,6 +13,7 @@ from typing import Callable, NoReturn, Optional, Sequence, Union
 
 from .errors import AutodiffError, Diagnostic, Source
 from .ir import OPS, Op
+from .matmul_layout import fused_matmul_vjp
 from .types import TensorType, format_shape
 
 __all__ = ["Rule", "RULES", "NO_RULE_REASON", "rule", "Emitter"]
@@ -160,6 +161,11 @@ def _log(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [e.Div(cts[0], _x(op))]
 
 
+@rule("Sqrt")
+def _sqrt(e: Emitter, op: Op, cts: list, need: list) -> list:
+    return [e.Div(e.Scale(cts[0], factor=0.5), op.results[0])]  # dY / (2 sqrt(x))
+
+
 @rule("Scale")
 def _scale(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [e.Scale(cts[0], factor=op.attrs["factor"])]
@@ -231,6 +237,9 @@ def _matmul(e: Emitter, op: Op, cts: list, need: list) -> list:
         if vb:
             db = e.ReduceSum(db, axes=[-1])
     return [da, db]
+
+
+rule("FusedMatMul")(fused_matmul_vjp)  # in matmul_layout.py, beside the layouts it inverts
 
 
 @rule("Transpose")
@@ -337,3 +346,27 @@ def _lstm_training(e: Emitter, op: Op, cts: list, need: list) -> list:
                                               **attrs)
     return [dx, dw, dr, db if b is not None else None, None, dh0 if h0 is not None else None,
             dc0 if c0 is not None else None, dp if p is not None else None]
+
+
+@rule("SoftmaxCrossEntropyLoss")
+def _softmax_cross_entropy_loss(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """Scores get ORT's ``SoftmaxCrossEntropyLossGrad`` of the loss's cotangent, plus
+    ``LogSoftmaxGrad_13`` (axis 1) of log_prob's when log_prob reaches an output; labels and weights
+    are not differentiable (ONNX), so a gradient requested through the weights is an error."""
+    scores, labels = op.operands[0], op.operands[1]
+    weights = op.operands[2] if len(op.operands) > 2 else None
+    if len(need) > 2 and need[2]:
+        e.fail(op, f"cannot differentiate {op.op_name} with respect to its weights ({weights}): ONNX defines them "
+                   "as not differentiable and ONNX Runtime has no gradient for them; leave the inputs they are "
+                   "computed from out of wrt (--wrt)")
+    loss, log_prob = op.results
+    parts = []
+    if cts[0] is not None:
+        attrs = {"reduction": op.attrs["reduction"]}
+        if op.attrs["ignore_index"] is not None:
+            attrs["ignore_index"] = op.attrs["ignore_index"]
+        parts.append(e.SoftmaxCrossEntropyLossGrad(cts[0], log_prob, labels, weights, **attrs))
+    if cts[1] is not None:
+        parts.append(e.LogSoftmaxGrad_13(cts[1], log_prob, axis=1))
+    ds = parts[0] if len(parts) == 1 else e.Sum(*parts)
+    return [ds if need[0] else None, None, None][:max(2, len(op.operands))]

@@ -11,12 +11,13 @@ import sys
 import time
 import warnings
 import zipfile
-from typing import TYPE_CHECKING, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from .errors import Diagnostic, InputError
 from .graph import Graph
+from .sharding.cli import add_plan_arguments, add_run_arguments, check_run_arguments, print_placements, sharded_runs
 from .types import DType
 
 if TYPE_CHECKING:
@@ -28,20 +29,27 @@ __all__ = ["register", "demo_inputs", "complete_inputs", "load_inputs", "read_np
 def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     """Reproducible inputs: floats ~ N(0, 1) or the uniform range their first consumer asks
     for (LSTM weights: U(±1/√H)), integers in the range their consumer expects (e.g.
-    sequence lengths in 1..S), booleans fair coins; '?' dims are 2."""
+    sequence lengths in 1..S, class labels in 0..C-1), booleans fair coins; '?' dims are 2."""
     rng = np.random.default_rng(seed)
     ranges: dict[str, tuple[int, int]] = {}
     scales: dict[str, float] = {}
     for op in graph.ops:
         for i, v in enumerate(op.operands):
             sample = op.operand_spec(i).sample
-            if v is None or not sample or v in ranges or v in scales:
+            if v is None or not sample or ((v in ranges or v in scales) and sample != "classes"):
                 continue
             if sample == "weights":
                 scales[v] = 1.0 / math.sqrt(op.attrs["hidden_size"])
             elif sample == "lengths":
                 x = graph.types.get(op.operands[0]) if op.operands else None
                 ranges[v] = (1, x.shape[0] if x is not None and x.rank >= 1 and x.shape[0] is not None else 1)
+            elif sample == "classes":
+                x = graph.types.get(op.operands[i - 1] or "") if i else None
+                c = x.shape[1] if x is not None and x.rank >= 2 else None
+                lo, hi = ranges.get(v, (0, (2 if c is None else c) - 1))  # a '?' dim is generated as 2
+                hi = min(hi, (2 if c is None else c) - 1)  # labels read by several ops: valid for each
+                if hi >= lo:
+                    ranges[v] = (lo, hi)
     out = {}
     for inp in graph.inputs:
         t = inp.type
@@ -194,10 +202,18 @@ def read_npz(path: str, what: str, npy_hint: str = "") -> dict[str, np.ndarray]:
     return arrays
 
 
-def load_inputs(npz: Optional[str], pairs: list[str]) -> dict[str, np.ndarray]:
+def load_inputs(npzs: Union[str, Sequence[str], None], pairs: list[str]) -> dict[str, np.ndarray]:
+    """The arrays of every ``--inputs`` archive (a key in two of them is an error naming both) and of
+    every ``--input NAME=FILE.npy``."""
     arrays: dict[str, np.ndarray] = {}
-    if npz:
-        arrays = read_npz(npz, "--inputs", " (use --input tN=FILE.npy)")
+    origin: dict[str, str] = {}
+    for npz in [npzs] if isinstance(npzs, str) else (npzs or []):
+        for key, a in read_npz(npz, "--inputs", " (use --input tN=FILE.npy)").items():
+            if key in arrays:
+                raise InputError(Diagnostic(f"--inputs: {key!r} is in both {origin[key]} and {npz}; give each "
+                                            "input once", filename=npz))
+            arrays[key] = a
+            origin[key] = npz
     seen: set[str] = set()
     for pair in pairs:
         name, _, path = pair.partition("=")
@@ -294,22 +310,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .errors import UsageError
     if (args.rtol is not None or args.atol is not None) and not args.compare:
         raise UsageError("run: --rtol and --atol are tolerances for --compare")
-    if args.generate_missing and args.inputs is None and not args.input:
+    if args.generate_missing and not args.inputs and not args.input:
         raise UsageError("run: --generate-missing completes --inputs/--input, and neither is given "
                          "(without them every input is generated)")
-    from .sharding.cli import check_run_arguments
     check_run_arguments(args)
     disable = _disabled_passes(args)
     graph = load(args.file)
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
     exe = compile(graph, threads=args.threads, disable=disable, backend=args.backend)
-    if args.inputs is None and not args.input:
+    if not args.inputs and not args.input:
         inputs, generated = complete_inputs(graph, {}, args.seed)
         print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
               file=sys.stderr)
     else:
         from .labels import inputs_by_name
-        inputs, generated = inputs_by_name(graph, load_inputs(args.inputs, args.input), args.inputs), []
+        inputs, generated = inputs_by_name(graph, load_inputs(args.inputs, args.input),
+                                           ", ".join(args.inputs or []) or None), []
         if args.generate_missing:
             inputs, generated = complete_inputs(graph, inputs, args.seed)
             from .labels import label_text
@@ -329,7 +345,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = {}
     how = f"{exe.threads} thread{'s' if exe.threads > 1 else ''}"
     if args.shard:  # data-parallel shards (gradir.sharding.cli)
-        from .sharding.cli import sharded_runs
         outputs, times, how = sharded_runs(args, graph, inputs)
     for k in range(0 if args.shard else args.repeat):
         t0 = time.perf_counter()
@@ -376,7 +391,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from .errors import UsageError
         raise UsageError("plan: a FILE is needed")
     if args.shard:
-        from .sharding.cli import print_placements
         return print_placements(args)
     disable = _disabled_passes(args)
     graph = load(args.file)
@@ -432,10 +446,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz",
                               "gradir run samples/mlp_forward.gir --input t1=w1.npy --generate-missing",
                               "gradir run g.gir --repeat 20 --threads 1 --trace trace.json",
-                              "gradir run samples/mlp_forward.grad.gir --shard t0:0,t11:0 --shards 4 --scheduler local:2"])
+                              "gradir run samples/mlp_forward.grad.gir --shard t0:0,t11:0 --scheduler local:2"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
-    r.add_argument("--inputs", metavar="IN.npz", help="input arrays keyed by label or value name (loaded with "
-                   "pickles disabled)")
+    r.add_argument("--inputs", metavar="IN.npz", action="append", help="input arrays keyed by label or value name "
+                   "(loaded with pickles disabled); repeatable, e.g. the model's inputs and the weights `gradir "
+                   "import` wrote")
     r.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=pair_arg,
                    help="one input array, by value name or label (repeatable)")
     r.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs under their labels (value names "
@@ -465,7 +480,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "passes if |a - r| <= atol + rtol*|r| (default: 1.3e-6 Float32, 1e-7 Float64, 0 integers)")
     r.add_argument("--atol", type=tolerance, metavar="A", help="--compare's absolute tolerance (default: 1e-5 "
                                                                "Float32, 1e-7 Float64, 0 integers)")
-    from .sharding.cli import add_plan_arguments, add_run_arguments
     add_run_arguments(r)
     r.set_defaults(func=cmd_run)
 

@@ -81,6 +81,34 @@ def _matmul(draw):
     return [T(dt, a), T(dt, b)], {}
 
 
+def _fused_matmul(draw):
+    """Each operand a vector, a matrix or a batch of them, stored as its flags lay it out."""
+    dt = fdtype(draw)
+    m, k, n = draw(dims), draw(dims), draw(dims)
+    batch = shape(draw, 0, 2)
+    attrs = {}
+    if draw(st.booleans()):
+        attrs["alpha"] = draw(st.floats(-4, 4, allow_nan=False))
+
+    def operand(side, rows, cols):
+        if draw(st.integers(0, 3)) == 0:
+            return [k]
+        tr, tb = draw(st.booleans()), bool(batch) and draw(st.booleans())
+        mat = [cols, rows] if tr else [rows, cols]
+        if tr:
+            attrs[f"trans{side}"] = 1
+        if tb:
+            attrs[f"transBatch{side}"] = 1
+            return [mat[0]] + batch + [mat[1]]
+        return batch + mat
+
+    a = operand("A", m, k)
+    b = operand("B", k, n)
+    if len(a) == 1 and len(b) == 1:
+        b = [k, n]
+    return [T(dt, a), T(dt, b)], attrs
+
+
 def _transpose(draw):
     shp = shape(draw)
     perm = draw(st.permutations(list(range(len(shp)))))
@@ -168,6 +196,26 @@ def _lstm_grad(draw):
     return ts, attrs
 
 
+def _softmax_cross_entropy(draw, grad=False):
+    """scores [N, C, d...], labels [N, d...] (Int32 or Int64), weights [C] or omitted; the gradient op
+    takes dY (scalar, or the labels' shape for reduction "none") first."""
+    dt = fdtype(draw)
+    N, C = draw(dims), draw(dims)
+    extra = shape(draw, 0, 2)
+    scores = T(dt, [N, C] + extra)
+    labels = T(draw(st.sampled_from([DType.Int32, DType.Int64])), [N] + extra)
+    weights = T(dt, [C]) if draw(st.booleans()) else None
+    attrs = {}
+    reduction = draw(st.sampled_from([None, "none", "sum", "mean"]))
+    if reduction is not None:
+        attrs["reduction"] = reduction
+    if draw(st.booleans()):
+        attrs["ignore_index"] = draw(st.sampled_from([-100, -1, 0, 1, 2**40]))
+    if grad:
+        return [T(dt, [N] + extra if reduction == "none" else []), scores, labels, weights], attrs
+    return [scores, labels, weights], attrs
+
+
 def _broadcast_pair(draw):
     """(small, big) shapes where small broadcasts to big (NumPy rules)."""
     big = shape(draw)
@@ -215,7 +263,7 @@ DECLARED_EXAMPLES: dict[str, Callable] = {"Constant": constant_example}
 
 OP_EXAMPLES: dict[str, Callable] = {
     "Constant": lambda d: ([], constant_example(d)[0]),  # no operands; its type is in DECLARED_EXAMPLES
-    **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log"]},
+    **{n: _unary for n in ["Relu", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Exp", "Log", "Sqrt"]},
     "Neg": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
     "Identity": lambda d: _unary(d, list(DType)),
     "LeakyRelu": _alpha_unary, "QuickGelu": _alpha_unary,
@@ -225,12 +273,14 @@ OP_EXAMPLES: dict[str, Callable] = {
     **{n: (lambda d: _axis_unary(d, True)) for n in ["SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad",
                                                       "LogSoftmaxGrad_13"]},
     "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": lambda d: _binary(d, FLOATS),
-    "MatMul": _matmul, "Transpose": _transpose, "Reshape": _reshape,
+    "MatMul": _matmul, "FusedMatMul": _fused_matmul, "Transpose": _transpose, "Reshape": _reshape,
     "ReduceSum": lambda d: _reduce(d, FLOATS + [DType.Int32, DType.Int64]), "ReduceMean": _reduce,
     "Sum": _sum,
     "LSTMCell": _lstm_cell, "GradLSTMCellInput": _grad_cell,
     "GradLSTMCellInputFused": lambda d: _grad_cell(d, True),
     "LSTMTraining": _lstm_training, "LSTMGrad": _lstm_grad,
+    "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
+    "SoftmaxCrossEntropyLossGrad": lambda d: _softmax_cross_entropy(d, True),
     "ReduceSumTo": _reduce_sum_to, "BroadcastTo": _broadcast_to, "Unsqueeze": _unsqueeze,
     "Scale": lambda d: (_unary(d)[0], {"factor": d(nice_floats)}),
     "ZerosLike": lambda d: _unary(d, FLOATS + [DType.Int32, DType.Int64]),
@@ -270,11 +320,15 @@ def graphs(draw, max_ops: int = 6, unknown_dims: bool = True, labels: Optional[s
             continue
         types, attrs = OP_EXAMPLES[name](draw)
         operands = []
-        for t in types:
+        cls = OPS[name]
+        for idx, t in enumerate(types):
             if t is None:
                 operands.append(None)
                 continue
-            if t in available and draw(st.booleans()):
+            # class labels are an input of their own, read by this op only: their values must be valid
+            # class indices for it (``demo_inputs`` draws them so), which another op's may not be
+            labels = cls.operand_spec(idx).sample == "classes"
+            if t in available and not labels and draw(st.booleans()):
                 operands.append(draw(st.sampled_from(available[t])))
                 continue
             v = f"t{next(counter)}"
@@ -283,9 +337,9 @@ def graphs(draw, max_ops: int = 6, unknown_dims: bool = True, labels: Optional[s
                 k = draw(st.integers(0, t.rank - 1))
                 shown = t.with_shape([None if j == k else d for j, d in enumerate(t.shape)])
             inputs.append(GraphInput(v, shown))
-            available.setdefault(t, []).append(v)
+            if not labels:
+                available.setdefault(t, []).append(v)
             operands.append(v)
-        cls = OPS[name]
         n_res = cls.num_results(cls(["t0"], operands, attrs).resolved_attrs())
         results = [f"t{next(counter)}" for _ in range(n_res)]
         op = cls(results, operands, attrs)

@@ -109,6 +109,7 @@ CASES = {
     "Neg": ("input t0 : Float64 [3]\nt1 = Neg(t0)\noutput t1\n", {}),
     "Exp": ("input t0 : Float64 [3, 2]\nt1 = Exp(t0)\noutput t1\n", {}),
     "Log": ("input t0 : Float64 [3, 2]\nt1 = Log(t0)\noutput t1\n", {"positive": ["t0"]}),
+    "Sqrt": ("input t0 : Float64 [3, 2]\nt1 = Sqrt(t0)\noutput t1\n", {"positive": ["t0"]}),
     "Identity": ("input t0 : Float64 [3]\nt1 = Identity(t0)\noutput t1\n", {}),
     "MatMul": ("input t0 : Float64 [3, 4]\ninput t1 : Float64 [4, 5]\nt2 = MatMul(t0, t1)\noutput t2\n", {}),
     "MatMul-batched-broadcast": ("input t0 : Float64 [2, 1, 3, 4]\ninput t1 : Float64 [5, 4, 2]\n"
@@ -119,6 +120,17 @@ CASES = {
                              "output t2\n", {}),
     "MatMul-vector-vector": ("input t0 : Float64 [4]\ninput t1 : Float64 [4]\nt2 = MatMul(t0, t1)\n"
                              "output t2\n", {}),
+    "FusedMatMul": ("input t0 : Float64 [4, 3]\ninput t1 : Float64 [5, 4]\n"
+                    "t2 = FusedMatMul(t0, t1, alpha=-1.5, transA=1, transB=1)\noutput t2\n", {}),
+    "FusedMatMul-transA-batched-broadcast": ("input t0 : Float64 [1, 4, 3]\ninput t1 : Float64 [2, 4, 5]\n"
+                                             "t2 = FusedMatMul(t0, t1, transA=1)\noutput t2\n", {}),
+    "FusedMatMul-transB-vector": ("input t0 : Float64 [4]\ninput t1 : Float64 [2, 5, 4]\n"
+                                  "t2 = FusedMatMul(t0, t1, transA=1, transB=1, alpha=2)\noutput t2\n", {}),
+    "FusedMatMul-transBatch": ("input t0 : Float64 [3, 2, 4]\ninput t1 : Float64 [5, 2, 3]\n"
+                               "t2 = FusedMatMul(t0, t1, transBatchA=1, transBatchB=1, transA=1, transB=1)\n"
+                               "output t2\n", {}),
+    "FusedMatMul-transBatch-broadcast": ("input t0 : Float64 [3, 1, 4]\ninput t1 : Float64 [2, 4, 5]\n"
+                                         "t2 = FusedMatMul(t0, t1, transBatchA=1)\noutput t2\n", {}),
     "Transpose": ("input t0 : Float64 [2, 3, 4]\nt1 = Transpose(t0, perm=[1, 2, 0])\nt2 = Transpose(t0)\n"
                   "output t1, t2\n", {}),
     "Reshape": ("input t0 : Float64 [2, 3, 4]\nt1 = Reshape(t0, shape=[4, -1])\noutput t1\n", {}),
@@ -150,6 +162,19 @@ CASES = {
         "input t0 : Float64 [3, 2, 4]\ninput t1 : Float64 [1, 12, 4]\ninput t2 : Float64 [1, 12, 3]\n"
         "t6, t7, t8, t9, t10 = LSTMTraining(t0, t1, t2, hidden_size=3, direction=\"reverse\")\n"
         "output t7\n", {}),
+    # cross-entropy: the gradient of the loss (ORT's SoftmaxCrossEntropyLossGrad) and of log_prob together
+    "SoftmaxCrossEntropyLoss-weights-ignore-index-both-results": (
+        "input t0 : Float64 [3, 4, 2]\ninput t1 : Int64 [3, 2]\ninput t2 : Float64 [4]\n"
+        "t3, t4 = SoftmaxCrossEntropyLoss(t0, t1, t2, ignore_index=1)\nt5 = Exp(t4)\noutput t3, t5\n",
+        {"wrt": ["t0"], "positive": ["t2"], "ints": {"t1": [[0, 1], [3, 2], [1, 1]]}}),
+    "SoftmaxCrossEntropyLoss-none-int32": (
+        "input t0 : Float64 [4, 3]\ninput t1 : Int32 [4]\n"
+        "t2, t3 = SoftmaxCrossEntropyLoss(t0, t1, reduction=\"none\")\noutput t2\n",
+        {"ints": {"t1": [2, 0, 0, 1]}}),
+    "SoftmaxCrossEntropyLoss-sum-log-prob-only": (
+        "input t0 : Float64 [2, 3, 2, 2]\ninput t1 : Int64 [2, 2, 2]\n"
+        "t2, t3 = SoftmaxCrossEntropyLoss(t0, t1, reduction=\"sum\")\noutput t3\n",
+        {"ints": {"t1": [[[0, 1], [2, 2]], [[1, 0], [0, 2]]]}}),
     # the shape helpers that derived graphs use are differentiable too
     "ReduceSumTo": ("input t0 : Float64 [2, 3, 4]\ninput t1 : Float64 [3, 1]\nt2 = ReduceSumTo(t0, t1)\n"
                     "output t2\n", {}),
@@ -190,7 +215,9 @@ def test_every_forward_op_has_a_rule_and_a_numeric_test():
 # -- every forward op on random shapes and attributes (strategies.OP_EXAMPLES) --
 def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
     types, attrs = OP_EXAMPLES[name](data.draw)
-    assume(all(t is None or t.dtype.is_float or name == "LSTMTraining" for t in types))
+    cls = OPS[name]
+    assume(all(t is None or t.dtype.is_float or name == "LSTMTraining" or cls.operand_spec(k).sample == "classes"
+               for k, t in enumerate(types)))
     assume(any(t is not None and t.dtype.is_float for t in types))
     inputs, operands, ints, positive = [], [], {}, set()
     for k, t in enumerate(types):
@@ -200,14 +227,19 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
         v = f"t{len(inputs)}"
         if t.dtype.is_float:
             t = t.with_dtype(DType.Float64)
+        elif cls.operand_spec(k).sample == "classes":  # class labels, some ignored, not every one
+            C, n = types[k - 1].shape[1], t.numel
+            ignore = attrs.get("ignore_index")
+            labels = st.integers(0, C - 1) if ignore is None else st.one_of(st.integers(0, C - 1), st.just(ignore))
+            ints[v] = np.reshape(data.draw(st.lists(labels, min_size=n, max_size=n)), t.shape)
+            assume(attrs.get("reduction", "mean") != "mean" or ignore is None or (ints[v] != ignore).any())
         else:  # LSTMTraining's sequence lengths
             S = types[0].shape[0]
             ints[v] = data.draw(st.lists(st.integers(1, S), min_size=t.shape[0], max_size=t.shape[0]))
-        if (name == "Log") or (name == "Div" and k == 1):
+        if name in ("Log", "Sqrt") or (name == "Div" and k == 1):
             positive.add(v)
         inputs.append(GraphInput(v, t))
         operands.append(v)
-    cls = OPS[name]
     n = cls.num_results(cls(["t0"], operands, attrs).resolved_attrs())
     results = [f"t{len(inputs) + k}" for k in range(n)]
     outputs = results[:3] if name == "LSTMTraining" else results  # CAll/iofc: see test below
@@ -223,7 +255,8 @@ def test_random_instances_of_each_forward_op(name, data):
     g, ints, positive = _random_op_graph(name, data)
     if name in ("LeakyRelu", "QuickGelu"):  # keep alpha moderate: FD of x * 1e300 loses its digits
         assume(abs(g.ops[0].attrs["alpha"]) < 100)
-    fd_check(g, positive=positive, ints=ints, seed=data.draw(st.integers(0, 2**16)))
+    wrt = [g.ops[0].operands[0]] if name == "SoftmaxCrossEntropyLoss" else None  # weights: not differentiable
+    fd_check(g, wrt, positive=positive, ints=ints, seed=data.draw(st.integers(0, 2**16)))
 
 
 @pytest.mark.parametrize("path", FORWARD_SAMPLES, ids=os.path.basename)

@@ -75,7 +75,7 @@ def _operands(cls, rng, shape=(3, 5)) -> dict[str, np.ndarray]:
             x = 1 / (1 + np.exp(-x))  # a sigmoid output
         elif o.name == "Y" and cls.op_name == "TanhGrad":
             x = np.tanh(x)
-        elif cls.op_name == "Log":
+        elif cls.op_name in ("Log", "Sqrt"):
             x = np.abs(x) + 0.1
         out[o.name] = x
     return out

@@ -152,6 +152,31 @@ def test_the_fused_cell_gradient_unsqueeze_and_broadcast_to():
     assert e.diagnostics[0].span.line == 5 and "is a partial sum but Like (t0) is split(0)" in str(e)
 
 
+def test_fused_matmul_reads_its_operands_as_laid_out():
+    s = gradir.shard("input t0 : Float32 [8, 4]\ninput t1 : Float32 [8, 3]\ninput t2 : Float32 [3, 5]\n"
+                     "t3 = FusedMatMul(t0, t1, transA=1)\nt4 = FusedMatMul(t1, t2, alpha=2.0)\n"
+                     "t5 = FusedMatMul(t2, t1, transA=1, transB=1)\noutput t3, t4, t5\n", {"t0": 0, "t1": 0})
+    assert [str(s.placements[v]) for v in ("t3", "t4", "t5")] == ["partial", "split(0)", "split(1)"]
+    rng = np.random.default_rng(0)
+    x = {k: rng.standard_normal(t.type.shape).astype(np.float32) for k, t in zip(("t0", "t1", "t2"), s.graph.inputs)}
+    check_against_unsharded(s, x, s.run(x, shards=3), 1e-5)
+
+
+def test_cross_entropy_splits_the_targets_sums_a_sum_and_refuses_a_mean():
+    text = 'input t0 : Float32 [8, 5]\ninput t1 : Int64 [8]\nt2, t3 = SoftmaxCrossEntropyLoss(t0, t1, reduction="sum")\noutput t2\n'
+    g = gradir.grad(gradir.parse(text), wrt=["t0"])
+    s = gradir.shard(g, {"t0": 0, "t1": 0})
+    assert [str(s.placements[v]) for v in ("t2", "t3", "t5")] == ["partial", "split(0)", "split(0)"]
+    inputs, _ = complete_inputs(g, {}, 0)
+    check_against_unsharded(s, inputs, s.run(inputs, shards=3), 1e-5)
+    with pytest.raises(ShardError, match='reduction="mean" divides by the summed weights'):
+        gradir.shard(gradir.grad(gradir.parse(text.replace("sum", "mean")), wrt=["t0"]), {"t0": 0, "t1": 0})
+    with pytest.raises(ShardError, match="normalizes over the class axis 1"):
+        gradir.shard(gradir.parse(text), {"t0": 1})
+    with pytest.raises(ShardError, match="must be split along the same targets"):
+        gradir.shard(gradir.parse(text), {"t0": 0})
+
+
 def test_bad_batch_arguments_are_errors_that_say_what_the_inputs_are():
     g = gradir.load(sample("mlp_forward.grad.gir"))
     with pytest.raises(ShardError, match=r"'x' is not an input of the graph \(its inputs are t0, t1"):
@@ -189,17 +214,19 @@ def check_against_unsharded(sharded, inputs, out, rtol, split_rtol=0.0):
 
 # Float64: OpenBLAS picks its GEMM kernel (small-matrix or blocked, and the edge handling) by the
 # matrix sizes, so a MatMul over 6 rows need not give the bits of the same rows in a MatMul over 12
-# (measured here: dgemm 32x10 differs in the last bit for some row counts).  Split outputs that go
-# through a MatMul are then within rounding of the unsharded run, not bit-identical; the bits still
-# depend only on K (the tests below).  Float32 (sgemm at these sizes) keeps the rows' bits.
+# (measured here: dgemm 32x10 differs in the last bit for some row counts), and a shard of one row
+# is a matrix-vector product (gemv), which sums in another order.  Split outputs that go through a
+# MatMul are then within rounding of the unsharded run, not bit-identical; the bits still depend only
+# on K (the tests below).  Float32 (sgemm at these sizes) keeps the rows' bits for shards of 2+ rows.
 @pytest.mark.parametrize("dtype, rtol, split_rtol", [("Float32", 1e-5, 0.0), ("Float64", 1e-12, 1e-14)])
 def test_split_outputs_are_the_unsharded_bits_and_partial_sums_within_tolerance(dtype, rtol, split_rtol):
     g = mlp_grad(dtype)
     s = gradir.shard(g, {"x": 0})
     assert str(s.placements[g.outputs[0]]) == "split(0)" and all(s.placements[o].is_partial for o in g.outputs[1:])
     inputs, _ = complete_inputs(g, {}, 3)
-    for k in (1, 2, 3, 5, 12):
+    for k in (1, 2, 3, 5, 6):
         check_against_unsharded(s, inputs, s.run(inputs, shards=k), rtol, split_rtol)
+    check_against_unsharded(s, inputs, s.run(inputs, shards=12), rtol, split_rtol or 1e-6)  # rows of one
     with pytest.raises(gradir.InputError, match="fewer than the 13 shards"):
         s.run(inputs, shards=13)
 

@@ -73,4 +73,4 @@ def get_kernel(name: str, backend: str = "cpu") -> KernelInfo | None:
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
-from . import activation, constant, lstm, math, shape  # noqa: E402,F401
+from . import activation, constant, loss, lstm, math, shape  # noqa: E402,F401

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..matmul_layout import operand_perm
 from . import kernel
 from .parallel import parallel_rows
 
@@ -51,7 +52,8 @@ def _ufunc_kernel(name: str, ufunc: np.ufunc) -> None:
 
 
 for _name, _ufunc in [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide),
-                      ("Neg", np.negative), ("Exp", np.exp), ("Log", np.log)]:
+                      ("Neg", np.negative), ("Exp", np.exp), ("Log", np.log),
+                      ("Sqrt", np.sqrt)]:
     _ufunc_kernel(_name, _ufunc)
 
 
@@ -87,9 +89,40 @@ def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
 
 @kernel("MatMul", blas=True)
 def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """NumPy matmul; a batch of matrices times one matrix is one 2-D product over the batch's rows
+    when they merge into one axis without a copy (NumPy would call BLAS once per matrix of the
+    batch: 3x slower for [100, 64, 512] @ [512, 256], and slower still with a transposed view)."""
+    if a.ndim > 2 and b.ndim == 2 and a.dtype == b.dtype and a.dtype.kind == "f":
+        rows = _rows(a)
+        if rows is not None:
+            shape = a.shape[:-1] + b.shape[-1:]
+            if out is None:
+                out = np.empty(shape, np.result_type(a, b))
+            np.matmul(rows, b, out=out.reshape(-1, b.shape[-1]))
+            return out
     if out is None:
         return np.asarray(np.matmul(a, b))  # vector @ vector is a rank-0 array, not a NumPy scalar
     return np.matmul(a, b, out=out)
+
+
+def _rows(a: np.ndarray) -> Optional[np.ndarray]:
+    """``a`` ``[..., M, K]`` as a ``[prod(...)·M, K]`` view, or None if that would need a copy."""
+    flat = a.reshape(-1, a.shape[-1])
+    return flat if np.may_share_memory(flat, a) else None
+
+
+@kernel("FusedMatMul", blas=True)
+def fused_matmul(a: np.ndarray, b: np.ndarray, *, alpha: float = 1.0, transA: int = 0, transB: int = 0,
+                 transBatchA: int = 0, transBatchB: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """``alpha · (A' @ B')``: the operands laid out as strided views (``matmul_layout``), which
+    NumPy hands to BLAS with a transpose flag and leading dimension (no copy); then ``alpha``
+    multiplies the product in place, as a ``Scale`` after a ``MatMul`` would."""
+    pa = operand_perm(a.ndim, bool(transA), bool(transBatchA))
+    pb = operand_perm(b.ndim, bool(transB), bool(transBatchB))
+    c = matmul(a if pa is None else a.transpose(pa), b if pb is None else b.transpose(pb), out=out)
+    if alpha != 1.0:
+        np.multiply(c, c.dtype.type(alpha), out=c)
+    return c
 
 
 @kernel("Transpose")

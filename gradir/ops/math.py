@@ -6,7 +6,8 @@ from typing import Optional, Sequence
 
 from ..ir import Attr, InferContext, Op, Operand, unify_shapes
 from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType, format_shape
-from .common import UnaryOp
+from ..matmul_layout import operand_perm
+from .common import UnaryOp, finite
 
 __all__ = ["broadcast_shapes"]
 
@@ -121,6 +122,14 @@ class LogOp(UnaryOp):
     FORMULA = "log(X)"
 
 
+class SqrtOp(UnaryOp):
+    """Square root (NaN below 0)."""
+
+    SHARDING = "elementwise"
+    ELEMENTWISE = "same"
+    FORMULA = "sqrt(X)"
+
+
 class IdentityOp(UnaryOp):
     """x, unchanged."""
 
@@ -146,26 +155,70 @@ class MatMulOp(Op):
     def infer(self, ctx: InferContext) -> list[TensorType]:
         ctx.dtype_in(0, NUMERIC_DTYPES)
         ctx.same_dtype(0, 1)
-        a, b = ctx.type(0), ctx.type(1)
-        for i, t in ((0, a), (1, b)):
-            if t.rank == 0:
-                ctx.fail(f"operand {self.operand_value(i)} is a scalar; MatMul needs rank >= 1", operand=i)
-        sa, sb = list(a.shape), list(b.shape)
-        va, vb = len(sa) == 1, len(sb) == 1
-        if va:
-            sa = [1] + sa
-        if vb:
-            sb = sb + [1]
-        k1, k2 = sa[-1], sb[-2]
-        if k1 is not None and k2 is not None and k1 != k2:
-            ctx.fail(f"inner dimensions differ: {format_shape(a.shape)} @ {format_shape(b.shape)} "
-                     f"({k1} vs {k2})", operand=1)
-        batch = broadcast_shapes(sa[:-2], sb[:-2])
-        if batch is None:
-            ctx.fail(f"batch dimensions of {format_shape(a.shape)} and {format_shape(b.shape)} cannot be "
-                     "broadcast together", operand=1)
-        shape = list(batch) + ([] if va else [sa[-2]]) + ([] if vb else [sb[-1]])
-        return [TensorType(a.dtype, shape)]
+        return [_product_type(self, ctx, list(ctx.type(0).shape), list(ctx.type(1).shape), "")]
+
+
+def _product_type(op: Op, ctx: InferContext, sa: list, sb: list, laid: str) -> TensorType:
+    """NumPy matmul's result type for operands of shapes ``sa``, ``sb`` (as laid out: ``laid`` says
+    how, in messages)."""
+    a, b = ctx.type(0), ctx.type(1)
+    for i, t in ((0, a), (1, b)):
+        if t.rank == 0:
+            ctx.fail(f"operand {op.operand_value(i)} is a scalar; {op.op_name} needs rank >= 1", operand=i)
+    va, vb = len(sa) == 1, len(sb) == 1
+    shown = f"{format_shape(sa)} @ {format_shape(sb)}{laid}"
+    if va:
+        sa = [1] + sa
+    if vb:
+        sb = sb + [1]
+    k1, k2 = sa[-1], sb[-2]
+    if k1 is not None and k2 is not None and k1 != k2:
+        ctx.fail(f"inner dimensions differ: {shown} ({k1} vs {k2})", operand=1)
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    if batch is None:
+        ctx.fail(f"batch dimensions of {shown} cannot be broadcast together", operand=1)
+    shape = list(batch) + ([] if va else [sa[-2]]) + ([] if vb else [sb[-1]])
+    return TensorType(a.dtype, shape)
+
+
+def _flag(name: str, doc: str) -> Attr:
+    return Attr(name, "int", 0, choices=(0, 1), doc=doc)
+
+
+class FusedMatMulOp(Op):
+    """alpha * (A' @ B'), operands transposed by flags and read in place (ORT's com.microsoft op).
+
+NumPy matmul of the operands as laid out: transA/transB swap an operand's last two axes;
+transBatchA/transBatchB (rank >= 3) make its first axis the matrix row axis and axes 1..r-2 the
+batch; a vector ignores trans. The kernel hands transposed operands to BLAS as strided views, so
+no transposed copy is made. The `fold-transpose-matmul` pass makes this op from a Transpose
+feeding a MatMul, `simplify` folds a Scale of it into alpha."""
+
+    SHARDING = "fused_matmul"
+    BROADCASTS = True
+    LINEAR_IN = (0, 1)
+
+    OPERANDS = (Operand("A"), Operand("B"))
+    RESULTS = ("Y",)
+    ATTRS = (Attr("alpha", "float", 1.0, check=finite, doc="multiplies the product (after it is summed)"),
+             _flag("transA", "A's last two axes swapped"), _flag("transB", "B's last two axes swapped"),
+             _flag("transBatchA", "A's first axis is its row axis, axes 1..r-2 its batch (rank >= 3)"),
+             _flag("transBatchB", "B's first axis is its row axis, axes 1..r-2 its batch (rank >= 3)"))
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        ctx.dtype_in(0, FLOAT_DTYPES)
+        ctx.same_dtype(0, 1)
+        shapes, laid = [], []
+        for i, side in ((0, "A"), (1, "B")):
+            t = ctx.type(i)
+            if ctx.attrs[f"transBatch{side}"] and t.rank < 3:
+                ctx.fail(f"transBatch{side}=1 needs an operand of rank >= 3, but {self.operand_value(i)} has "
+                         f"shape {format_shape(t.shape)}", attr=f"transBatch{side}")
+            perm = operand_perm(t.rank, bool(ctx.attrs[f"trans{side}"]), bool(ctx.attrs[f"transBatch{side}"]))
+            shapes.append(list(t.shape) if perm is None else [t.shape[p] for p in perm])
+            if perm is not None and perm != list(range(t.rank)):
+                laid.append(f"{side} is {format_shape(t.shape)}")
+        return [_product_type(self, ctx, shapes[0], shapes[1], f" as laid out ({', '.join(laid)})" if laid else "")]
 
 
 def _check_perm(p: tuple) -> Optional[str]:

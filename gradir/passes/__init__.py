@@ -74,10 +74,12 @@ def register_pass(name: str, doc: str) -> Callable:
     return deco
 
 
-from . import basic, constfold, fusion  # noqa: E402,F401  (register the passes)
+from . import basic, constfold, fusion, matmul, simplify  # noqa: E402,F401  (register the passes)
 
 # folding first: cse then merges equal folded values, and dce drops the Constants only they read
-DEFAULT_PASSES = ["fold-constants", "cse", "dce", "fuse-lstm-cell-grads"]
+# the algebraic rewrites after cse (fewer ops to look at), before dce (which drops what they bypass)
+DEFAULT_PASSES = ["fold-constants", "cse", "simplify", "fold-transpose-matmul", "flatten-batched-matmul", "dce",
+                  "fuse-lstm-cell-grads"]
 
 
 def run_passes(program: Program, names: Optional[list[str]] = None,

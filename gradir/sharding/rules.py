@@ -181,6 +181,66 @@ def matmul(ctx: RuleContext) -> list[Placement]:
     return [split(axis)]
 
 
+@rule("fused_matmul")
+def fused_matmul(ctx: RuleContext) -> list[Placement]:
+    """``FusedMatMul``: ``matmul`` on the operands as laid out by the trans flags (``alpha`` keeps it linear)."""
+    from ..matmul_layout import operand_perm
+    from ..types import TensorType
+    ps, ts = [], []
+    for i, side in ((0, "A"), (1, "B")):
+        p, t = ctx.p(i), ctx.types[i]
+        perm = operand_perm(t.rank, bool(ctx.attrs[f"trans{side}"]), bool(ctx.attrs[f"transBatch{side}"]))
+        if perm is not None:
+            t = TensorType(t.dtype, [t.shape[k] for k in perm])
+            if p.is_split:
+                p = split(perm.index(p.axis))
+        ps.append(p)
+        ts.append(t)
+    return matmul(RuleContext(ctx.op, ps, ts, ctx.result_types))
+
+
+@rule("cross_entropy")
+def cross_entropy(ctx: RuleContext) -> list[Placement]:
+    """``SoftmaxCrossEntropyLoss(scores, labels, weights)`` and its gradient ``(dY, log_prob, label, weight)``:
+    the targets (axis 0 or a spatial axis of the scores, that axis less one of the labels) may be split, never
+    the class axis 1; "none" keeps the split in the loss, "sum" makes it a partial sum; "mean" divides by
+    the summed weights of all the targets, which no shard knows, and refuses."""
+    op = ctx.op
+    grad = op.is_backward
+    s, lab = (1, 2) if grad else (0, 1)
+    weights = 3 if grad else 2
+    if any(ctx.p(i).is_partial for i in ctx.given()):
+        if grad and ctx.p(0).is_partial and all(ctx.p(i).is_replicated for i in ctx.given() if i != 0):
+            return [PARTIAL]
+        ctx.refuse(f"{op.op_name} is not linear in a partial sum here", operand=next(
+            i for i in ctx.given() if ctx.p(i).is_partial))
+    axis = ctx.p(s).axis if ctx.p(s).is_split else None
+    if axis == 1:
+        ctx.refuse(f"{op.op_name} normalizes over the class axis 1, the split axis", operand=s)
+    want = None if axis is None else (0 if axis == 0 else axis - 1)
+    lp = ctx.p(lab)
+    if (lp.is_split and lp.axis != want) or (lp.is_replicated and want is not None):
+        ctx.refuse(f"the labels ({ctx.name(lab)}) are {lp}, the scores ({ctx.name(s)}) {ctx.p(s)}: they must be "
+                   f"split along the same targets", operand=lab)
+    if axis is None:
+        axis = 0 if lp.axis == 0 else lp.axis + 1
+        ctx.refuse(f"the labels ({ctx.name(lab)}) are split, the scores ({ctx.name(s)}) are not: split them along "
+                   f"axis {axis} too", operand=s)
+    w = ctx.p(weights)
+    if w is not None and not w.is_replicated:
+        ctx.refuse(f"the class weights ({ctx.name(weights)}) must be replicated", operand=weights)
+    reduction = ctx.attrs["reduction"]
+    if reduction == "mean":
+        ctx.refuse('reduction="mean" divides by the summed weights of all the targets, which no shard knows; '
+                   'use reduction="sum" and scale by 1/N in the graph (derive first, then shard)', operand=s)
+    if grad:
+        d = ctx.p(0)
+        if reduction == "none" and not (d.is_split and d.axis == want):
+            ctx.refuse(f'dY ({ctx.name(0)}) must be split like the labels for reduction="none"', operand=0)
+        return [split(axis)]
+    return [split(want) if reduction == "none" else PARTIAL, split(axis)]
+
+
 @rule("transpose")
 def transpose(ctx: RuleContext) -> list[Placement]:
     p = ctx.p(0)

@@ -1,0 +1,98 @@
+"""``gradir import MODEL.onnx`` and ``gradir export GRAPH.gir``: the command-line front ends of
+``import_onnx`` and ``export_onnx`` (docs/onnx.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import UsageError
+from ..subcommands import add_command
+
+__all__ = ["register", "values_path"]
+
+
+def values_path(output: str) -> str:
+    """Where ``gradir import -o OUT.gir`` writes the initializer values: ``OUT.inputs.npz``."""
+    base = output[:-4] if output.endswith(".gir") else output
+    return base + ".inputs.npz"
+
+
+def _dim(text: str) -> tuple[str, int]:
+    name, eq, size = text.partition("=")
+    if not eq or not name or not size.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a symbolic dimension and its size), got {text!r}")
+    return name, int(size)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ..fileio import write_file
+    from ..runcli import save_outputs
+    from .importer import import_onnx
+    m = import_onnx(args.model, dims=dict(args.dim))
+    text = m.text
+    values = args.values or (values_path(args.output) if args.output and args.output != "-" else None)
+    if args.output and args.output != "-":
+        write_file(args.output, text.encode("utf-8"))
+    else:
+        sys.stdout.write(text)
+    for note in m.notes:
+        print(f"gradir: {note}", file=sys.stderr)
+    if m.inputs:
+        if values is None:
+            print(f"gradir: {len(m.inputs)} initializer{'s' if len(m.inputs) > 1 else ''} became labelled inputs; "
+                  "give -o OUT.gir (writes OUT.inputs.npz) or --values FILE.npz to save their values",
+                  file=sys.stderr)
+        else:
+            save_outputs(values, m.inputs, "inputs")
+            print(f"gradir: wrote the values of {len(m.inputs)} initializer input{'s' if len(m.inputs) > 1 else ''} "
+                  f"to {values} (run with --inputs {values})", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..syntax import load
+    from .exporter import export_onnx
+    if not args.output:
+        raise UsageError("export: -o OUT.onnx is required (an ONNX model is binary)")
+    export_onnx(load(args.file), args.output, opset=args.opset, custom_domain=args.custom_domain)
+    print(f"gradir: wrote {args.output} ({os.path.getsize(args.output):,} bytes)", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``gradir import`` and ``gradir export`` to the CLI's subcommands."""
+    from .exporter import DEFAULT_OPSET
+    p = add_command(sub, "import", help="import an ONNX model or an ONNX Runtime training graph as a .gir graph",
+                    description="Import MODEL.onnx: a plain ONNX model, or a training graph ONNX Runtime built "
+                                "(generate_artifacts' training_model.onnx: its gradient accumulators are "
+                                "stripped, so the graph outputs each <param>_grad). Inputs and outputs keep "
+                                "their ONNX names as labels; each op line ends with the ONNX node it came from. "
+                                "Weights (float initializers) become labelled inputs whose values are written "
+                                "to OUT.inputs.npz. Needs the onnx package (pip install \"gradir[onnx]\").",
+                    examples=["gradir import model.onnx -o model.gir",
+                              "gradir run model.gir --inputs x.npz --inputs model.inputs.npz -o out.npz",
+                              "gradir import model.onnx --dim batch=64 -o model.gir"])
+    p.add_argument("model", metavar="MODEL", help="the .onnx file")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the graph to OUT (.gir) and the initializer values "
+                                                         "to OUT.inputs.npz; default: the graph to standard output")
+    p.add_argument("--values", metavar="FILE.npz", help="write the initializer values here instead")
+    p.add_argument("--dim", metavar="NAME=SIZE", type=_dim, action="append", default=[],
+                   help="give a symbolic input dimension a size (repeatable), so shape computations fold")
+    p.set_defaults(func=cmd_import)
+
+    e = add_command(sub, "export", help="export a .gir graph as an ONNX model",
+                    description="Export GRAPH as an ONNX model: standard ops as ONNX ops, ONNX Runtime's "
+                                "gradient ops as their com.microsoft ops (ORT's training build runs the result), "
+                                "labels as ONNX names, Constants as initializers. An op without an ONNX or ORT "
+                                "counterpart of the same semantics is an error, unless --custom-domain writes it "
+                                "in the ai.gradir domain (for viewing and round trips, not for ORT).",
+                    examples=["gradir export samples/mlp_backward.gir -o mlp_backward.onnx",
+                              "gradir export samples/lstm_cell_backward.gir --custom-domain -o cell.onnx"])
+    e.add_argument("file", metavar="GRAPH", help="the .gir graph; '-' reads standard input")
+    e.add_argument("-o", "--output", metavar="OUT.onnx", help="the model to write (required)")
+    e.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"the ai.onnx opset (default {DEFAULT_OPSET})")
+    e.add_argument("--custom-domain", action="store_true",
+                   help="write ops without an ONNX/ORT counterpart in the ai.gradir domain")
+    e.set_defaults(func=cmd_export)

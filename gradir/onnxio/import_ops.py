@@ -1,0 +1,399 @@
+"""How each ONNX node becomes gradir ops: ``HANDLERS[(domain, op_type)](ctx, node, attrs)`` returns one
+gradir value (or ``None``) per node output, or raises ``Unsupported`` saying which attribute or input
+makes the node one gradir cannot express exactly.  docs/onnx.md lists the mapping.
+
+``ctx`` is the importer (``importer.Importer``): ``ctx.x(node, i)`` is input ``i`` as a gradir value
+(``None`` if omitted), ``ctx.const(node, i)`` its value when it is known at import time (an
+initializer, a ``Constant``, or a shape computation over static shapes), ``ctx.b`` the
+``GraphBuilder``, ``ctx.opset`` the model's ``ai.onnx`` opset.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..errors import OnnxUnsupported as Unsupported
+from .common import MS_DOMAIN
+
+__all__ = ["HANDLERS", "Unsupported", "handler", "custom"]
+
+Handler = Callable[[Any, Any, dict], list]
+HANDLERS: dict[tuple[str, str], Handler] = {}
+
+
+def handler(*names: str, domain: str = "") -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for n in names:
+            HANDLERS[(domain, n)] = fn
+        return fn
+    return register
+
+
+def _float_attr(attrs: dict, name: str, default: float) -> float:
+    return float(attrs.get(name, default))
+
+
+def _only(attrs: dict, allowed: set[str], node: Any) -> None:
+    extra = sorted(set(attrs) - allowed)
+    if extra:
+        raise Unsupported(f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} "
+                          f"{'are' if len(extra) > 1 else 'is'} not supported")
+
+
+# -- one to one ------------------------------------------------------------------------------------------
+_SAME = {"Identity": "Identity", "Neg": "Neg", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt", "Relu": "Relu", "Sigmoid": "Sigmoid",
+         "Tanh": "Tanh", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "MatMul": "MatMul"}
+
+
+def _same(name: str) -> Handler:
+    def fn(ctx: Any, node: Any, attrs: dict) -> list:
+        _only(attrs, set(), node)
+        return [ctx.b.apply(name, *[ctx.x(node, i) for i in range(len(node.input))])]
+    return fn
+
+
+for _k, _v in _SAME.items():
+    HANDLERS[("", _k)] = _same(_v)
+
+
+@handler("Div")
+def _div(ctx: Any, node: Any, attrs: dict) -> list:
+    a, b = ctx.x(node, 0), ctx.x(node, 1)
+    if not a.dtype.is_float:
+        raise Unsupported(f"integer Div of values not known at import time ({a.type}) is not supported")
+    return [ctx.b.Div(a, b)]
+
+
+@handler("Sum")
+def _sum(ctx: Any, node: Any, attrs: dict) -> list:
+    xs = [ctx.x(node, i) for i in range(len(node.input))]
+    return [ctx.b.Identity(xs[0]) if len(xs) == 1 else ctx.b.Sum(*xs)]
+
+
+@handler("LeakyRelu")
+def _leaky(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"alpha"}, node)
+    return [ctx.b.LeakyRelu(ctx.x(node, 0), alpha=_float_attr(attrs, "alpha", 0.01))]
+
+
+@handler("Gelu")
+def _gelu_onnx(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"approximate"}, node)
+    approx = attrs.get("approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    if approx == "none":
+        return [ctx.b.Gelu(ctx.x(node, 0))]
+    if approx == "tanh":
+        return [ctx.b.FastGelu(ctx.x(node, 0))]
+    raise Unsupported(f"approximate={approx!r} is not one of 'none', 'tanh'")
+
+
+@handler("Transpose")
+def _transpose(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"perm"}, node)
+    x = ctx.x(node, 0)
+    perm = [int(p) for p in attrs.get("perm", range(x.rank - 1, -1, -1))]
+    return [ctx.b.Transpose(x, perm=perm)]
+
+
+def _static(x: Any, what: str) -> tuple:
+    if any(d is None for d in x.shape):
+        raise Unsupported(f"{what} needs a static shape, but it is {x.type} (give the symbolic dimensions "
+                          "values with --dim NAME=SIZE)")
+    return tuple(x.shape)
+
+
+@handler("Reshape")
+def _reshape(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"allowzero"}, node)
+    x = ctx.x(node, 0)
+    shape = [int(d) for d in ctx.const(node, 1, "shape").reshape(-1)]
+    if 0 in shape and not attrs.get("allowzero", 0):
+        src = _static(x, "Reshape with a 0 (copy this dimension) in its shape")
+        shape = [src[k] if d == 0 else d for k, d in enumerate(shape)]
+    if -1 in shape and None not in x.shape:
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        total = int(np.prod(x.shape, dtype=np.int64))
+        shape[shape.index(-1)] = total // known if known else 0
+    return [ctx.b.Reshape(x, shape=shape)]
+
+
+def _axes(ctx: Any, node: Any, attrs: dict, index: int) -> Optional[list[int]]:
+    """Axes given as an attribute (older opsets) or as input ``index`` (newer); ``None`` if absent."""
+    if "axes" in attrs:
+        return [int(a) for a in attrs["axes"]]
+    if len(node.input) > index and node.input[index]:
+        return [int(a) for a in ctx.const(node, index, "axes").reshape(-1)]
+    return None
+
+
+@handler("Squeeze")
+def _squeeze(ctx: Any, node: Any, attrs: dict) -> list:
+    x = ctx.x(node, 0)
+    axes = _axes(ctx, node, attrs, 1)
+    if axes is None:
+        shape = _static(x, "Squeeze without axes")
+        keep = [d for d in shape if d != 1]
+    else:
+        axes = [a % x.rank for a in axes]
+        for a in axes:
+            if x.shape[a] not in (1, None):
+                raise Unsupported(f"axis {a} has size {x.shape[a]}, not 1")
+        keep = [d for k, d in enumerate(x.shape) if k not in axes]
+        if keep.count(None) > 1:
+            raise Unsupported(f"Squeeze of {x.type} needs a static shape (more than one '?' dimension)")
+    return [ctx.b.Reshape(x, shape=[-1 if d is None else d for d in keep])]
+
+
+@handler("Flatten")
+def _flatten(ctx: Any, node: Any, attrs: dict) -> list:
+    x = ctx.x(node, 0)
+    axis = int(attrs.get("axis", 1)) % (x.rank + 1) if x.rank else 0
+    shape = _static(x, "Flatten")
+    rows = int(np.prod(shape[:axis], dtype=np.int64))
+    return [ctx.b.Reshape(x, shape=[rows, int(np.prod(shape[axis:], dtype=np.int64))])]
+
+
+@handler("Unsqueeze")
+def _unsqueeze(ctx: Any, node: Any, attrs: dict) -> list:
+    axes = _axes(ctx, node, attrs, 1)
+    if axes is None:
+        raise Unsupported("Unsqueeze without axes")
+    return [ctx.b.Unsqueeze(ctx.x(node, 0), axes=axes)]
+
+
+def _reduce(name: str, axes_input_from: int) -> Handler:
+    def fn(ctx: Any, node: Any, attrs: dict) -> list:
+        _only(attrs, {"axes", "keepdims", "noop_with_empty_axes"}, node)
+        x = ctx.x(node, 0)
+        axes = _axes(ctx, node, attrs, 1) if ctx.opset >= axes_input_from or "axes" in attrs else None
+        keep = bool(attrs.get("keepdims", 1))
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return [ctx.b.Identity(x)]
+            axes = None
+        return [ctx.b.apply(name, x, axes=axes, keepdims=keep)]
+    return fn
+
+
+HANDLERS[("", "ReduceSum")] = _reduce("ReduceSum", 13)
+HANDLERS[("", "ReduceMean")] = _reduce("ReduceMean", 18)
+HANDLERS[(MS_DOMAIN, "ReduceSumTraining")] = _reduce("ReduceSum", 0)
+
+
+def _softmax(name: str) -> Handler:
+    def fn(ctx: Any, node: Any, attrs: dict) -> list:
+        _only(attrs, {"axis"}, node)
+        x = ctx.x(node, 0)
+        if ctx.opset >= 13:
+            return [ctx.b.apply(name, x, axis=int(attrs.get("axis", -1)))]
+        axis = int(attrs.get("axis", 1)) % max(x.rank, 1)
+        if axis == x.rank - 1:
+            return [ctx.b.apply(name, x, axis=-1)]
+        # before opset 13 the input is flattened to 2-D at `axis`: the same as one softmax over the
+        # flattened trailing block
+        shape = _static(x, f"{name} over several axes (opset {ctx.opset})")
+        rows = int(np.prod(shape[:axis], dtype=np.int64))
+        flat = ctx.b.Reshape(x, shape=[rows, -1])
+        return [ctx.b.Reshape(ctx.b.apply(name, flat, axis=-1), shape=list(shape))]
+    return fn
+
+
+HANDLERS[("", "Softmax")] = _softmax("Softmax")
+HANDLERS[("", "LogSoftmax")] = _softmax("LogSoftmax")
+
+
+def _scaled(ctx: Any, y: Any, alpha: float) -> Any:
+    return y if alpha == 1.0 else ctx.b.Scale(y, factor=alpha)
+
+
+@handler("Gemm")
+def _gemm(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"alpha", "beta", "transA", "transB"}, node)
+    a, b = ctx.x(node, 0), ctx.x(node, 1)
+    ta, tb, alpha = int(attrs.get("transA", 0)), int(attrs.get("transB", 0)), _float_attr(attrs, "alpha", 1.0)
+    if ta or tb or alpha != 1.0:
+        y = ctx.b.FusedMatMul(a, b, alpha=alpha, transA=ta, transB=tb)
+    else:
+        y = ctx.b.MatMul(a, b)
+    c = ctx.x(node, 2)
+    if c is not None:
+        beta = _float_attr(attrs, "beta", 1.0)
+        if beta != 0.0:
+            y = ctx.b.Add(y, _scaled(ctx, c, beta))
+    return [y]
+
+
+@handler("FusedMatMul", domain=MS_DOMAIN)
+def _fused_matmul(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"alpha", "transA", "transB", "transBatchA", "transBatchB"}, node)
+    kw = {k: int(attrs[k]) for k in ("transA", "transB", "transBatchA", "transBatchB") if k in attrs}
+    return [ctx.b.FusedMatMul(ctx.x(node, 0), ctx.x(node, 1), alpha=_float_attr(attrs, "alpha", 1.0), **kw)]
+
+
+@handler("Pow")
+def _pow(ctx: Any, node: Any, attrs: dict) -> list:
+    x = ctx.x(node, 0)
+    e = ctx.const(node, 1, "exponent")
+    if e.size != 1:
+        raise Unsupported("the exponent must be one number")
+    p = float(e.reshape(-1)[0])
+    if p == 1.0:
+        return [ctx.b.Identity(x)]
+    if p == 2.0:
+        return [ctx.b.Mul(x, x)]
+    if p == -1.0 and x.dtype.is_float:
+        return [ctx.b.Div(ctx.b.constant(1.0, x.dtype.value), x)]
+    raise Unsupported(f"exponent {p:g}: only 1, 2 and -1 have an exact gradir equivalent")
+
+
+@handler("Expand")
+def _expand(ctx: Any, node: Any, attrs: dict) -> list:
+    x = ctx.x(node, 0)
+    like = ctx.shape_value(node, 1)
+    if like is None:
+        shape = [int(d) for d in ctx.const(node, 1, "shape").reshape(-1)]
+        out = np.broadcast_shapes(tuple(1 if d is None else d for d in x.shape), tuple(shape))
+        like = ctx.b.constant(False, "Bool", list(out))
+    return [ctx.b.BroadcastTo(x, like)]
+
+
+@handler("LSTM")
+def _lstm(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"hidden_size", "direction", "activations", "clip", "input_forget", "layout"}, node)
+    if attrs.get("layout", 0) != 0:
+        raise Unsupported("layout=1 (batch first) is not supported; gradir's LSTM is sequence first")
+    ins = [ctx.x(node, i) for i in range(min(len(node.input), 8))]
+    kw: dict[str, Any] = {"hidden_size": int(attrs["hidden_size"])} if "hidden_size" in attrs else {}
+    if "direction" in attrs:
+        kw["direction"] = attrs["direction"].decode() if isinstance(attrs["direction"], bytes) else attrs["direction"]
+    if "activations" in attrs:
+        kw["activations"] = [a.decode() if isinstance(a, bytes) else a for a in attrs["activations"]]
+    if "clip" in attrs:
+        kw["clip"] = float(attrs["clip"])
+    if "input_forget" in attrs:
+        kw["input_forget"] = int(attrs["input_forget"])
+    res = ctx.b.LSTMTraining(*ins, **kw)
+    return list(res[:3])
+
+
+# -- com.microsoft: forward ops -------------------------------------------------------------------------
+@handler("Gelu", domain=MS_DOMAIN)
+def _ms_gelu(ctx: Any, node: Any, attrs: dict) -> list:
+    return [ctx.b.Gelu(ctx.x(node, 0))]
+
+
+@handler("FastGelu", domain=MS_DOMAIN)
+def _ms_fast_gelu(ctx: Any, node: Any, attrs: dict) -> list:
+    x = ctx.x(node, 0)
+    bias = ctx.x(node, 1)
+    return [ctx.b.FastGelu(x if bias is None else ctx.b.Add(x, bias))]
+
+
+@handler("BiasGelu", domain=MS_DOMAIN)
+def _bias_gelu(ctx: Any, node: Any, attrs: dict) -> list:
+    return [ctx.b.Gelu(ctx.b.Add(ctx.x(node, 0), ctx.x(node, 1)))]
+
+
+@handler("QuickGelu", domain=MS_DOMAIN)
+def _quick_gelu(ctx: Any, node: Any, attrs: dict) -> list:
+    return [ctx.b.QuickGelu(ctx.x(node, 0), alpha=_float_attr(attrs, "alpha", 1.702))]
+
+
+@handler("Scale", domain=MS_DOMAIN)
+def _ms_scale(ctx: Any, node: Any, attrs: dict) -> list:
+    x = ctx.x(node, 0)
+    s = ctx.const(node, 1, "scale")
+    if s.size != 1:
+        raise Unsupported("the scale must be one number")
+    v = float(s.reshape(-1)[0])
+    if attrs.get("scale_down", 0):
+        return [ctx.b.Div(x, ctx.b.constant(v, x.dtype.value))]
+    return [ctx.b.Scale(x, factor=v)]
+
+
+# -- com.microsoft: gradient ops, one to one -----------------------------------------------------------
+_GRADS = {"ReluGrad": (), "SigmoidGrad": (), "TanhGrad": (), "GeluGrad": (), "FastGeluGrad": (),
+          "LeakyReluGrad": ("alpha",), "QuickGeluGrad": ("alpha",), "SoftmaxGrad": ("axis",),
+          "SoftmaxGrad_13": ("axis",), "LogSoftmaxGrad": ("axis",), "LogSoftmaxGrad_13": ("axis",)}
+
+
+def _grad(name: str, keep: tuple) -> Handler:
+    def fn(ctx: Any, node: Any, attrs: dict) -> list:
+        _only(attrs, set(keep), node)
+        if len(node.input) > 2 and any(node.input[2:]):
+            raise Unsupported(f"{len(node.input)} inputs (a bias input is not supported)")
+        kw = {k: attrs[k] for k in keep if k in attrs}
+        return [ctx.b.apply(name, ctx.x(node, 0), ctx.x(node, 1), **kw)]
+    return fn
+
+
+for _k, _v in _GRADS.items():
+    HANDLERS[(MS_DOMAIN, _k)] = _grad(_k, _v)
+
+
+@handler("BiasGeluGrad_dX", "BiasFastGeluGrad_dX", domain=MS_DOMAIN)
+def _bias_gelu_grad(ctx: Any, node: Any, attrs: dict) -> list:
+    name = "GeluGrad" if node.op_type == "BiasGeluGrad_dX" else "FastGeluGrad"
+    return [ctx.b.apply(name, ctx.x(node, 0), ctx.b.Add(ctx.x(node, 1), ctx.x(node, 2)))]
+
+
+@handler("DivGrad", domain=MS_DOMAIN)
+def _div_grad(ctx: Any, node: Any, attrs: dict) -> list:
+    """dA = dY / B, dB = -dY * A / B^2, each summed to its operand's shape (ORT's DivGrad)."""
+    dy, a, b = ctx.x(node, 0), ctx.x(node, 1), ctx.x(node, 2)
+    want = [k < len(node.output) and bool(node.output[k]) for k in range(2)]
+    da = ctx.b.ReduceSumTo(ctx.b.Div(dy, b), a) if want[0] else None
+    db = None
+    if want[1]:
+        db = ctx.b.ReduceSumTo(ctx.b.Neg(ctx.b.Div(ctx.b.Div(ctx.b.Mul(dy, a), b), b)), b)
+    return [da, db]
+
+
+def _passthrough(name: str, n_out: Optional[int] = None) -> Handler:
+    def fn(ctx: Any, node: Any, attrs: dict) -> list:
+        cls = ctx.op_class(name)
+        allowed = {a.name for a in cls.ATTRS}
+        _only(attrs, allowed, node)
+        kw = {}
+        for k, v in attrs.items():
+            if isinstance(v, bytes):
+                v = v.decode()
+            elif isinstance(v, list):
+                v = [x.decode() if isinstance(x, bytes) else x for x in v]
+            kw[k] = v
+        res = ctx.b.apply(name, *[ctx.x(node, i) for i in range(len(node.input))], **kw)
+        res = list(res) if isinstance(res, tuple) else [res]
+        return res[:len(node.output)]
+    return fn
+
+
+HANDLERS[(MS_DOMAIN, "LSTMTraining")] = _passthrough("LSTMTraining")
+HANDLERS[(MS_DOMAIN, "LSTMGrad")] = _passthrough("LSTMGrad")
+def custom(op_type: str) -> Handler:
+    """A node of the ``ai.gradir`` domain (``export_onnx(custom_domain=True)``): the gradir op itself."""
+    return _passthrough(op_type)
+
+
+HANDLERS[("", "SoftmaxCrossEntropyLoss")] = _passthrough("SoftmaxCrossEntropyLoss")
+@handler("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN)
+def _sce_grad(ctx: Any, node: Any, attrs: dict) -> list:
+    """ORT reads a reduced loss's gradient dY as one number, whether it is [] or [1] (PyTorch-exported seeds
+    are [1]); gradir's op takes a scalar, so a [1] dY is reshaped."""
+    reduction = attrs.get("reduction", b"mean")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    dy = ctx.x(node, 0)
+    if reduction != "none" and dy is not None and dy.shape == (1,):
+        ctx.values[node.input[0] + "/scalar"] = ctx.b.Reshape(dy, shape=[])
+        node = _with_input(node, 0, node.input[0] + "/scalar")
+    return _passthrough("SoftmaxCrossEntropyLossGrad")(ctx, node, attrs)
+
+
+def _with_input(node: Any, i: int, name: str) -> Any:
+    copy = type(node)()
+    copy.CopyFrom(node)
+    copy.input[i] = name
+    return copy
+
