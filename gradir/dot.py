@@ -31,6 +31,7 @@ from typing import Iterable, Optional, Sequence
 from .errors import ArgumentError, Diagnostic, RenderError, UsageError, shown
 from .graph import Graph
 from .ir import Op, attr_equal, format_attr_value
+from .ops.fused import FusedElementwiseOp
 
 __all__ = ["to_dot", "render", "register"]
 
@@ -280,7 +281,10 @@ def _fused_members(op: Op, source_op: dict[str, Op]) -> list[Op]:
     """The source ops a compiled op replaced, when it is a fusion of several (passes keep
     result names, so each result still names the source op that defined it); else []."""
     members: list[Op] = []
-    for r in op.results:
+    # a fused element-wise loop replaced its members, intermediates included; other fused ops
+    # (siblings over the same operands) replaced the ops that defined their results
+    defined = [r for m in op.members for r in m.results] if isinstance(op, FusedElementwiseOp) else op.results
+    for r in defined:
         src = source_op.get(r)
         if src is not None and all(src is not m for m in members):
             members.append(src)

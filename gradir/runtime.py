@@ -108,6 +108,8 @@ def warm_kernels(plan: Plan) -> None:
     run pays for compiling them; with numba's disk cache warm, this only loads them."""
     seen: set[tuple[str, Any]] = set()
     for st in plan.steps:
+        if st.kernel.prepare is not None:
+            st.kernel.prepare(st.op, plan.types)
         if st.kernel.warm is None:
             continue
         t = plan.types.get(st.results[0])

@@ -23,6 +23,7 @@ import networkx as nx
 from .errors import CompileError, Diagnostic
 from .ir import Op
 from .kernels import TABLES, KernelInfo
+from .ops.fused import FusedElementwiseOp
 from .passes import Program
 from .types import TensorType
 
@@ -93,6 +94,8 @@ class Plan:
                 notes.append("BLAS")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
+            if isinstance(s.op, FusedElementwiseOp):
+                lines += [f"#           {text}" for text in s.op.plan_lines(self.types)]
         merged = {o: self.aliases[o] for o in self.outputs if o in self.aliases}
         if merged:  # aliases also record merged values that are not outputs: only outputs matter here
             lines.append("# outputs computed by merged values: "

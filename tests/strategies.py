@@ -418,3 +418,71 @@ def commented_texts(draw, g: Graph) -> tuple[str, list[tuple[str, str]]]:
     while kept and kept[-1][0] == "blank":
         kept.pop()
     return text, kept
+
+
+# -- random DAGs of element-wise ops with broadcasting (the fuse-elementwise pass) ------------------------
+# the ops whose fused loop gives the unfused kernels' bits (tests/test_fuse_elementwise.py checks each)
+EXACT_ELEMENTWISE = ["Add", "Sub", "Mul", "Div", "Neg", "Scale", "Identity", "Sum", "Relu", "ReluGrad",
+                     "LeakyRelu", "LeakyReluGrad", "SigmoidGrad", "TanhGrad", "ZerosLike"]
+
+
+@st.composite
+def elementwise_dags(draw, ops=tuple(EXACT_ELEMENTWISE), max_ops: int = 12, dtype=None) -> Graph:
+    """A random DAG of element-wise ops over one loop shape: inputs of that shape or of shapes that
+    broadcast to it (the binary ops broadcast them), some ops reading several earlier values,
+    some values read twice, several outputs.  Some non-element-wise ops (Exp, a MatMul on a
+    square shape) sit between element-wise ones, so a group must avoid cycles through them."""
+    dt = dtype or draw(st.sampled_from(FLOATS))
+    full = [draw(st.integers(1, 6)), draw(st.integers(2, 9)), draw(st.integers(2, 9))]
+    counter = iter(range(10_000))
+    inputs: list[GraphInput] = []
+    full_values: list[str] = []
+    ops_out = []
+
+    def new_input(shp) -> str:
+        v = f"t{next(counter)}"
+        inputs.append(GraphInput(v, T(dt, shp)))
+        return v
+
+    for _ in range(2):
+        full_values.append(new_input(full))
+
+    def small() -> str:
+        k = draw(st.integers(0, 2))
+        shp = [1 if draw(st.booleans()) else d for d in full[k:]]
+        return new_input(shp)
+
+    def pick() -> str:
+        return draw(st.sampled_from(full_values))
+
+    for _ in range(draw(st.integers(2, max_ops))):
+        name = draw(st.sampled_from(list(ops) + ["Exp", "MatMul"]))
+        r = f"t{next(counter)}"
+        attrs: dict = {}
+        if name in ("Add", "Sub", "Mul", "Div"):
+            a, b = pick(), (small() if draw(st.integers(0, 2)) == 0 else pick())
+            operands = [b, a] if draw(st.booleans()) and name != "Div" else [a, b]
+        elif name == "Sum":
+            operands = [pick() for _ in range(draw(st.integers(1, 3)))]
+        elif name == "MatMul":
+            if full[1] != full[2]:
+                continue
+            operands = [pick(), pick()]
+        elif name in ("ReluGrad", "LeakyReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"):
+            operands = [pick(), pick()]
+        else:
+            operands = [pick()]
+        if name == "Scale":
+            attrs["factor"] = draw(st.sampled_from([0.5, -1.5, 3.0, 0.1]))
+        if name in ("LeakyRelu", "LeakyReluGrad") and draw(st.booleans()):
+            attrs["alpha"] = draw(st.sampled_from([0.1, -2.0, 1.702]))
+        ops_out.append(OPS[name]([r], operands, attrs))
+        full_values.append(r)
+    computed = [op.results[0] for op in ops_out]
+    outputs = [v for v in computed if draw(st.integers(0, 3)) == 0] or computed[-1:]
+    if not ops_out:
+        ops_out.append(OPS["Neg"]([f"t{next(counter)}"], [full_values[0]]))
+        outputs = ops_out[-1].results
+    g = Graph(inputs, ops_out, outputs, "dag")
+    g.validate()
+    return g

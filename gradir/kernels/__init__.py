@@ -42,6 +42,11 @@ class KernelInfo:
     blas: bool = False  # spends its time in BLAS (limits BLAS threads when run concurrently)
     ufunc: Any = None  # a NumPy ufunc computing exactly this op (no attributes): used for tiny arrays
     warm: Callable[[Any], None] | None = None  # warm(dtype): compile this kernel's compiled path ahead
+    # prepare(op, types): build what this kernel needs for this very op (a fused loop), at compile time
+    prepare: Callable[[Any, Any], None] | None = None
+    # the numba function of ``_jit_act`` computing one element of the compiled Float32 path from the
+    # operands alone: a fused Float32 loop calls it, and so gives this kernel's bits
+    scalar: str | None = None
 
 
 TABLES: dict[str, dict[str, KernelInfo]] = {"cpu": {}}
@@ -49,7 +54,8 @@ KERNELS: dict[str, KernelInfo] = TABLES["cpu"]
 
 
 def kernel(name: str, *, backend: str = "cpu", inplace: bool = False, blas: bool = False, ufunc: Any = None,
-           warm: Callable[[Any], None] | None = None) -> Callable:
+           warm: Callable[[Any], None] | None = None, prepare: Callable[[Any, Any], None] | None = None,
+           scalar: str | None = None) -> Callable:
     """Decorator: register ``fn`` as the kernel of op ``name`` in ``backend``'s table.
 
     ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
@@ -61,7 +67,8 @@ def kernel(name: str, *, backend: str = "cpu", inplace: bool = False, blas: bool
         table = TABLES.setdefault(backend, {})
         if name in table:
             raise ValueError(f"kernel for {name!r} registered twice for backend {backend!r}")
-        table[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm)
+        table[name] = KernelInfo(name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare,
+                                 scalar=scalar)
         return fn
 
     return register
@@ -73,4 +80,4 @@ def get_kernel(name: str, backend: str = "cpu") -> KernelInfo | None:
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
-from . import activation, constant, loss, lstm, math, shape  # noqa: E402,F401
+from . import activation, constant, fused, loss, lstm, math, shape  # noqa: E402,F401

@@ -15,7 +15,7 @@ class ReluOp(UnaryOp):
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
-    FORMULA = "where(X > 0, X, 0)"
+    FORMULA = "where(X <= 0, 0, X)"  # NaN stays NaN, as in the kernel
     GRADIENT = "ReluGrad"
 
 

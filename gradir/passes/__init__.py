@@ -75,11 +75,13 @@ def register_pass(name: str, doc: str) -> Callable:
 
 
 from . import basic, constfold, fusion, matmul, simplify  # noqa: E402,F401  (register the passes)
+from . import elementwise  # noqa: E402,F401
 
 # folding first: cse then merges equal folded values, and dce drops the Constants only they read
 # the algebraic rewrites after cse (fewer ops to look at), before dce (which drops what they bypass)
 DEFAULT_PASSES = ["fold-constants", "cse", "simplify", "fold-transpose-matmul", "flatten-batched-matmul", "dce",
                   "fuse-lstm-cell-grads"]
+DEFAULT_PASSES.append("fuse-elementwise")  # last: the other passes see the ops it would hide
 
 
 def run_passes(program: Program, names: Optional[list[str]] = None,

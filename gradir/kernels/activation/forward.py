@@ -42,7 +42,7 @@ def _sigmoid_body32(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
     np.divide(1.0, e, out=o)
 
 
-@act_kernel("Sigmoid", 1)
+@act_kernel("Sigmoid", 1, scalar="_sigmoid1")
 def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``1 / (1 + exp(-x))``."""
     dtype = check_operands(x)
@@ -97,7 +97,7 @@ def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1
     return run_elementwise(body64, 8, out, x)
 
 
-@act_kernel("Gelu", 1)
+@act_kernel("Gelu", 1, scalar="_gelu1")
 def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``x ⊙ Φ(x)``, the exact (erf) GELU."""
     dtype = check_operands(x)
@@ -111,7 +111,7 @@ def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     return run_elementwise(body, n_gelu_scratch(dtype), out, x, fast=compiled(dtype, "gelu"))
 
 
-@act_kernel("FastGelu", 1)
+@act_kernel("FastGelu", 1, scalar="_fast_gelu1")
 def fast_gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``½x(1 + tanh(k(x + c x³)))`` = ``x ⊙ σ(2k(x + c x³))``."""
     dtype = check_operands(x)

@@ -94,7 +94,7 @@ def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = N
     return run_elementwise(body64, 8, out, dy, x)
 
 
-@act_kernel("GeluGrad", 2)
+@act_kernel("GeluGrad", 2, scalar="_gelu_grad1")
 def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ (Φ(X) + X ⊙ φ(X))``, the derivative of the exact (erf) GELU."""
     dtype = check_operands(dy, x)
@@ -107,7 +107,7 @@ def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -
     return run_elementwise(body, n_gelu_scratch(dtype), out, dy, x, fast=compiled(dtype, "gelu_grad"))
 
 
-@act_kernel("FastGeluGrad", 2)
+@act_kernel("FastGeluGrad", 2, scalar="_fast_gelu_grad1")
 def fast_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ ½((1 + t) + x(1 - t²)·k(1 + 3c x²))``, ``t = tanh(k(x + c x³))``.
 

@@ -1,0 +1,128 @@
+"""The kernel of ``FusedElementwise`` (``gradir.ops.fused``): one compiled loop per group.
+
+The loop's shape is the group's result shape.  Its axes are coalesced first (size-1 axes
+dropped, neighbours merged where every operand is laid out alike), leaving an innermost axis
+along which each operand either varies (stride 1) or is one value per row (broadcast), and
+outer axes that each operand walks with its own element strides (0 where it is broadcast).
+Work is cut into units of at most ``CHUNK`` elements of one row; the grid depends only on the
+shape, units are dealt to threads in contiguous runs by ``parallel_rows``, and every element is
+computed the same way wherever it runs: results do not depend on the thread count.
+
+Without numba (or with ``GRADIR_JIT=0``) the members' own kernels run one after another, which
+gives the unfused bits.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from . import KERNELS, jit, kernel
+from .fused_codegen import compiled_loop
+from .parallel import parallel_rows
+
+__all__ = ["fused_elementwise", "CHUNK", "layout"]
+
+CHUNK = 1 << 15  # elements of one row per unit of work
+
+
+def layout(shape: tuple, operand_shapes: list[tuple]) -> tuple[list[int], list[list[int]]]:
+    """Coalesced ``(dims, strides)``: ``strides[k][d]`` is operand ``k``'s element stride along
+    coalesced axis ``d`` of the loop (0 where it is broadcast).  At least one axis."""
+    r = len(shape)
+    strides = []
+    for s in operand_shapes:
+        s = (1,) * (r - len(s)) + tuple(s)
+        st, acc = [0] * r, 1
+        for d in range(r - 1, -1, -1):
+            st[d] = acc if s[d] != 1 else 0
+            acc *= s[d]
+        strides.append(st)
+    dims: list[int] = []
+    cols: list[list[int]] = [[] for _ in operand_shapes]
+    for d in range(r):
+        if shape[d] == 1:
+            continue
+        if dims and all(c[-1] == st[d] * shape[d] for c, st in zip(cols, strides)):
+            dims[-1] *= shape[d]
+            for c, st in zip(cols, strides):
+                c[-1] = st[d]
+            continue
+        dims.append(shape[d])
+        for c, st in zip(cols, strides):
+            c.append(st[d])
+    if not dims:
+        return [1], [[0] for _ in operand_shapes]
+    return dims, cols
+
+
+def _interpret(body: Any, operands: tuple, outs: list) -> None:
+    """The members' own kernels, one after another (the unfused bits)."""
+    vals = list(operands)
+    for cls, args, attrs in body.instrs:
+        vals.append(KERNELS[cls.op_name].fn(*(vals[a] for a in args), out=None, **attrs))
+    for o, s in zip(outs, body.outputs):
+        np.copyto(o, vals[s])
+
+
+def _prepare(op: Any, types: Any) -> None:
+    """Build (or load from the disk cache) the loop ``op`` will run, for its operands' shapes."""
+    if not jit.enabled():
+        return
+    shapes = [tuple(types[v].shape) for v in op.operands]
+    if any(d is None for s in shapes for d in s):
+        return  # built at the first run
+    _, strides = layout(op.body.shape, shapes)
+    compiled_loop(op.body, tuple(st[-1] != 0 for st in strides))
+
+
+@kernel("FusedElementwise", prepare=_prepare)
+def fused_elementwise(*operands: np.ndarray, out: Any = None, body: Any) -> Any:
+    """Run a fused group (``body``: ``gradir.ops.fused.FusedBody``); returns its results."""
+    n_out = len(body.outputs)
+    given: list[Optional[np.ndarray]] = list(out) if isinstance(out, tuple) else [out] if n_out == 1 \
+        else [None] * n_out
+    shape = body.shape
+    if any(o is not None and o.shape != shape for o in given) or any(
+            np.broadcast_shapes(a.shape, shape) != shape for a in operands):
+        raise ValueError(f"FusedElementwise: operands {[a.shape for a in operands]} do not broadcast to the "
+                         f"loop's shape {list(shape)}")
+    if any(a.dtype != body.dtype for a in operands):
+        raise ValueError(f"FusedElementwise: operands {[str(a.dtype) for a in operands]} are not all "
+                         f"{body.dtype}")
+    outs = [o if o is not None and o.flags.c_contiguous and o.flags.writeable else np.empty(shape, body.dtype)
+            for o in given]
+    _run(body, operands, outs)
+    for o, g in zip(outs, given):
+        if g is not None and g is not o:
+            np.copyto(g, o)
+    res = [g if g is not None else o for o, g in zip(outs, given)]
+    return res[0] if n_out == 1 else tuple(res)
+
+
+def _run(body: Any, operands: tuple, outs: list) -> None:
+    """Fill ``outs`` (C-contiguous, the loop's shape) from ``operands``."""
+    if body.numel == 0:
+        return
+    if not jit.enabled():
+        _interpret(body, operands, outs)
+        return
+    shape, n_out = body.shape, len(outs)
+    dims, strides = layout(shape, [a.shape for a in operands])
+    loop = compiled_loop(body, tuple(st[-1] != 0 for st in strides))
+    cols = dims[-1]
+    rows = math.prod(dims[:-1])
+    ch = min(cols, CHUNK)
+    nch = -(-cols // ch)
+    oshape = np.array(dims[:-1], np.int64)
+    ostr = np.array([st[:-1] for st in strides], np.int64).reshape(len(operands), len(dims) - 1)
+    flat_in = [jit.readable(np.ascontiguousarray(a).reshape(-1)) for a in operands]
+    flat_out = [o.reshape(-1) for o in outs]
+    unit_bytes = ch * body.dtype.itemsize * (len(operands) + n_out)
+
+    def run(u0: int, u1: int) -> None:
+        loop(u0, u1, nch, ch, cols, oshape, ostr, 0, *flat_in, *flat_out)
+
+    parallel_rows(rows * nch, unit_bytes, run)

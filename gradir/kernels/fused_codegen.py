@@ -1,0 +1,250 @@
+"""Source code for a fused element-wise loop, written from the ops' scalar ``FORMULA`` (the one
+definition of each op's arithmetic, ``gradir.traits``), compiled by numba and cached on disk.
+
+Numerics: every value is computed in the group's dtype (constants and attributes are rounded to
+the dtype first, as NumPy does with a Python float beside a float32 array).  Float64 loops use
+no fast-math flags at all, as the Float64 kernels (NumPy) round every operation.  Float32 loops
+contract a multiply and an add into an FMA *within* an op's formula, as the compiled Float32
+kernels do, and never across ops (``_jit_fused.keep``), so each op is rounded as its kernel
+rounds it; an op whose compiled Float32 kernel has an element function (``KernelInfo.scalar``)
+calls it.  Signed zeros and NaN are kept.
+
+Caching: a group's source is a pure function of its canonical key (ops, wiring, attributes,
+dtype, which operands broadcast along the innermost axis), written once to
+``<cache dir>/fused/f_<sha>.py`` and compiled by numba with ``cache=True``, so numba keeps the
+machine code beside it and a later process only loads it.  Identical groups share one module.
+The cache directory is ``$GRADIR_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradir``, else
+``~/.cache/gradir``; when it cannot be written, a private temporary directory is used (correct,
+but every process compiles again).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+__all__ = ["TRANSCENDENTAL", "formula_of", "scalar_function", "kernel_source", "compiled_loop", "cache_dir",
+           "compile_count", "CODEGEN_VERSION"]
+
+CODEGEN_VERSION = 3
+
+# Formula functions that numba compiles to one libm call per element: such loops do not vectorize
+# and run several times slower than NumPy's SIMD kernels (and round differently), so the pass
+# keeps ops that use them out of fused groups.
+TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sqrt", "erf", "sigmoid"})
+
+_MATH = {"exp": "math.exp", "log": "math.log", "tanh": "math.tanh", "sqrt": "math.sqrt", "erf": "math.erf"}
+
+
+def formula_of(cls: type, n_operands: int) -> Optional[str]:
+    """``cls``'s scalar formula; a variadic sum (``Sum``) is ``((X0 + X1) + X2) + ...``, the order its
+    kernel adds in.  ``None`` when the op has none."""
+    if cls.FORMULA is not None:
+        return cls.FORMULA
+    from ..ops.math import SumOp
+    if cls is SumOp:
+        return " + ".join(f"X{k}" for k in range(n_operands))
+    return None
+
+
+class _Translate(ast.NodeTransformer):
+    """A formula's AST with operands as locals, attributes and numbers as dtype constants."""
+
+    def __init__(self, env: dict[str, str], attrs: dict[str, Any], const: Callable[[float], str]) -> None:
+        self.env, self.attrs, self.const = env, attrs, const
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.env:
+            return ast.Name(self.env[node.id], ast.Load())
+        if node.id in self.attrs:
+            return ast.Name(self.const(float(self.attrs[node.id])), ast.Load())
+        if node.id == "pi":
+            return ast.Name(self.const(math.pi), ast.Load())
+        raise ValueError(f"formula name {node.id!r} cannot be compiled")
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            raise ValueError(f"formula constant {node.value!r} cannot be compiled")
+        return ast.Name(self.const(float(node.value)), ast.Load())
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        args = [self.visit(a) for a in node.args]
+        f = node.func.id if isinstance(node.func, ast.Name) else None
+        if f == "where" and len(args) == 3:
+            return ast.IfExp(test=args[0], body=args[1], orelse=args[2])
+        if f == "zeros_like" and len(args) == 1:
+            return ast.Name(self.const(0.0), ast.Load())
+        if f == "sigmoid" and len(args) == 1:
+            one = ast.Name(self.const(1.0), ast.Load())
+            e = ast.Call(ast.Name("math.exp", ast.Load()), [ast.UnaryOp(ast.USub(), args[0])], [])
+            return ast.BinOp(one, ast.Div(), ast.BinOp(one, ast.Add(), e))
+        if f in _MATH and len(args) == 1:
+            return ast.Call(ast.Name(_MATH[f], ast.Load()), args, [])
+        raise ValueError(f"formula call {ast.unparse(node)!r} cannot be compiled")
+
+
+def kernel_source(body: Any, vector: tuple[bool, ...]) -> str:
+    """The numba module for ``body`` (``gradir.ops.fused.FusedBody``); ``vector[k]`` says whether
+    operand ``k`` varies along the innermost axis (else it is one value per row)."""
+    dtype = np.dtype(body.dtype)
+    tname = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}[dtype]
+    consts: dict[str, str] = {}
+    fenced = dtype == np.float32  # see _jit_fused: contraction inside an op only, as in its Float32 kernel
+    imports: set[str] = set()
+
+    def const(v: float) -> str:
+        key = float(v).hex()
+        if key not in consts:
+            consts[key] = f"K{len(consts)}"
+        return consts[key]
+
+    n_in = body.n_inputs
+    outs = [f"o{k}" for k in range(len(body.outputs))]
+    ins = [f"i{k}" for k in range(n_in)]
+    lines = []
+    for cls, args, attrs in body.instrs:
+        slot = n_in + len(lines)
+        scalar = scalar_function(cls, dtype)
+        if scalar is not None:  # the compiled Float32 kernel's own element function: its bits
+            imports.add(scalar)
+            expr = f"{scalar}({', '.join(f'v{a}' for a in args)})"
+        else:
+            formula = formula_of(cls, len(args))
+            if formula is None:
+                raise ValueError(f"{cls.op_name} has no formula")
+            names = ([f"X{k}" for k in range(len(args))] if cls.FORMULA is None
+                     else [o.name for o in cls.OPERANDS][:len(args)])
+            env = {n: f"v{a}" for n, a in zip(names, args)}
+            expr = ast.unparse(_Translate(env, attrs, const).visit(ast.parse(formula, mode="eval")))
+        lines.append(f"v{slot} = keep({expr}, z)" if fenced else f"v{slot} = {expr}")
+    sig_arrays = ", ".join([f"{tname}[::1]"] * (n_in + len(outs)))
+    fastmath = ", fastmath={'contract'}" if fenced else ""
+    head = [
+        "# generated by gradir.kernels.fused_codegen (do not edit): one fused element-wise loop",
+        f"# codegen version {CODEGEN_VERSION}",
+        "import math", "import numpy as np", "from numba import njit",
+        "from gradir.kernels._jit_fused import keep",
+        *([f"from gradir.kernels._jit_act import {', '.join(sorted(imports))}  # blocks {_blocks_digest()}"]
+          if imports else []), "",
+        *(f"{name} = np.{tname}(float.fromhex({key!r}))" for key, name in consts.items()), "",
+        f"@njit('void(int64, int64, int64, int64, int64, int64[::1], int64[:, ::1], int64, {sig_arrays})',",
+        f"      nogil=True, cache=True, error_model='numpy', boundscheck=False{fastmath})",
+        f"def loop(u0, u1, nch, ch, cols, oshape, ostr, z, {', '.join(ins + outs)}):",
+        "    nd = oshape.size",
+        "    for u in range(u0, u1):",
+        "        r = u // nch",
+        "        c0 = (u - r * nch) * ch",
+        "        c1 = min(cols, c0 + ch)",
+        "        n = c1 - c0",
+        *(f"        b{k} = 0" for k in range(n_in)),
+        "        rem = r",
+        "        for d in range(nd - 1, -1, -1):",
+        "            q = rem // oshape[d]",
+        "            e = rem - q * oshape[d]",
+        "            rem = q",
+        *(f"            b{k} += e * ostr[{k}, d]" for k in range(n_in)),
+        *(f"        w{k} = {o}[r * cols + c0:r * cols + c1]" for k, o in enumerate(outs)),
+    ]
+    for k in range(n_in):
+        head.append(f"        a{k} = i{k}[b{k} + c0:b{k} + c0 + n]" if vector[k] else f"        s{k} = i{k}[b{k}]")
+    loop = ["        for j in range(n):"]
+    loop += [f"            v{k} = a{k}[j]" if vector[k] else f"            v{k} = s{k}" for k in range(n_in)]
+    loop += [f"            {line}" for line in lines]
+    loop += [f"            w{k}[j] = v{s}" for k, s in enumerate(body.outputs)]
+    return "\n".join(head + loop) + "\n"
+
+
+def scalar_function(cls: type, dtype: Any) -> Optional[str]:
+    """The ``_jit_act`` element function a Float32 loop calls for ``cls`` (``KernelInfo.scalar``):
+    the compiled kernel's own arithmetic (clips, ``exp2`` polynomials), vectorizable, with its bits."""
+    from . import KERNELS
+    info = KERNELS.get(cls.op_name)
+    return info.scalar if info is not None and np.dtype(dtype) == np.float32 else None
+
+
+_digest: Optional[str] = None
+
+
+def _blocks_digest() -> str:
+    """SHA-256 of the numba code a loop inlines from gradir (numba's cache checks only the loop's
+    own file: the digest in the source makes an edited building block a new file)."""
+    global _digest
+    if _digest is None:
+        sha = hashlib.sha256()
+        for name in ("_jit_act.py", "_jit_core.py", "_jit_fused.py"):
+            sha.update(Path(__file__).with_name(name).read_bytes())
+        _digest = sha.hexdigest()[:16]
+    return _digest
+
+
+def cache_dir() -> Path:
+    """Where generated loops and numba's machine code for them live (see the module docstring)."""
+    base = os.environ.get("GRADIR_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "gradir")
+    return Path(base) / "fused"
+
+
+_lock = threading.Lock()
+_loops: dict[tuple, Callable[..., None]] = {}
+_fallback_dir: Optional[Path] = None
+_compiled = 0  # how many modules this process imported (each compiled, or loaded from numba's cache)
+
+
+def compile_count() -> int:
+    """How many distinct fused loops this process has built or loaded (for tests and benchmarks)."""
+    return _compiled
+
+
+def _write(path: Path, text: str) -> bool:
+    try:
+        if path.exists() and path.read_text() == text:
+            return True
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)  # atomic: another process never reads half a file
+        return True
+    except OSError:
+        return False
+
+
+def compiled_loop(body: Any, vector: tuple[bool, ...]) -> Callable[..., None]:
+    """The compiled loop for ``body`` and this broadcast pattern (built, loaded or memoized)."""
+    global _fallback_dir, _compiled
+    key = (body.key, vector)
+    fn = _loops.get(key)
+    if fn is not None:
+        return fn
+    with _lock:
+        fn = _loops.get(key)
+        if fn is not None:
+            return fn
+        text = kernel_source(body, vector)
+        digest = hashlib.sha256(f"{CODEGEN_VERSION}\n{text}".encode()).hexdigest()[:24]
+        path = cache_dir() / f"f_{digest}.py"
+        if not _write(path, text):
+            if _fallback_dir is None:
+                _fallback_dir = Path(tempfile.mkdtemp(prefix="gradir-fused-"))
+            path = _fallback_dir / f"f_{digest}.py"
+            _write(path, text)
+        spec = importlib.util.spec_from_file_location(f"gradir_fused_{digest}", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # numba's cache finds the module's globals by its name
+        spec.loader.exec_module(mod)
+        fn = mod.loop
+        _loops[key] = fn
+        _compiled += 1
+        return fn

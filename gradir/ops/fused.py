@@ -1,0 +1,126 @@
+"""``FusedElementwise``: a connected group of element-wise ops run as one loop (made by the
+``fuse-elementwise`` pass, ``gradir.passes.elementwise``; compiled by ``gradir.kernels.fused``).
+
+The op exists only after the pass: it is not registered in ``OPS``, so a graph's text cannot
+name it (the parser reports an unknown op), and the pass is the only place that builds one.
+Its ``body`` attribute holds the members' own lines (``t5 = Add(t3, t2)``, real value names, in
+order), so ``gradir plan`` and the printed optimized graph show what the loop computes; its
+operands are the values the loop reads from outside, its results the members' results that
+are read outside the group or are graph outputs.  The member ops themselves are kept on the
+instance (``members``): the kernel is built from their classes' scalar ``FORMULA``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+from ..ir import Attr, InferContext, Op, Operand, freeze
+from ..types import TensorType
+
+__all__ = ["FusedElementwiseOp", "FusedBody"]
+
+
+class FusedBody:
+    """The group as the kernel needs it: value slots ``0..n_inputs-1`` are the operands, slot
+    ``n_inputs + k`` the result of member ``k``; ``outputs`` are the slots the op returns.
+
+    ``key`` is canonical (no value names): groups with the same ops, wiring, attributes, shape
+    and dtype share one compiled loop."""
+
+    def __init__(self, members: Sequence[Op], inputs: Sequence[str], outputs: Sequence[str],
+                 result_type: TensorType) -> None:
+        slot = {v: k for k, v in enumerate(inputs)}
+        self.n_inputs = len(inputs)
+        self.instrs: list[tuple[type, tuple[int, ...], dict[str, Any]]] = []
+        for op in members:
+            args = tuple(slot[v] for v in op.operands if v is not None)
+            self.instrs.append((type(op), args, dict(op.attrs)))
+            slot[op.results[0]] = len(slot)
+        self.outputs = tuple(slot[v] for v in outputs)
+        self.type = result_type
+        self.shape = tuple(result_type.shape)
+        self.numel = math.prod(self.shape)
+        self.dtype = result_type.dtype.numpy
+        self.key = (self.n_inputs, tuple((cls.op_name, args, freeze(attrs)) for cls, args, attrs in self.instrs),
+                    self.outputs, self.dtype.str)
+
+
+class FusedElementwiseOp(Op):
+    """Element-wise ops fused into one loop by the fuse-elementwise pass (not for graphs)."""
+
+    abstract = True  # not registered in OPS: see the module docstring (made concrete below)
+    DECLARED_TYPE = True  # the members' result types, kept when a run re-infers shapes
+    OPERANDS = (Operand("X", variadic=True, doc="the values the loop reads"),)
+    RESULTS = ()
+    ATTRS = (Attr("body", "strs", doc="the fused ops, one line each, in order"),
+             Attr("outputs", "strs", doc="the values the loop writes (the op's results)"))
+
+    def __init__(self, results: Sequence[str], operands: Sequence[Optional[str]],
+                 attrs: Optional[Mapping[str, Any]] = None,
+                 result_types: Optional[Sequence[Optional[TensorType]]] = None, loc: Any = None,
+                 members: Sequence[Op] = ()) -> None:
+        super().__init__(results, operands, attrs, result_types, loc)
+        self.members = list(members)
+        self._body: Optional[FusedBody] = None
+
+    @classmethod
+    def build(cls, members: Sequence[Op], inputs: Sequence[str], outputs: Sequence[str],
+              types: Mapping[str, TensorType]) -> "FusedElementwiseOp":
+        # each member's line without its type (the loop's type is shown once)
+        body = [m.to_string().rsplit(" : ", 1)[0] if m.result_types else m.to_string() for m in members]
+        op = cls(list(outputs), list(inputs), {"body": tuple(body), "outputs": tuple(outputs)},
+                 [types[v] for v in outputs], loc=members[0].loc, members=members)
+        op._body = FusedBody(members, inputs, outputs, types[outputs[0]])  # now, while the compiler holds off the GC
+        return op
+
+    @classmethod
+    def num_results(cls, attrs: Mapping[str, Any]) -> int:
+        return len(attrs["outputs"])
+
+    @classmethod
+    def result_names(cls, attrs: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(attrs["outputs"])
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        return [ctx.declared(k) for k in range(len(self.results))]
+
+    @property
+    def body(self) -> FusedBody:
+        if self._body is None:
+            t = self.result_types[0] if self.result_types else None
+            assert t is not None, "a FusedElementwise op carries its result types"
+            self._body = FusedBody(self.members, self.operands, self.results, t)  # type: ignore[arg-type]
+        return self._body
+
+    def kernel_attrs(self) -> dict[str, Any]:
+        return {"body": self.body}
+
+    def copy(self, **changes: Any) -> "Op":
+        kw = dict(results=self.results, operands=self.operands, attrs=self.attrs,
+                  result_types=self.result_types, loc=self.loc, members=self.members)
+        kw.update(changes)
+        return type(self)(**kw)
+
+    def plan_lines(self, types: Mapping[str, TensorType]) -> list[str]:
+        """What ``gradir plan`` shows under the step: the loop's shape, what it reads and writes,
+        and the fused ops."""
+        t = self.result_types[0] if self.result_types else None
+        reads = []
+        for v in self.operands:
+            tv = types.get(v) if v is not None else None
+            bcast = tv is not None and t is not None and tuple(tv.shape) != tuple(t.shape)
+            reads.append(f"{v} {_shape(tv)} (broadcast)" if bcast else str(v))
+        lines = [f"one loop over {t}: reads {', '.join(reads)}; writes {', '.join(self.results)}"]
+        lines += list(self.attrs["body"])
+        return lines
+
+
+def _shape(t: Optional[TensorType]) -> str:
+    from ..types import format_shape
+    return format_shape(t.shape) if t is not None else "?"
+
+
+# concrete, but unregistered: ``Op.__init_subclass__`` registers only classes that are not abstract
+FusedElementwiseOp.abstract = False
+FusedElementwiseOp.op_name = "FusedElementwise"

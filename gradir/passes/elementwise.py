@@ -1,0 +1,205 @@
+"""``fuse-elementwise``: connected element-wise ops become one ``FusedElementwise`` op, run as one
+compiled loop (``gradir.kernels.fused``), so the values between them never go through memory.
+
+An op can join a group when it is element-wise with a scalar formula (``Op.ELEMENTWISE`` and
+``Op.FORMULA``, or the variadic ``Sum``) that calls no transcendental function (those kernels
+are SIMD or polynomial code far faster than a loop calling libm per element, see
+``fused_codegen.TRANSCENDENTAL``), or, in Float32, its compiled kernel has an element function
+(``KernelInfo.scalar``: Sigmoid, the GELUs and their gradients), and its result is Float32 or
+Float64 with a static shape equal to the group's (operands may broadcast into it).  Ops are
+visited in order; an op joins the group of an operand's producer, merging the groups of several
+operands, unless that would make the group depend on itself through an op outside it (a cycle:
+checked by walking back from the group's outside operands, never past the group's first op).
+Groups of fewer than two ops, or smaller than ``MIN_ELEMENTS`` elements (where the unfused ops'
+tiny-array paths are as fast and compiling would cost more than it saves), stay as they were;
+groups stop growing at ``MAX_OPS`` ops, which keeps compile time bounded and identical
+stretches of a long graph sharing one compiled loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Optional
+
+from ..ir import Op
+from ..kernels.fused_codegen import TRANSCENDENTAL, formula_of, scalar_function
+from ..ops.fused import FusedElementwiseOp
+from ..types import DType
+from . import Program, register_pass
+
+__all__ = ["fuse_elementwise", "fusable", "MIN_ELEMENTS", "MAX_OPS"]
+
+MIN_ELEMENTS = 1 << 14
+MAX_OPS = 32
+
+
+_LOOPABLE: dict[tuple[type, int], bool] = {}
+
+
+def _loopable(cls: type, n_operands: int) -> bool:
+    """``cls`` has a formula (for ``n_operands``) that calls no transcendental function."""
+    key = (cls, n_operands)
+    ok = _LOOPABLE.get(key)
+    if ok is None:
+        formula = formula_of(cls, n_operands)
+        ok = _LOOPABLE[key] = formula is not None and not (
+            TRANSCENDENTAL & set(compile(formula, "<formula>", "eval").co_names))
+    return ok
+
+
+def fusable(op: Op, types: dict) -> bool:
+    """Whether ``op`` may be a member of a fused group (see the module docstring)."""
+    if not op.ELEMENTWISE or len(op.results) != 1:
+        return False
+    t = types.get(op.results[0])
+    if t is None or t.dtype not in (DType.Float32, DType.Float64) or not t.is_static:
+        return False
+    if not _loopable(type(op), len(op.operands)) and scalar_function(type(op), t.dtype.numpy) is None:
+        return False
+    for v in op.operands:
+        tv = types.get(v) if v is not None else None
+        if tv is None or tv.dtype != t.dtype or not tv.is_static:
+            return False
+    return True
+
+
+class _Groups:
+    def __init__(self, p: Program) -> None:
+        self.ops = p.ops
+        self.producer: dict[str, int] = {}
+        for k, op in enumerate(self.ops):
+            for r in op.results:
+                self.producer[r] = k
+        self.group: dict[int, int] = {}  # op index -> group id (the index of its first op)
+        self.members: dict[int, list[int]] = {}
+        self.ext: dict[int, set[int]] = {}  # group id -> producers of what its members read (outside or not)
+        self.key: dict[int, tuple] = {}
+
+    def reads(self, k: int) -> set[int]:
+        return {q for q in (self.producer.get(v) for v in self.ops[k].operands if v is not None) if q is not None}
+
+    def acyclic(self, members: set[int], reads: set[int]) -> bool:
+        """No op outside ``members`` both depends on one of them and feeds one of them (``reads``:
+        the producers of the values the members read)."""
+        first = min(members)
+        seen: set[int] = set()
+        stack = [q for q in reads if q > first and q not in members]
+        while stack:
+            k = stack.pop()
+            if k in members:
+                return False
+            if k in seen or k < first:  # an op before the group's first cannot depend on it
+                continue
+            seen.add(k)
+            for v in self.ops[k].operands:
+                q = self.producer.get(v) if v is not None else None
+                if q is not None and q >= first:
+                    stack.append(q)
+        return True
+
+    def add(self, k: int, key: tuple) -> None:
+        joined: Optional[int] = None
+        for v in self.ops[k].operands:
+            q = self.producer.get(v) if v is not None else None
+            g = self.group.get(q) if q is not None else None
+            if g is None or g == joined or self.key[g] != key:
+                continue
+            n = len(self.members[g]) + (len(self.members[joined]) if joined is not None else 1)
+            if n > MAX_OPS:
+                continue
+            merged = set(self.members[g]) | ({k} if joined is None else set(self.members[joined]))
+            reads = self.ext[g] | (self.reads(k) if joined is None else self.ext[joined])
+            if not self.acyclic(merged, reads):
+                continue
+            if joined is None:
+                self.members[g].append(k)
+                self.group[k] = g
+                self.ext[g] = reads
+                joined = g
+            else:  # merge group g into the one k joined
+                for m in self.members.pop(g):
+                    self.group[m] = joined
+                    self.members[joined].append(m)
+                self.members[joined].sort()
+                self.ext[joined] = reads
+                del self.key[g], self.ext[g]
+        if joined is None:
+            self.group[k] = k
+            self.members[k] = [k]
+            self.key[k] = key
+            self.ext[k] = self.reads(k)
+
+
+@register_pass("fuse-elementwise",
+               f"run connected element-wise ops (Float32/Float64, static shapes of at least {MIN_ELEMENTS:,} "
+               f"elements; Exp, Log, Tanh and Float64 activations stay apart) as one compiled loop each "
+               f"(FusedElementwise)")
+def fuse_elementwise(p: Program) -> str:
+    gs = _Groups(p)
+    types = p.types
+    for k, op in enumerate(p.ops):
+        if fusable(op, types):
+            t = types[op.results[0]]
+            gs.add(k, (t.dtype, tuple(t.shape)))
+    groups = [sorted(m) for m in gs.members.values()
+              if len(m) >= 2 and types[p.ops[m[0]].results[0]].numel >= MIN_ELEMENTS]
+    if not groups:
+        return "nothing to fuse"
+    live = set(p.live_outputs)
+    readers: dict[str, set[int]] = {}
+    for k, op in enumerate(p.ops):
+        for v in op.operands:
+            if v is not None:
+                readers.setdefault(v, set()).add(k)
+    unit_of: dict[int, int] = {}  # op index -> unit (the index of its group's first op, or its own)
+    fused: dict[int, Op] = {}
+    for members in groups:
+        ms = set(members)
+        inputs: list[str] = []
+        outputs: list[str] = []
+        defined = {p.ops[k].results[0] for k in members}
+        for k in members:
+            for v in p.ops[k].operands:
+                if v is not None and v not in defined and v not in inputs:
+                    inputs.append(v)
+            r = p.ops[k].results[0]
+            if r in live or any(j not in ms for j in readers.get(r, ())):
+                outputs.append(r)
+        fused[members[0]] = FusedElementwiseOp.build([p.ops[k] for k in members], inputs, outputs, types)
+        for k in members:
+            unit_of[k] = members[0]
+    p.ops = _order(p, unit_of, fused)
+    n_ops = sum(len(m) for m in groups)
+    return f"fused {n_ops} ops into {len(groups)} loop{'s' if len(groups) != 1 else ''}"
+
+
+def _order(p: Program, unit_of: dict[int, int], fused: dict[int, Op]) -> list[Op]:
+    """The ops with each group replaced by its fused op, in a valid order: Kahn's algorithm over
+    the units, the earliest original position first (the old order wherever it still holds)."""
+    producer: dict[str, int] = {}
+    units: dict[int, Op] = {}
+    for k, op in enumerate(p.ops):
+        u = unit_of.get(k, k)
+        units[u] = fused.get(u, op) if u in fused else op
+        for r in op.results:
+            producer[r] = u
+    deps: dict[int, set[int]] = {u: set() for u in units}
+    users: dict[int, list[int]] = {u: [] for u in units}
+    for u, op in units.items():
+        for v in op.operands:
+            d = producer.get(v) if v is not None else None
+            if d is not None and d != u and d not in deps[u]:
+                deps[u].add(d)
+                users[d].append(u)
+    ready = [u for u, d in deps.items() if not d]
+    heapq.heapify(ready)
+    out: list[Op] = []
+    while ready:
+        u = heapq.heappop(ready)
+        out.append(units[u])
+        for w in users[u]:
+            deps[w].discard(u)
+            if not deps[w]:
+                heapq.heappush(ready, w)
+    assert len(out) == len(units), "fuse-elementwise made a cycle"
+    return out
