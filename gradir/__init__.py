@@ -7,7 +7,7 @@ and (in later layers) a compiler, runtime, autodiff and a Python builder.
 from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, OnnxError,
-                     ParseError, RenderError, Span, VerifyError)
+                     ParseError, RenderError, ShardError, Span, VerifyError)
 from .graph import Graph, GraphInput
 from .ir import OPS, Attr, BackwardOp, Op, Operand
 from .autodiff import AutodiffError, grad
@@ -15,6 +15,7 @@ from .builder import BuilderError, GraphBuilder
 from .dot import to_dot
 from .gradcheck import GradcheckReport, gradcheck
 from .runtime import Executable, compile
+from .sharding import Sharded, shard
 from . import reference as _reference  # noqa: F401,E402  (registers the reference backend)
 from .syntax import load, parse
 from .onnxio import export_onnx, import_onnx
@@ -24,8 +25,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "parse", "load", "compile", "Executable", "grad", "GraphBuilder", "AutodiffError", "BuilderError",
-    "gradcheck", "GradcheckReport",
+    "gradcheck", "GradcheckReport", "shard", "Sharded",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
-    "ExecutionError", "ArgumentError", "RenderError", "OnnxError", "import_onnx", "export_onnx", "Diagnostic", "Span", "__version__", "to_dot",
+    "ExecutionError", "ArgumentError", "ShardError", "RenderError", "OnnxError", "import_onnx", "export_onnx", "Diagnostic", "Span", "__version__", "to_dot",
 ]

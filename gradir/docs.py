@@ -90,6 +90,8 @@ def op_traits(c: type) -> list[str]:
         out.append(f"its gradient is `{c.GRADIENT}`")
     if c.FUSES_INTO:
         out.append(f"siblings fuse into `{c.FUSES_INTO[0]}`")
+    if c.SHARDING:
+        out.append(f"sharded by the `{c.SHARDING}` rule ([distributed.md](distributed.md))")
     return out
 
 

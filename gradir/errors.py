@@ -16,7 +16,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
            "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported", "Terminated", "ConstantValueError", "OpError", "OpErrors",
-           "FastPathFallback", "shown"]
+           "FastPathFallback", "ShardError", "Refusal", "shown"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -194,6 +194,21 @@ class OnnxUnsupported(Exception):
 
 class GradcheckError(GradirError):
     """The check cannot be set up as asked (a backward graph that does not fit the forward graph, ...)."""
+
+
+class ShardError(GradirError):
+    """A graph cannot be sharded as asked (an op refuses its operands' placements, a bad batch axis, ...),
+    or a sharded run cannot be set up (no Dask, a bad scheduler, a shard file missing)."""
+
+
+class Refusal(Exception):
+    """Raised by a sharding rule (``RuleContext.refuse``); the placement pass makes it a located
+    ``ShardError`` naming the op.  ``operand``: the operand at fault, to point at."""
+
+    def __init__(self, message: str, operand: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.operand = operand
 
 
 class Terminated(BaseException):

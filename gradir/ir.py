@@ -77,6 +77,9 @@ class Op:
     # (fused op, the attribute that tells siblings apart, the fused op's list attribute): siblings over
     # the same operands and other attributes fuse into one op (the fusion pass)
     FUSES_INTO: ClassVar[Optional[tuple[str, str, str]]] = None
+    # The placement rule (``gradir.shard.rules.RULES``) that says how the op's results are placed
+    # (replicated, split along an axis, partial sums) given its operands' placements, or refuses.
+    SHARDING: ClassVar[Optional[str]] = None
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

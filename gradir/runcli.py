@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import Diagnostic, InputError
 from .graph import Graph
+from .sharding.cli import add_plan_arguments, add_run_arguments, check_run_arguments, print_placements, sharded_runs
 from .types import DType
 
 if TYPE_CHECKING:
@@ -312,6 +313,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.generate_missing and not args.inputs and not args.input:
         raise UsageError("run: --generate-missing completes --inputs/--input, and neither is given "
                          "(without them every input is generated)")
+    check_run_arguments(args)
     disable = _disabled_passes(args)
     graph = load(args.file)
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
@@ -341,7 +343,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     times = []
     show = args.repeat > 1 and sys.stderr.isatty()
     outputs = {}
-    for k in range(args.repeat):
+    how = f"{exe.threads} thread{'s' if exe.threads > 1 else ''}"
+    if args.shard:  # data-parallel shards (gradir.sharding.cli)
+        outputs, times, how = sharded_runs(args, graph, inputs)
+    for k in range(0 if args.shard else args.repeat):
         t0 = time.perf_counter()
         outputs = exe.run(inputs, check_numerics=args.check_numerics,
                           trace=trace if (trace is not None and k == args.repeat - 1) else None)
@@ -354,9 +359,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _warn_non_finite(outputs)
     if args.repeat > 1:
         print(f"time: min {_fmt_time(min(times))}, median {_fmt_time(statistics.median(times))} over "
-              f"{args.repeat} runs ({exe.threads} thread{'s' if exe.threads > 1 else ''})", file=report)
+              f"{args.repeat} runs ({how})", file=report)
     else:
-        print(f"time: {_fmt_time(times[0])} ({exe.threads} thread{'s' if exe.threads > 1 else ''})", file=report)
+        print(f"time: {_fmt_time(times[0])} ({how})", file=report)
     if args.output:
         save_outputs(args.output, outputs)
         print(f"wrote {len(outputs)} output{'s' if len(outputs) != 1 else ''} to {args.output}", file=report)
@@ -385,6 +390,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.file:
         from .errors import UsageError
         raise UsageError("plan: a FILE is needed")
+    if args.shard:
+        return print_placements(args)
     disable = _disabled_passes(args)
     graph = load(args.file)
     exe = compile(graph, threads=args.threads, disable=disable)
@@ -438,7 +445,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "gradir run samples/mlp_forward.gir --save-inputs in.npz -o out.npz",
                               "gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz",
                               "gradir run samples/mlp_forward.gir --input t1=w1.npy --generate-missing",
-                              "gradir run g.gir --repeat 20 --threads 1 --trace trace.json"])
+                              "gradir run g.gir --repeat 20 --threads 1 --trace trace.json",
+                              "gradir run samples/mlp_forward.grad.gir --shard t0:0,t11:0 --scheduler local:2"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
     r.add_argument("--inputs", metavar="IN.npz", action="append", help="input arrays keyed by label or value name "
                    "(loaded with pickles disabled); repeatable, e.g. the model's inputs and the weights `gradir "
@@ -472,6 +480,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "passes if |a - r| <= atol + rtol*|r| (default: 1.3e-6 Float32, 1e-7 Float64, 0 integers)")
     r.add_argument("--atol", type=tolerance, metavar="A", help="--compare's absolute tolerance (default: 1e-5 "
                                                                "Float32, 1e-7 Float64, 0 integers)")
+    add_run_arguments(r)
     r.set_defaults(func=cmd_run)
 
     p = add_command(sub, "plan", help="print the optimized IR, the schedule and the planned peak memory",
@@ -479,11 +488,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "did, the schedule (in-place reuse, frees, BLAS steps) and the planned peak "
                                 "memory next to the naive total.",
                     examples=["gradir plan samples/lstm_cell_backward.gir",
-                              "gradir plan g.gir --disable cse,dce", "gradir plan --list-passes"])
+                              "gradir plan g.gir --disable cse,dce", "gradir plan --list-passes",
+                              "gradir plan samples/mlp_forward.grad.gir --shard t0:0,t11:0"])
     p.add_argument("file", metavar="FILE", nargs="?", help="IR file ('-' reads standard input)")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="switch passes off (repeatable, or comma-separated)")
     p.add_argument("--list-passes", action="store_true", help="list the compiler passes, in pipeline order")
     p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
                    help="plan for N worker threads, up to 1024 (default: the number of cores, at most 2)")
+    add_plan_arguments(p)
     p.set_defaults(func=cmd_plan)

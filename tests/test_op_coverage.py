@@ -10,6 +10,7 @@ import pytest
 from gradir import OPS
 from gradir.autodiff import RULES
 from gradir.kernels import KERNELS
+from gradir.sharding.rules import RULES as SHARDING_RULES
 from gradir.traits import evaluate_formula, formula_names
 
 import strategies
@@ -26,6 +27,8 @@ def _missing(name: str) -> list[str]:
         out.append("its gradient rule in gradir/gradrules.py (@rule)")
     if name not in strategies.OP_EXAMPLES and name not in strategies.DECLARED_EXAMPLES:
         out.append("its entry in tests/strategies.py (OP_EXAMPLES)")
+    if cls.SHARDING not in SHARDING_RULES:
+        out.append("its sharding rule (Op.SHARDING naming a rule of gradir/sharding/rules.py)")
     if not (cls.__doc__ or "").strip():
         out.append("a docstring in its definition (docs/ops.md shows it)")
     return out
@@ -40,8 +43,10 @@ def test_every_op_has_every_place(name):
 def test_the_check_sees_a_missing_place(monkeypatch):
     monkeypatch.delitem(KERNELS, "Relu")
     monkeypatch.delitem(RULES, "Relu")
+    monkeypatch.setattr(OPS["Relu"], "SHARDING", None)
     assert _missing("Relu") == ["its kernel in gradir/kernels/ (@kernel)",
-                                "its gradient rule in gradir/gradrules.py (@rule)"]
+                                "its gradient rule in gradir/gradrules.py (@rule)",
+                                "its sharding rule (Op.SHARDING naming a rule of gradir/sharding/rules.py)"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -13,6 +13,7 @@ _Y = (Operand("dY", doc="upstream gradient"), Operand("Y", doc="forward output")
 class ReluOp(UnaryOp):
     """max(x, 0)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X <= 0, 0, X)"  # NaN stays NaN, as in the kernel
     GRADIENT = "ReluGrad"
@@ -21,6 +22,7 @@ class ReluOp(UnaryOp):
 class SigmoidOp(UnaryOp):
     """Logistic sigmoid 1 / (1 + exp(-x))."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "1 / (1 + exp(-X))"
     GRADIENT = "SigmoidGrad"
@@ -29,6 +31,7 @@ class SigmoidOp(UnaryOp):
 class TanhOp(UnaryOp):
     """Hyperbolic tangent."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "tanh(X)"
     GRADIENT = "TanhGrad"
@@ -37,6 +40,7 @@ class TanhOp(UnaryOp):
 class GeluOp(UnaryOp):
     """x * Phi(x), the exact (erf) GELU."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "0.5 * X * (1 + erf(X / sqrt(2)))"
     GRADIENT = "GeluGrad"
@@ -45,6 +49,7 @@ class GeluOp(UnaryOp):
 class FastGeluOp(UnaryOp):
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation of GELU."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "0.5 * X * (1 + tanh(0.7978845608028654 * (X + 0.044715 * X ** 3)))"
     GRADIENT = "FastGeluGrad"
@@ -53,6 +58,7 @@ class FastGeluOp(UnaryOp):
 class LeakyReluOp(UnaryOp):
     """x if x > 0 else alpha * x."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X > 0, X, alpha * X)"
     GRADIENT = "LeakyReluGrad"
@@ -63,6 +69,7 @@ class LeakyReluOp(UnaryOp):
 class QuickGeluOp(UnaryOp):
     """x * sigmoid(alpha * x)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "X * sigmoid(alpha * X)"
     GRADIENT = "QuickGeluGrad"
@@ -84,12 +91,14 @@ class _SoftmaxForward(UnaryOp):
 class SoftmaxOp(_SoftmaxForward):
     """exp(x) / sum(exp(x)) over one axis (opset-13 semantics), numerically stable."""
 
+    SHARDING = "axis"
     GRADIENT = "SoftmaxGrad_13"
 
 
 class LogSoftmaxOp(_SoftmaxForward):
     """x - log(sum(exp(x))) over one axis (opset-13 semantics), numerically stable."""
 
+    SHARDING = "axis"
     GRADIENT = "LogSoftmaxGrad_13"
 
 
@@ -97,6 +106,7 @@ class LogSoftmaxOp(_SoftmaxForward):
 class ReluGradOp(BinaryActivationGradOp):
     """dX = dY where X > 0 (strict), else 0."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X > 0, dY, 0)"
     LINEAR_IN = (0,)
@@ -105,6 +115,7 @@ class ReluGradOp(BinaryActivationGradOp):
 class SigmoidGradOp(BinaryActivationGradOp):
     """dX = dY * Y * (1 - Y), from the forward output Y."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * Y * (1 - Y)"
     LINEAR_IN = (0,)
@@ -115,6 +126,7 @@ class SigmoidGradOp(BinaryActivationGradOp):
 class TanhGradOp(BinaryActivationGradOp):
     """dX = dY * (1 - Y^2), from the forward output Y."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (1 - Y * Y)"
     LINEAR_IN = (0,)
@@ -125,6 +137,7 @@ class TanhGradOp(BinaryActivationGradOp):
 class LeakyReluGradOp(BinaryActivationGradOp):
     """dX = dY where Y > 0, else alpha * dY (reads the forward output Y, as ORT does)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(Y > 0, dY, alpha * dY)"
     LINEAR_IN = (0,)
@@ -136,6 +149,7 @@ class LeakyReluGradOp(BinaryActivationGradOp):
 class QuickGeluGradOp(BinaryActivationGradOp):
     """s = sigmoid(alpha X); dX = dY * s * (1 + alpha X (1 - s))."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * sigmoid(alpha * X) * (1 + alpha * X * (1 - sigmoid(alpha * X)))"
     LINEAR_IN = (0,)
@@ -146,6 +160,7 @@ class QuickGeluGradOp(BinaryActivationGradOp):
 class GeluGradOp(BinaryActivationGradOp):
     """dX = dY * (Phi(X) + X phi(X)) (exact erf GELU)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (0.5 * (1 + erf(X / sqrt(2))) + X * exp(-0.5 * X * X) / sqrt(2 * pi))"
     LINEAR_IN = (0,)
@@ -154,6 +169,7 @@ class GeluGradOp(BinaryActivationGradOp):
 class FastGeluGradOp(BinaryActivationGradOp):
     """Gradient of the tanh-approximated GELU."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = ("dY * (0.5 * (1 + tanh(0.7978845608028654 * (X + 0.044715 * X ** 3))) + 0.5 * X * "
                "(1 - tanh(0.7978845608028654 * (X + 0.044715 * X ** 3)) ** 2) * 0.7978845608028654 * "
@@ -174,22 +190,26 @@ class _SoftmaxGrad(BinaryActivationGradOp):
 class SoftmaxGradOp(_SoftmaxGrad):
     """dX = Y * (dY - sum(Y * dY)), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
+    SHARDING = "axis"
     ATTRS = (axis_attr(1),)
 
 
 class SoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = Y * (dY - sum_axis(Y * dY)), summed over the single axis `axis` (opset 13)."""
 
+    SHARDING = "axis"
     ATTRS = (axis_attr(-1),)
 
 
 class LogSoftmaxGradOp(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum(dY), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
+    SHARDING = "axis"
     ATTRS = (axis_attr(1),)
 
 
 class LogSoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum_axis(dY), over the single axis `axis` (opset 13)."""
 
+    SHARDING = "axis"
     ATTRS = (axis_attr(-1),)

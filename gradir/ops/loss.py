@@ -61,6 +61,7 @@ class SoftmaxCrossEntropyLossOp(Op):
     it anyway).  Labels and weights have no gradient: deriving with respect to the weights is an error.
     """
 
+    SHARDING = "cross_entropy"
     OPERANDS = (Operand("scores", doc="[N, C] or [N, C, d1, ..., dk]"),
                 Operand("labels", doc="[N] or [N, d1, ..., dk], Int32 or Int64, in 0..C-1 or ignore_index",
                         sample="classes"),
@@ -86,6 +87,7 @@ class SoftmaxCrossEntropyLossGradOp(BackwardOp):
     ORT's (``com.microsoft``, opset 1).
     """
 
+    SHARDING = "cross_entropy"
     OPERANDS = (Operand("dY", doc="gradient of the loss: scalar for sum/mean, the labels' shape for none"),
                 Operand("log_prob", doc="[N, C] or [N, C, d1, ..., dk], the forward's log_prob"),
                 Operand("label", doc="[N] or [N, d1, ..., dk], Int32 or Int64", sample="classes"),

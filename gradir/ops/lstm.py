@@ -41,6 +41,7 @@ def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
 class LSTMCellOp(Op):
     """One LSTM step (PyTorch gate order i, f, g, o): returns (H', C')."""
 
+    SHARDING = "lstm_cell"
     OPERANDS = _CELL_OPERANDS
     RESULTS = ("H_next", "C_next")
     ATTRS = (HIDDEN,)
@@ -75,6 +76,7 @@ def _cell_grad_types(ctx: InferContext, indices: tuple) -> list[TensorType]:
 class GradLSTMCellInputOp(BackwardOp):
     """Gradient of LSTMCell w.r.t. one input: 0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias."""
 
+    SHARDING = "lstm_cell_grad"
     FUSES_INTO = ("GradLSTMCellInputFused", "input_index", "input_indices")
 
     OPERANDS = _CELL_GRAD_OPERANDS
@@ -97,6 +99,7 @@ def _check_indices(v: tuple) -> Optional[str]:
 class GradLSTMCellInputFusedOp(BackwardOp):
     """Several GradLSTMCellInput gradients from one gate recomputation (made by the fusion pass)."""
 
+    SHARDING = "lstm_cell_grad"
     OPERANDS = _CELL_GRAD_OPERANDS
     RESULTS = ()
     ATTRS = (Attr("input_indices", "ints", min=0, max=5, check=_check_indices,
@@ -204,6 +207,7 @@ class _LayerCheck:
 class LSTMTrainingOp(Op):
     """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
 
+    SHARDING = "lstm_training"
     OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 4H, I]", sample="weights"),
                 Operand("R", doc="[D, 4H, H]", sample="weights"),
                 Operand("B", optional=True, doc="[D, 8H] (Wb then Rb)", sample="weights"),
@@ -230,6 +234,7 @@ class LSTMTrainingOp(Op):
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
 
+    SHARDING = "lstm_grad"
     OPERANDS = (Operand("X"), Operand("W", sample="weights"), Operand("R", sample="weights"),
                 Operand("SL", optional=True, sample="lengths"),
                 Operand("H0", optional=True), Operand("C0", optional=True), Operand("HAll"),

@@ -54,6 +54,7 @@ class _Binary(Op):
 class AddOp(_Binary):
     """A + B with NumPy broadcasting."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A + B"
@@ -64,6 +65,7 @@ class AddOp(_Binary):
 class SubOp(_Binary):
     """A - B with NumPy broadcasting."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A - B"
@@ -74,6 +76,7 @@ class SubOp(_Binary):
 class MulOp(_Binary):
     """A * B with NumPy broadcasting."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A * B"
@@ -83,6 +86,7 @@ class MulOp(_Binary):
 class DivOp(_Binary):
     """A / B with NumPy broadcasting (floating point)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A / B"
@@ -94,6 +98,7 @@ class DivOp(_Binary):
 class NegOp(UnaryOp):
     """-x."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "-X"
     LINEAR_IN = (0,)
@@ -104,6 +109,7 @@ class NegOp(UnaryOp):
 class ExpOp(UnaryOp):
     """exp(x)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "exp(X)"
 
@@ -111,6 +117,7 @@ class ExpOp(UnaryOp):
 class LogOp(UnaryOp):
     """Natural logarithm."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "log(X)"
 
@@ -118,6 +125,7 @@ class LogOp(UnaryOp):
 class SqrtOp(UnaryOp):
     """Square root (NaN below 0)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "sqrt(X)"
 
@@ -125,6 +133,7 @@ class SqrtOp(UnaryOp):
 class IdentityOp(UnaryOp):
     """x, unchanged."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "X"
     LINEAR_IN = (0,)
@@ -136,6 +145,7 @@ class IdentityOp(UnaryOp):
 class MatMulOp(Op):
     """NumPy matmul: batched over leading dims (broadcast), 1-D operands promoted."""
 
+    SHARDING = "matmul"
     BROADCASTS = True
     LINEAR_IN = (0, 1)
 
@@ -184,6 +194,7 @@ batch; a vector ignores trans. The kernel hands transposed operands to BLAS as s
 no transposed copy is made. The `fold-transpose-matmul` pass makes this op from a Transpose
 feeding a MatMul, `simplify` folds a Scale of it into alpha."""
 
+    SHARDING = "fused_matmul"
     BROADCASTS = True
     LINEAR_IN = (0, 1)
 
@@ -219,6 +230,7 @@ def _check_perm(p: tuple) -> Optional[str]:
 class TransposeOp(Op):
     """Permute axes; default reverses them."""
 
+    SHARDING = "transpose"
     SHAPE_ONLY = True
     LINEAR_IN = (0,)
 
@@ -247,6 +259,7 @@ def _check_reshape(s: tuple) -> Optional[str]:
 class ReshapeOp(Op):
     """Same elements, new shape (one -1 entry is inferred)."""
 
+    SHARDING = "reshape"
     SHAPE_ONLY = True
     LINEAR_IN = (0,)
 
@@ -305,6 +318,7 @@ class _Reduce(Op):
 class ReduceSumOp(_Reduce):
     """Sum over `axes` (default all)."""
 
+    SHARDING = "reduce"
     REDUCTION = True
     LINEAR_IN = (0,)
 
@@ -312,6 +326,7 @@ class ReduceSumOp(_Reduce):
 class ReduceMeanOp(_Reduce):
     """Mean over `axes` (default all)."""
 
+    SHARDING = "reduce"
     REDUCTION = True
     LINEAR_IN = (0,)
 
@@ -321,6 +336,7 @@ class ReduceMeanOp(_Reduce):
 class SumOp(Op):
     """Element-wise sum of n >= 1 operands of identical type (gradient accumulation)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     LINEAR_IN = (0,)
     LINEAR_JOINTLY = True

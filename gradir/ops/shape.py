@@ -44,6 +44,7 @@ def _broadcasts_to(small: tuple, big: tuple) -> bool:
 class ReduceSumToOp(Op):
     """Sum X over the axes along which Like's shape was broadcast to X's: the result has Like's shape."""
 
+    SHARDING = "reduce_to"
     REDUCTION = True
     LINEAR_IN = (0,)
 
@@ -65,6 +66,7 @@ class ReduceSumToOp(Op):
 class BroadcastToOp(Op):
     """X broadcast (NumPy rules) to the shape of Like: the transpose of ReduceSumTo."""
 
+    SHARDING = "broadcast_to"
     SHAPE_ONLY = True
     BROADCASTS = True
     LINEAR_IN = (0,)
@@ -92,6 +94,7 @@ def _check_unique(v: tuple) -> Optional[str]:
 class UnsqueezeOp(Op):
     """Insert size-1 axes; `axes` are positions in the result (negative counts from its end)."""
 
+    SHARDING = "unsqueeze"
     SHAPE_ONLY = True
     LINEAR_IN = (0,)
 
@@ -116,6 +119,7 @@ class UnsqueezeOp(Op):
 class ScaleOp(UnaryOp):
     """factor * X, for a constant factor (e.g. the 1/n of a mean's gradient)."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "factor * X"
     LINEAR_IN = (0,)
@@ -127,6 +131,7 @@ class ScaleOp(UnaryOp):
 class ZerosLikeOp(UnaryOp):
     """Zeros of X's type (X's values are not read): a gradient that no path reaches."""
 
+    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "zeros_like(X)"
 

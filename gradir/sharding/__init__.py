@@ -1,0 +1,8 @@
+"""Data-parallel runs: placement analysis (``placement``, ``rules``), the shard graph (``shardgraph``),
+and running K shards inline or on Dask (``run``, ``worker``); docs/distributed.md."""
+
+from .analysis import analyze
+from .placement import PARTIAL, REPLICATED, Placement, split
+from .run import Sharded, shard
+
+__all__ = ["shard", "Sharded", "Placement", "REPLICATED", "PARTIAL", "split", "analyze"]

@@ -1,0 +1,58 @@
+"""The placement pass: every value's placement, op by op, from the rules the ops name (``Op.SHARDING``);
+a refusal becomes a located ``ShardError`` naming the op."""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from ..errors import Diagnostic, Refusal, ShardError
+from ..graph import Graph
+from ..ir import Op
+from .placement import REPLICATED, Placement, RuleContext, split
+from .rules import RULES
+
+__all__ = ["analyze"]
+
+
+def _op_diagnostic(graph: Graph, op: Op, message: str, operand: Optional[int]) -> Diagnostic:
+    span = None
+    if op.loc is not None:
+        ops = op.loc.operands
+        span = ops[operand] if operand is not None and operand < len(ops) else op.loc.name
+    return Diagnostic(message, span, graph.source if span is not None else None)
+
+
+def analyze(graph: Graph, batch: Mapping[str, int]) -> tuple[dict[str, Placement], set[int]]:
+    """Every value's placement (``batch``: input value name -> axis, see ``resolve_batch``) and the
+    indices of the ``ReduceMean`` ops that reduce over a split axis (the shard graph rewrites them).
+
+    Raises ``ShardError`` at the first op that refuses, located at the op (or at the operand at fault)."""
+    if not graph.validated:
+        graph.validate()
+    place: dict[str, Placement] = {}
+    for i in graph.inputs:
+        place[i.name] = split(batch[i.name]) if i.name in batch else REPLICATED
+    means: set[int] = set()
+    for k, op in enumerate(graph.ops):
+        ps = [place[v] if v is not None else None for v in op.operands]
+        if all(p is None or p.is_replicated for p in ps):
+            for r in op.results:
+                place[r] = REPLICATED
+            continue
+        types = [graph.types[v] if v is not None else None for v in op.operands]
+        ctx = RuleContext(op, ps, types, [graph.types[r] for r in op.results])
+        rule = RULES.get(op.SHARDING or "")
+        try:
+            if rule is None:
+                raise Refusal(f"{op.op_name} has no sharding rule (Op.SHARDING)")
+            out = rule(ctx)
+        except Refusal as e:
+            shown = ", ".join(f"{v} {p}" for v, p in zip(op.operands, ps) if v is not None)
+            what = f"cannot shard {op.op_name} ({', '.join(op.results)} = {op.op_name}(...); operands: {shown})"
+            raise ShardError(_op_diagnostic(graph, op, f"{what}: {e.message}", e.operand)) from None
+        assert len(out) == len(op.results), (op.op_name, out)
+        if ctx.mean_rewrite:
+            means.add(k)
+        for r, p in zip(op.results, out):
+            place[r] = p
+    return place, means

@@ -1,0 +1,300 @@
+"""``gradir.shard(graph, batch=...)``: a ``Sharded`` graph, and running it in K shards.
+
+The K shards run one after another in this process (``inline``, the reference) or as K tasks on a
+Dask cluster (``local:N``, a scheduler address or a ``distributed.Client``).  gradir, not the engine,
+puts the results together, in shard order: split outputs are concatenated, partial sums added in a
+fixed pairwise tree, replicated outputs taken from shard 0.  So the bits depend only on K, never on
+the number of workers, the order results arrive in or where each shard ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob as globlib
+import os
+import sys
+import time
+import warnings
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import ArgumentError, GradirError, InputError, ShardError, shown
+from ..graph import Graph
+from .analysis import analyze
+from .placement import Placement, resolve_batch
+from .shardgraph import build_shard_graph
+from .worker import ShardResult, digest, run_compiled, run_shard
+
+__all__ = ["shard", "Sharded", "open_scheduler", "tree_sum", "DASK_HINT", "DEFAULT_SHARDS"]
+
+DEFAULT_SHARDS = 2
+DASK_HINT = 'Dask is not installed: pip install "gradir[dask]" (or run the shards with --scheduler inline)'
+
+
+def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]) -> "Sharded":
+    """Place every value of ``graph`` (a ``Graph``, IR text or a ``.gir`` path) when the inputs named in
+    ``batch`` (by label or ``tN``) are split along the given axes; raises ``ShardError`` (located at
+    the op) if an op refuses."""
+    if isinstance(graph, os.PathLike) or (isinstance(graph, str) and "\n" not in graph and (
+            os.path.isfile(graph) or graph.strip().endswith(".gir"))):
+        from ..syntax import load
+        graph = load(graph)
+    elif isinstance(graph, str):
+        from ..syntax import parse
+        graph = parse(graph)
+    elif not isinstance(graph, Graph):
+        raise ArgumentError(f"shard() takes a Graph, IR text or a path, not {type(graph).__name__}")
+    if not isinstance(batch, Mapping):
+        raise ArgumentError(f"batch must be a mapping of input names to axes, e.g. {{\"x\": 0}}, got "
+                            f"{type(batch).__name__}")
+    if not graph.validated:
+        graph.validate()
+    axes = resolve_batch(graph, batch)
+    place, means = analyze(graph, axes)
+    return Sharded(graph, axes, place, build_shard_graph(graph, axes, place, means))
+
+
+def tree_sum(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The sum of ``parts`` in a fixed pairwise tree in their order: ((p0+p1)+(p2+p3))+..."""
+    level = list(parts)
+    while len(level) > 1:
+        nxt = [level[k] + level[k + 1] for k in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+@contextlib.contextmanager
+def open_scheduler(spec: Any) -> Iterator[Any]:
+    """``None``/``"inline"`` -> ``"inline"``; ``"local:N"`` -> a client of a ``LocalCluster`` of N worker
+    processes (one thread each) closed on exit; ``"tcp://host:port"`` (or any address Dask takes) -> a
+    client of that scheduler; a ``distributed.Client`` is used as it is."""
+    if spec is None or spec == "inline":
+        yield "inline"
+        return
+    if not isinstance(spec, str):
+        yield spec  # a Client (or anything with submit/as_completed-compatible futures)
+        return
+    try:
+        import logging
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ShardError(DASK_HINT) from None
+    if spec.startswith("local:"):
+        n = spec[6:]
+        if not n.isdigit() or not 1 <= int(n) <= 256:
+            raise ArgumentError(f"scheduler {spec!r}: local:N needs a number of worker processes from 1 to 256")
+        try:
+            cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True, dashboard_address=":0",
+                                   silence_logs=logging.ERROR)
+        except (RuntimeError, OSError) as e:  # e.g. a worker could not start (spawn re-runs __main__)
+            raise ShardError(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts one must "
+                             f"guard its main code with `if __name__ == \"__main__\":`") from None
+        try:
+            with Client(cluster) as client:
+                yield client
+        finally:
+            cluster.close()
+        return
+    try:
+        client = Client(spec, timeout="20s")
+    except (OSError, ValueError, TimeoutError) as e:
+        raise ShardError(f"cannot reach the Dask scheduler {spec!r}: {e}") from None
+    with client:
+        yield client
+
+
+class Sharded:
+    """A graph with its placements and its shard graph; ``run`` runs it in K shards."""
+
+    def __init__(self, graph: Graph, batch: dict[str, int], placements: dict[str, Placement],
+                 shard_graph: Graph) -> None:
+        self.graph = graph
+        self.batch = batch  # input value name -> its batch axis
+        self.placements = placements  # value name -> Placement
+        self.shard_graph = shard_graph
+        self.text = shard_graph.to_text()
+        self.key = digest(self.text)
+        from ..labels import output_keys
+        self.output_keys = output_keys(graph)
+        self.last_results: list[ShardResult] = []  # the shard results of the last run (benchmarks)
+        self._compiled: dict[Optional[int], Any] = {}
+
+    def compiled(self, threads: Optional[int] = None) -> Any:
+        """The shard graph compiled here (inline runs, and checking inputs before they are shipped): from
+        the graph itself, so that errors point into the file the graph came from."""
+        exe = self._compiled.get(threads)
+        if exe is None:
+            from ..runtime import compile
+            exe = self._compiled[threads] = compile(self.shard_graph, threads=threads)
+        return exe
+
+    def __repr__(self) -> str:
+        return f"<Sharded {self.graph.name or ''} batch={self.batch}>"
+
+    def describe(self) -> str:
+        """Every value's placement, one a line, inputs first (what ``gradir plan --shard`` prints)."""
+        from ..labels import label_text
+        lines = []
+        for i in self.graph.inputs:
+            lines.append(f"input {i.name}{label_text(i.label)} : {i.type}  {self.placements[i.name]}")
+        for op in self.graph.ops:
+            for r in op.results:
+                lines.append(f"{r} = {op.op_name} : {self.graph.types[r]}  {self.placements[r]}")
+        outs = {n: k for n, k in zip(self.graph.outputs, self.output_keys)}
+        lines.append("outputs: " + ", ".join(
+            f"{n}{'' if k == n else ' ' + repr(k)} {self._combine_word(self.placements[n])}" for n, k in outs.items()))
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _combine_word(p: Placement) -> str:
+        return {"split": f"concatenated along axis {p.axis}", "partial": "summed over the shards",
+                "replicated": "from shard 0"}[p.kind]
+
+    # -- inputs ------------------------------------------------------------------
+    def split_inputs(self, inputs: Mapping[str, Any], shards: int) -> list[dict[str, np.ndarray]]:
+        """``inputs`` (by label or value name) cut into ``shards`` dicts: split inputs by
+        ``np.array_split`` along their batch axis, the others whole in every one."""
+        from ..labels import inputs_by_name
+        byname = inputs_by_name(self.graph, inputs, self._file)
+        types = {i.name: i.type for i in self.graph.inputs}
+        out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
+        spans = {i.name: i.span for i in self.graph.inputs}
+        for name, a in byname.items():
+            a = np.asarray(a)
+            t = types.get(name)
+            if t is not None and (a.ndim != t.rank or any(w is not None and d != w for d, w in zip(a.shape, t.shape))):
+                from ..errors import Diagnostic
+                got = "[" + ", ".join(map(str, a.shape)) + "]"
+                raise InputError(Diagnostic(f"input {name}: expected {t}, got an array of shape {got}", spans[name],
+                                            self.graph.source if spans[name] else None, filename=self._file))
+            if name in self.batch:
+                ax = self.batch[name]
+                if a.shape[ax] < shards:
+                    raise InputError(f"input {name}: its batch axis {ax} has {a.shape[ax]} rows, fewer than the "
+                                     f"{shards} shards")
+                for k, part in enumerate(np.array_split(a, shards, axis=ax)):
+                    out[k][name] = np.ascontiguousarray(part)
+            else:
+                for k in range(shards):
+                    out[k][name] = a
+        return out
+
+    @property
+    def _file(self) -> str:
+        return self.graph.source.filename if self.graph.source else "<graph>"
+
+    # -- running -----------------------------------------------------------------
+    def run(self, inputs: Optional[Mapping[str, Any]] = None, shards: Optional[int] = None, client: Any = None, *,
+            files: Union[str, Sequence[str], None] = None, threads: Optional[int] = None, retries: int = 2,
+            progress: Optional[bool] = None, jitter: float = 0.0) -> dict[str, np.ndarray]:
+        """Run in ``shards`` shards; returns ``{output key: array}`` like ``Executable.run``.
+
+        ``inputs``: arrays by label or value name; split inputs are cut by gradir.  ``files``: a glob
+        (or a list) of one ``.npz`` per shard, in sorted order, each holding that shard's slice of the
+        split inputs (then ``inputs`` holds only the replicated ones, and ``shards`` is the number of
+        files); each task loads its own file.  ``client``: ``None``/``"inline"``, ``"local:N"``, a
+        scheduler address or a ``distributed.Client``.  ``threads``: gradir threads per shard
+        (default 1 on Dask workers, gradir's default inline).  ``progress``: a line per finished shard
+        on stderr (default: when stderr is a terminal).  ``jitter``: a test hook, see ``run_shard``."""
+        paths = self._paths(files)
+        if paths is not None:
+            if shards is not None and shards != len(paths):
+                raise ArgumentError(f"shards={shards} but {len(paths)} shard files match {files!r}")
+            shards = len(paths)
+        if shards is None:
+            shards = DEFAULT_SHARDS
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ArgumentError(f"shards must be a positive integer, got {shown(shards)}")
+        if paths is None:
+            parts = self.split_inputs(inputs or {}, shards)
+        else:
+            parts = [dict(inputs or {})] * shards
+        if progress is None:
+            progress = sys.stderr.isatty()
+        with open_scheduler(client) as c:
+            if c == "inline":
+                results = self._inline(parts, paths, threads, progress, jitter)
+            else:
+                results = self._dask(c, parts, paths, 1 if threads is None else threads, retries, progress, jitter)
+        self.last_results = results
+        return self.combine([r.outputs for r in results])
+
+    def _paths(self, files: Union[str, Sequence[str], None]) -> Optional[list[str]]:
+        if files is None:
+            return None
+        if isinstance(files, str):
+            paths = sorted(globlib.glob(files))
+            if not paths:
+                raise ShardError(f"no shard files match {files!r}")
+            return paths
+        return [str(f) for f in files]
+
+    def _inline(self, parts: list[dict], paths: Optional[list[str]], threads: Optional[int], progress: bool,
+                jitter: float) -> list[ShardResult]:
+        exe = self.compiled(threads)
+        out = []
+        t0 = time.perf_counter()
+        for k, part in enumerate(parts):
+            out.append(run_compiled(exe, k, part, paths[k] if paths else None, jitter))
+            if progress:
+                _progress(k + 1, len(parts), time.perf_counter() - t0, "inline")
+        return out
+
+    def _dask(self, client: Any, parts: list[dict], paths: Optional[list[str]], threads: int, retries: int,
+              progress: bool, jitter: float) -> list[ShardResult]:
+        from distributed import as_completed
+        if paths is None:  # fail here, located, rather than on a worker
+            exe = self.compiled(threads)
+            for part in parts:
+                exe.check_inputs(part)
+        futures = {}
+        token = f"{self.key[:12]}-{time.monotonic_ns()}"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Large object.*")
+            warnings.filterwarnings("ignore", message=".*Sending large graph.*")
+            for k, part in enumerate(parts):
+                f = client.submit(run_shard, self.text, self.key, k, part, paths[k] if paths else None, threads,
+                                  jitter, pure=False, retries=retries, key=f"gradir-shard-{k}-{token}")
+                futures[f] = k
+        results: list[Optional[ShardResult]] = [None] * len(parts)
+        t0 = time.perf_counter()
+        done = 0
+        try:
+            for f in as_completed(list(futures)):
+                try:
+                    results[futures[f]] = f.result()
+                except GradirError:
+                    raise
+                except Exception as e:  # the engine's own failures (KilledWorker, a lost connection, ...)
+                    raise ShardError(f"shard {futures[f]} of {len(parts)} failed on Dask: {type(e).__name__}: "
+                                     f"{e}") from None
+                done += 1
+                if progress:
+                    _progress(done, len(parts), time.perf_counter() - t0, f"shard {futures[f]}")
+        finally:
+            for f in futures:
+                f.release()
+        return results  # type: ignore[return-value]
+
+    def combine(self, shard_outputs: Sequence[Sequence[np.ndarray]]) -> dict[str, np.ndarray]:
+        """The outputs from each shard's (in shard order): concatenated, summed or taken from shard 0."""
+        out: dict[str, np.ndarray] = {}
+        for j, (name, key) in enumerate(zip(self.graph.outputs, self.output_keys)):
+            p = self.placements[name]
+            parts = [s[j] for s in shard_outputs]
+            if p.is_split:
+                out[key] = np.concatenate(parts, axis=p.axis)
+            elif p.is_partial:
+                out[key] = tree_sum(parts)
+            else:
+                out[key] = parts[0]
+        return out
+
+
+def _progress(done: int, total: int, seconds: float, what: str) -> None:
+    end = "\n" if done == total else ""
+    print(f"\rgradir: {done}/{total} shards done ({what} last, {seconds:.2f} s)\033[K", end=end, file=sys.stderr,
+          flush=True)
