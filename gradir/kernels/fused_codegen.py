@@ -6,7 +6,10 @@ the dtype first, as NumPy does with a Python float beside a float32 array).  Flo
 no fast-math flags at all, as the Float64 kernels (NumPy) round every operation.  Float32 loops
 contract a multiply and an add into an FMA *within* an op's formula, as the compiled Float32
 kernels do, and never across ops (``_jit_fused.keep``), so each op is rounded as its kernel
-rounds it; an op whose compiled Float32 kernel has an element function (``KernelInfo.scalar``)
+rounds it.  Each op's operands are fenced too, each with its own opaque zero (``z * (2m + 1)``): else
+LLVM merges equal subexpressions of two ops (``Y * Y`` of ``TanhGrad`` and ``dY * Y`` of
+``SigmoidGrad(Y, Y)``), and a product with two uses is no longer contracted into the FMA the op's
+kernel computes; an op whose compiled Float32 kernel has an element function (``KernelInfo.scalar``)
 calls it.  Signed zeros and NaN are kept.
 
 Caching: a group's source is a pure function of its canonical key (ops, wiring, attributes,
@@ -36,7 +39,7 @@ import numpy as np
 __all__ = ["TRANSCENDENTAL", "formula_of", "scalar_function", "kernel_source", "compiled_loop", "cache_dir",
            "compile_count", "CODEGEN_VERSION"]
 
-CODEGEN_VERSION = 3
+CODEGEN_VERSION = 4
 
 # Formula functions that numba compiles to one libm call per element: such loops do not vectorize
 # and run several times slower than NumPy's SIMD kernels (and round differently), so the pass
@@ -112,19 +115,30 @@ def kernel_source(body: Any, vector: tuple[bool, ...]) -> str:
     outs = [f"o{k}" for k in range(len(body.outputs))]
     ins = [f"i{k}" for k in range(n_in)]
     lines = []
-    for cls, args, attrs in body.instrs:
-        slot = n_in + len(lines)
+    fences = []  # one opaque zero per (op, operand): no subexpression is shared between two ops
+    for i, (cls, args, attrs) in enumerate(body.instrs):
+        slot = n_in + i
+        if fenced:
+            given = []
+            for a in args:
+                m = len(fences)
+                fences.append(f"        z{m} = z * {2 * m + 1}")
+                lines.append(f"f{m} = keep(v{a}, z{m})")
+                given.append(f"f{m}")
+            args_text = given
+        else:
+            args_text = [f"v{a}" for a in args]
         scalar = scalar_function(cls, dtype)
         if scalar is not None:  # the compiled Float32 kernel's own element function: its bits
             imports.add(scalar)
-            expr = f"{scalar}({', '.join(f'v{a}' for a in args)})"
+            expr = f"{scalar}({', '.join(args_text)})"
         else:
             formula = formula_of(cls, len(args))
             if formula is None:
                 raise ValueError(f"{cls.op_name} has no formula")
             names = ([f"X{k}" for k in range(len(args))] if cls.FORMULA is None
                      else [o.name for o in cls.OPERANDS][:len(args)])
-            env = {n: f"v{a}" for n, a in zip(names, args)}
+            env = dict(zip(names, args_text))
             expr = ast.unparse(_Translate(env, attrs, const).visit(ast.parse(formula, mode="eval")))
         lines.append(f"v{slot} = keep({expr}, z)" if fenced else f"v{slot} = {expr}")
     sig_arrays = ", ".join([f"{tname}[::1]"] * (n_in + len(outs)))
@@ -146,6 +160,7 @@ def kernel_source(body: Any, vector: tuple[bool, ...]) -> str:
         "        c0 = (u - r * nch) * ch",
         "        c1 = min(cols, c0 + ch)",
         "        n = c1 - c0",
+        *fences,
         *(f"        b{k} = 0" for k in range(n_in)),
         "        rem = r",
         "        for d in range(nd - 1, -1, -1):",
