@@ -7,6 +7,7 @@ import random
 import threading
 
 import numpy as np
+import threadpoolctl
 import pytest
 
 import gradir
@@ -311,3 +312,21 @@ def test_a_short_side_step_waits_for_the_critical_paths_next_wide_step():
     assert not policy.defer(side, {0: (now, 1)}, steps, [[2], [], []])  # nothing wide follows
     assert not policy.defer(brief, {0: (now, 1)}, steps, [[1], [], []])  # ends first
     assert not policy.defer(S(priority=0.6, cost=0.05, width=1), {0: (now, 1)}, steps, [[1], [], []])
+
+
+def test_small_products_have_the_same_bits_with_blas_on_any_thread_count():
+    """``blocked.matmul`` does not hold BLAS for a product OpenBLAS runs on one thread anyway
+    (m·n·k <= SINGLE_THREADED_MNK): check that premise on this machine's BLAS."""
+    from gradir.kernels import blocked, parallel
+    rng = np.random.default_rng(7)
+    shapes = [(40, 48, 128), (64, 64, 64), (2, 256, 512), (100, 50, 52), (7, 33, 1000)]
+    for m, k, n in shapes:
+        assert m * k * n <= blocked.SINGLE_THREADED_MNK
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        with parallel.blas_limit(1):
+            one = np.matmul(a, b)
+        with threadpoolctl.threadpool_limits(4, user_api="blas"):
+            many = np.matmul(a, b)
+            mine = blocked.matmul(a, b)
+        assert one.tobytes() == many.tobytes() == mine.tobytes(), (m, k, n)

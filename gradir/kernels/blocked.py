@@ -37,6 +37,11 @@ MAX_BLOCKS = 8
 MIN_BLOCK_ROWS = 256  # rows (or columns) per block: the other operand is packed once per block
 MIN_BLOCK_FLOPS = 64 * 10**6  # ~0.7 ms on one core: a pool round trip is ~0.1 ms
 _ALIGN = 16  # block edges at multiples of this many rows (whole register tiles)
+# OpenBLAS runs a GEMM of at most this many multiply-adds (m·n·k) on one thread whatever its
+# thread count (interface/gemm.c: SMP_THRESHOLD_MIN 65536 x GEMM_MULTITHREAD_THRESHOLD 4), so
+# such a product needs no hold: outside a run, holding BLAS to one thread and giving it back
+# cost ~20 µs a call (two libraries), more than a small LSTM step's GEMMs take.
+SINGLE_THREADED_MNK = 65536 * 4
 
 
 def _pow2_blocks(extent: int, flops: float) -> int:
@@ -97,8 +102,17 @@ def _as2d(x: np.ndarray, rows: int, cols: int) -> Optional[np.ndarray]:
 def matmul(a: np.ndarray, b: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """``np.matmul(a, b, out=out)`` computed in blocks fixed by the shapes (module docstring),
     on ``parallel.threads_here()`` threads, with single-threaded BLAS."""
+    if parallel.blas_single() or (_one_thread_anyway(a, b) and parallel.openblas_only()):
+        return _matmul(a, b, out)
     with parallel.blas_limit(1):
         return _matmul(a, b, out)
+
+
+def _one_thread_anyway(a: np.ndarray, b: np.ndarray) -> bool:
+    """A matrix-matrix product (each matrix of a batch) that OpenBLAS computes on one thread."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-2] < 2 or b.shape[-1] < 2:
+        return False  # vectors go to GEMV, whose thresholds differ
+    return a.shape[-2] * a.shape[-1] * b.shape[-1] <= SINGLE_THREADED_MNK
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:

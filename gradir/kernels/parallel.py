@@ -259,6 +259,20 @@ def blas_idle_threads_sleep() -> bool:
     return _idle_sleep
 
 
+_openblas_only: tuple[int, bool] = (-1, False)
+
+
+def openblas_only() -> bool:
+    """Whether every loaded BLAS is an OpenBLAS (looked at again when modules were imported since)."""
+    global _openblas_only
+    mods = len(sys.modules)
+    if _openblas_only[0] != mods:
+        with _blas_lock:
+            infos = _controller().select(user_api="blas").info()
+        _openblas_only = (mods, bool(infos) and all(i["internal_api"] == "openblas" for i in infos))
+    return _openblas_only[1]
+
+
 def _wait(future: Future) -> None:
     """Wait until ``future`` has finished, whatever it raised, through any number of Ctrl-C."""
     while True:
