@@ -238,3 +238,47 @@ def test_ort_could_not_run_only_what_it_lacks_kernels_for() -> None:
     assert set(ORT_RUNS["failed"]) <= {"log_softmax_backward"}
     for msg in ORT_RUNS["failed"].values():
         assert "NOT_IMPLEMENTED" in msg
+
+
+def test_a_one_element_constant_reshaped_to_a_scalar_stays_a_scalar() -> None:
+    """Found by a new-user try: np.ascontiguousarray made the folded 0-d value 1-d ([1])."""
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
+    g = h.make_graph([h.make_node("Reshape", ["C", "S"], ["R"]), h.make_node("Add", ["X", "R"], ["Y"])], "g",
+                     [h.make_tensor_value_info("X", T.FLOAT, [])], [h.make_tensor_value_info("Y", T.FLOAT, [])],
+                     initializer=[nh.from_array(np.array([2.0], np.float32), "C"),
+                                  nh.from_array(np.array([], np.int64), "S")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    out = import_onnx(m).graph
+    assert out.types[out.outputs[0]].shape == ()
+    assert _run(out, {"X": np.array(1.5, np.float32)})["Y"].shape == ()
+
+
+def test_cross_entropy_training_graphs_export_back_for_ort(tmp_path) -> None:
+    case = os.path.join(ROOT, "tests", "data", "onnx", "mlp_relu_ce_mean_ignore")
+    g = import_onnx(os.path.join(case, "gradient_model.onnx")).graph
+    model = export_onnx(g, opset=13)
+    ops = {(n.domain, n.op_type) for n in model.graph.node}
+    assert ("", "SoftmaxCrossEntropyLoss") in ops and ("com.microsoft", "SoftmaxCrossEntropyLossGrad") in ops
+    back = import_onnx(model).graph
+    assert _no_comments(back.to_text()) == _no_comments(g.to_text())
+    with np.load(os.path.join(case, "inputs.npz")) as a, np.load(os.path.join(case, "params.npz")) as b:
+        feed = {**{k: a[k] for k in a.files}, **{k: b[k] for k in b.files}}
+    with np.load(os.path.join(case, "reference.npz")) as r:
+        ref = {k: r[k] for k in r.files}
+    got = _run(back, feed)
+    for k, want in ref.items():
+        assert float(np.abs(got[k] - want).max()) <= 1e-5 * max(float(np.abs(want).max()), 1e-30), k
+
+
+def test_export_to_standard_output_and_option_errors(tmp_path, capsysbinary) -> None:
+    assert main(["export", os.path.join(ROOT, "samples", "mlp_forward.gir"), "-o", "-"]) == 0
+    data = capsysbinary.readouterr().out
+    assert onnx.load_from_string(data).graph.node
+    assert main(["export", os.path.join(ROOT, "samples", "mlp_forward.gir"), "-o", str(tmp_path / "x.onnx"),
+                 "--opset", "10"]) == 2
+    assert b"--opset 10" in capsysbinary.readouterr().err
+    m, _ = M.gemm_mlp()
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    assert main(["import", str(tmp_path / "m.onnx"), "--dim", "nosuch=4"]) == 1
+    assert b"no input has a dimension named 'nosuch'" in capsysbinary.readouterr().err
+    assert main(["import", str(tmp_path / "m.onnx"), "--dim", "b=0"]) == 2

@@ -21,8 +21,9 @@ def values_path(output: str) -> str:
 
 def _dim(text: str) -> tuple[str, int]:
     name, eq, size = text.partition("=")
-    if not eq or not name or not size.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a symbolic dimension and its size), got {text!r}")
+    if not eq or not name or not size.strip().isdigit() or int(size) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a symbolic dimension and its size, at least 1), "
+                                         f"got {text!r}")
     return name, int(size)
 
 
@@ -30,7 +31,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..fileio import write_file
     from ..runcli import save_outputs
     from .importer import import_onnx
-    m = import_onnx(args.model, dims=dict(args.dim))
+    dims = dict(args.dim)
+    if len(dims) != len(args.dim):
+        twice = sorted({n for n, _ in args.dim if sum(1 for m, _ in args.dim if m == n) > 1})
+        raise UsageError(f"import: --dim {twice[0]} is given twice")
+    m = import_onnx(args.model, dims=dims)
     text = m.text
     values = args.values or (values_path(args.output) if args.output and args.output != "-" else None)
     if args.output and args.output != "-":
@@ -54,10 +59,22 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from ..syntax import load
     from .exporter import export_onnx
+    from .exporter import MIN_OPSET
+    from .common import require_onnx
     if not args.output:
-        raise UsageError("export: -o OUT.onnx is required (an ONNX model is binary)")
-    export_onnx(load(args.file), args.output, opset=args.opset, custom_domain=args.custom_domain)
-    print(f"gradir: wrote {args.output} ({os.path.getsize(args.output):,} bytes)", file=sys.stderr)
+        raise UsageError("export: -o OUT.onnx is required (an ONNX model is binary; -o - writes it to standard output)")
+    newest = require_onnx().defs.onnx_opset_version()
+    if not MIN_OPSET <= args.opset <= newest:
+        raise UsageError(f"export: --opset {args.opset}: gradir writes opsets {MIN_OPSET} to {newest} (the installed "
+                         "onnx's newest)")
+    model = export_onnx(load(args.file), None if args.output == "-" else args.output, opset=args.opset,
+                        custom_domain=args.custom_domain)
+    if args.output == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(model.SerializeToString())
+        sys.stdout.buffer.flush()
+    elif os.path.isfile(args.output):
+        print(f"gradir: wrote {args.output} ({os.path.getsize(args.output):,} bytes)", file=sys.stderr)
     return 0
 
 
@@ -91,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     examples=["gradir export samples/mlp_backward.gir -o mlp_backward.onnx",
                               "gradir export samples/lstm_cell_backward.gir --custom-domain -o cell.onnx"])
     e.add_argument("file", metavar="GRAPH", help="the .gir graph; '-' reads standard input")
-    e.add_argument("-o", "--output", metavar="OUT.onnx", help="the model to write (required)")
+    e.add_argument("-o", "--output", metavar="OUT.onnx", help="the model to write (required; - for standard output)")
     e.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"the ai.onnx opset (default {DEFAULT_OPSET})")
     e.add_argument("--custom-domain", action="store_true",
                    help="write ops without an ONNX/ORT counterpart in the ai.gradir domain")

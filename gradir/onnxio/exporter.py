@@ -189,6 +189,23 @@ def _fused_matmul(e: _Export, op: Op) -> None:
            **{k: int(a[k]) for k in ("transA", "transB", "transBatchA", "transBatchB")})
 
 
+@exporter("SoftmaxCrossEntropyLoss")
+def _sce(e: _Export, op: Op) -> None:
+    if e.opset < 12:
+        raise NoCounterpart("ONNX has SoftmaxCrossEntropyLoss from opset 12; use --opset 12 or later")
+    ins, outs = _io(e, op)
+    a = op.resolved_attrs()
+    e.node("SoftmaxCrossEntropyLoss", ins, outs, reduction=a["reduction"], ignore_index=a.get("ignore_index"))
+
+
+@exporter("SoftmaxCrossEntropyLossGrad")
+def _sce_grad(e: _Export, op: Op) -> None:
+    ins, outs = _io(e, op)
+    a = op.resolved_attrs()  # without ignore_index, gradir's kernel ignores label -1 as ORT's does
+    e.node("SoftmaxCrossEntropyLossGrad", ins, outs, MS_DOMAIN, reduction=a["reduction"],
+           ignore_index=a.get("ignore_index"))
+
+
 @exporter("Gelu")
 def _gelu(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)

@@ -77,6 +77,13 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     except Exception as e:  # noqa: BLE001 - onnx.checker.ValidationError and C++ errors
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OnnxError(Diagnostic(f"the model fails onnx.checker: {first}", filename=filename)) from None
+    if dims:
+        named = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
+        unknown = sorted(set(dims) - named)
+        if unknown:
+            raise OnnxError(Diagnostic(f"--dim {unknown[0]}: no input has a dimension named {unknown[0]!r} (the "
+                                       f"symbolic dimensions are: {', '.join(sorted(named)) or 'none'})",
+                                       filename=filename))
     return Importer(proto, filename, dims or {}, name).run()
 
 
@@ -228,7 +235,7 @@ class Importer:
                 return self.b.constant(flat[0].item(), DType.from_numpy(a.dtype).value, list(a.shape))
             raise Unsupported(f"{name!r} is a {a.size:,}-element value known at import time; a Constant holds at "
                               f"most {MAX_CONSTANT_ELEMENTS:,}")
-        return self.b.constant(np.ascontiguousarray(a))
+        return self.b.constant(np.array(a, order="C"))  # np.ascontiguousarray makes a 0-d array 1-d
 
     def _node(self, node: Any) -> None:
         where = f"node {node.name or '(unnamed)'!r} ({_domain(node.domain) or 'ai.onnx'} {node.op_type})"

@@ -105,7 +105,8 @@ def resolve_batch(graph: Graph, batch: Mapping[str, int]) -> dict[str, int]:
     for key, axis in batch.items():
         inp = by_key.get(key) if isinstance(key, str) else None
         if inp is None:
-            raise ShardError(f"--shard: {key!r} is not an input of the graph (its inputs are {inputs})")
+            raise ShardError(Diagnostic(f"--shard: {key!r} is not an input of the graph (its inputs are {inputs})",
+                                        filename=graph.source.filename if graph.source else None))
         if isinstance(axis, bool) or not isinstance(axis, int) or not -inp.type.rank <= axis < inp.type.rank:
             raise ShardError(Diagnostic(f"--shard: axis {axis!r} of input {key} is out of range for its type "
                                         f"{inp.type} (rank {inp.type.rank})", inp.span, graph.source))
@@ -113,6 +114,7 @@ def resolve_batch(graph: Graph, batch: Mapping[str, int]) -> dict[str, int]:
     sizes = {n: dict((i.name, i.type) for i in graph.inputs)[n].shape[a] for n, a in out.items()}
     known = {n: s for n, s in sizes.items() if s is not None}
     if len(set(known.values())) > 1:
-        raise ShardError("--shard: the batch axes have different sizes ("
-                         + ", ".join(f"{n} axis {out[n]}: {s}" for n, s in known.items()) + ")")
+        raise ShardError(Diagnostic("--shard: the batch axes have different sizes ("
+                                    + ", ".join(f"{n} axis {out[n]}: {s}" for n, s in known.items()) + ")",
+                                    filename=graph.source.filename if graph.source else None))
     return out
