@@ -118,7 +118,7 @@ class _Export:
                 if self.custom:
                     self._custom(op)
                 else:
-                    problems.append(Diagnostic(f"{op.op_name} ({op.to_string()}): {e}; export it with "
+                    problems.append(Diagnostic(f"{op.op_name} ({', '.join(op.results)}): {e}; export it with "
                                                "--custom-domain (ai.gradir, not runnable by ONNX Runtime)",
                                                op.loc.line if op.loc else None, g.source))
         if problems:
