@@ -20,7 +20,7 @@ itself with ``register_backend`` (``runtime.py`` registers ``cpu``, ``reference.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from .errors import ArgumentError
 

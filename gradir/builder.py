@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from .constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
-from .errors import ArgumentError, BuilderError, Diagnostic, VerifyError, shown
+from .errors import ArgumentError, BuilderError, Diagnostic, shown
 from .graph import Graph, GraphInput
 from .ir import OPS, REQUIRED, Op, OpError, OpErrors, format_attr_value
 from .types import DType, TensorType

@@ -43,7 +43,7 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
-from .errors import ArgumentError, Diagnostic, GradcheckError, GradirError, InputError, shown
+from .errors import ArgumentError, Diagnostic, GradcheckError, InputError, shown
 from .graph import Graph, GraphInput
 from .ir import Op
 from .syntax import graph_argument

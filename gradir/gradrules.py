@@ -13,7 +13,7 @@ from typing import Callable, NoReturn, Optional, Sequence, Union
 
 from .errors import AutodiffError, Diagnostic, Source
 from .ir import OPS, Op
-from .matmul_layout import fused_matmul_vjp
+from .matmul_layout import fused_matmul_vjp, promoted_cotangent
 from .types import TensorType, format_shape
 
 __all__ = ["Rule", "RULES", "NO_RULE_REASON", "rule", "Emitter"]
@@ -219,12 +219,7 @@ def _matmul(e: Emitter, op: Op, cts: list, need: list) -> list:
     a, b = op.operands
     dc = cts[0]
     va, vb = e.rank(a) == 1, e.rank(b) == 1
-    if va and vb:
-        dc = e.Unsqueeze(dc, axes=[0, 1])
-    elif va:
-        dc = e.Unsqueeze(dc, axes=[-2])
-    elif vb:
-        dc = e.Unsqueeze(dc, axes=[-1])
+    dc = promoted_cotangent(e, dc, va, vb)
     da = db = None
     if need[0]:
         b2 = e.Unsqueeze(b, axes=[-1]) if vb else b
@@ -353,7 +348,7 @@ def _softmax_cross_entropy_loss(e: Emitter, op: Op, cts: list, need: list) -> li
     """Scores get ORT's ``SoftmaxCrossEntropyLossGrad`` of the loss's cotangent, plus
     ``LogSoftmaxGrad_13`` (axis 1) of log_prob's when log_prob reaches an output; labels and weights
     are not differentiable (ONNX), so a gradient requested through the weights is an error."""
-    scores, labels = op.operands[0], op.operands[1]
+    labels = op.operands[1]
     weights = op.operands[2] if len(op.operands) > 2 else None
     if len(need) > 2 and need[2]:
         e.fail(op, f"cannot differentiate {op.op_name} with respect to its weights ({weights}): ONNX defines them "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["operand_perm", "perm_to_flags", "fused_matmul_vjp"]
+__all__ = ["promoted_cotangent", "operand_perm", "perm_to_flags", "fused_matmul_vjp"]
 
 
 def operand_perm(rank: int, trans: bool, trans_batch: bool) -> Optional[list[int]]:
@@ -51,6 +51,18 @@ def _inverse(perm: list[int]) -> list[int]:
     return inv
 
 
+def promoted_cotangent(e: Any, dc: str, va: bool, vb: bool) -> str:
+    """A product's cotangent with the axes NumPy dropped for vector operands put back (``va``: A was a
+    vector, promoted to a row; ``vb``: B, to a column), so both operands' gradients are matrix products."""
+    if va and vb:
+        return e.Unsqueeze(dc, axes=[0, 1])
+    if va:
+        return e.Unsqueeze(dc, axes=[-2])
+    if vb:
+        return e.Unsqueeze(dc, axes=[-1])
+    return dc
+
+
 def fused_matmul_vjp(e: Any, op: Any, cts: list, need: list) -> list:
     """The gradient rule of ``FusedMatMul`` (``e`` is ``gradrules.Emitter``).
 
@@ -65,12 +77,7 @@ def fused_matmul_vjp(e: Any, op: Any, cts: list, need: list) -> list:
     dc = cts[0]
     ra, rb = e.rank(a), e.rank(b)
     va, vb = ra == 1, rb == 1
-    if va and vb:
-        dc = e.Unsqueeze(dc, axes=[0, 1])
-    elif va:
-        dc = e.Unsqueeze(dc, axes=[-2])
-    elif vb:
-        dc = e.Unsqueeze(dc, axes=[-1])
+    dc = promoted_cotangent(e, dc, va, vb)
     # each operand as a matrix (batch) read with a plain trans flag: ta, tb
     ta = bool(attrs["transA"]) and not va
     tb = bool(attrs["transB"]) and not vb

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import kernels  # noqa: F401  (importing the package registers every kernel family)
 from .backends import get_backend, register_backend
-from .errors import ArgumentError, Diagnostic, ExecutionError, GradirError, InputError, shown
+from .errors import ArgumentError, Diagnostic, InputError, shown
 from .executor import BufferPool, Run, describe, dtype_name, straight_line_code
 from .graph import Graph, GraphInput
 from .passes import Program, run_passes

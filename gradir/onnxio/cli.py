@@ -38,10 +38,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     m = import_onnx(args.model, dims=dims)
     text = m.text
     values = args.values or (values_path(args.output) if args.output and args.output != "-" else None)
-    if args.output and args.output != "-":
-        write_file(args.output, text.encode("utf-8"))
-    else:
-        sys.stdout.write(text)
+    write_file(args.output or "-", text.encode("utf-8"))  # fileio writes "-" to standard output
     for note in m.notes:
         print(f"gradir: {note}", file=sys.stderr)
     if m.inputs:
@@ -67,13 +64,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not MIN_OPSET <= args.opset <= newest:
         raise UsageError(f"export: --opset {args.opset}: gradir writes opsets {MIN_OPSET} to {newest} (the installed "
                          "onnx's newest)")
-    model = export_onnx(load(args.file), None if args.output == "-" else args.output, opset=args.opset,
-                        custom_domain=args.custom_domain)
-    if args.output == "-":
-        sys.stdout.flush()
-        sys.stdout.buffer.write(model.SerializeToString())
-        sys.stdout.buffer.flush()
-    elif os.path.isfile(args.output):
+    export_onnx(load(args.file), args.output, opset=args.opset, custom_domain=args.custom_domain)  # "-": stdout
+    if args.output != "-" and os.path.isfile(args.output):
         print(f"gradir: wrote {args.output} ({os.path.getsize(args.output):,} bytes)", file=sys.stderr)
     return 0
 

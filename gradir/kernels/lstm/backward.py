@@ -51,22 +51,17 @@ def release_scratch() -> None:
 _BLOCK_ELEMENTS = 1 << 21
 
 
-def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None,
+            product=np.matmul) -> None:  # type: ignore[no-untyped-def]
     """``out = a·b``, or ``out += a·b`` through ``tmp`` (shaped like ``out``) when it is given."""
-    if tmp is None:
-        np.matmul(a, b, out=out)
-    else:
-        np.matmul(a, b, out=tmp)
+    product(a, b, out=out if tmp is None else tmp)
+    if tmp is not None:
         np.add(out, tmp, out=out)
 
 
 def _matmul_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
     """``_matmul`` with the product in blocks over the cores this call was given (``blocked``)."""
-    if tmp is None:
-        blocked.matmul(a, b, out=out)
-    else:
-        blocked.matmul(a, b, out=tmp)
-        np.add(out, tmp, out=out)
+    _matmul(a, b, out, tmp, product=blocked.matmul)
 
 
 def _matmul_halves(two: bool):  # type: ignore[no-untyped-def]
