@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OnnxError
+from ..errors import Diagnostic, OnnxError
 from ..graph import Graph
 from ..types import DType
 
@@ -28,7 +28,8 @@ def require_onnx() -> Any:
     try:
         import onnx
     except ImportError:
-        raise OnnxError('ONNX support needs the onnx package: pip install "gradir[onnx]"') from None
+        raise OnnxError(Diagnostic('ONNX support needs the onnx package: pip install "gradir[onnx]"',
+                                   filename="gradir")) from None
     return onnx
 
 
