@@ -144,16 +144,24 @@ def check(case: gc.Case, name: str, grads: list, ref: list, ref_name: str) -> fl
     return worst
 
 
+IDLE_GAP = 0.15  # seconds of idling before each timed call (see medians)
+
+
 def medians(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 2,
             spread: Optional[dict] = None) -> dict[str, float]:
     """Median seconds per call of each of ``fns``, run in turn round after round (``spread``, if a
-    dict, receives each one's (min, max))."""
+    dict, receives each one's (min, max)).  Each timed call starts after ``IDLE_GAP`` seconds of
+    idling, so that none starts while the thread pools of the one before it still spin (XLA's,
+    OpenMP's and OpenBLAS's workers keep a core busy for a while after their last task; whichever
+    implementation came next paid for it: measured 150 against 146 ms for gradir's LSTM LM right
+    after JAX's against back to back)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
+            time.sleep(IDLE_GAP)
             t0 = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
@@ -390,7 +398,7 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"C++ compiler for inductor: {cc or 'none'}{'' if have_cc or cc is None else ' (left out)'}")
     print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} (other work on this machine "
           f"skews the times; compare ratios)")
-    print(f"threads {args.threads}; medians of {args.repeats} alternating rounds after 2 warm-up calls; "
+    print(f"threads {args.threads}; medians of {args.repeats} alternating rounds after 2 warm-up calls, each call after {IDLE_GAP} s idle; "
           f"{'--quick sizes' if args.quick else 'full sizes'}")
     goals = []
     for key in keys:

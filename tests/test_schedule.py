@@ -3,6 +3,7 @@ path first, and results that are the same bits whatever each step was given."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 
@@ -12,7 +13,7 @@ import pytest
 
 import gradir
 from gradir import policy
-from gradir.kernels import KERNELS, KernelInfo, blocked, parallel
+from gradir.kernels import KERNELS, KernelInfo, blocked, jit, parallel
 from gradir.runcli import demo_inputs
 
 
@@ -30,11 +31,19 @@ def _bits(a: np.ndarray) -> bytes:
     ((8, 3, 128, 64), (1, 3, 64, 512), "batch"),  # the right operand broadcast along the split
     ((5, 7), (7, 3), ""),  # small: one call
 ])
-def test_blocked_matmul_bits_do_not_depend_on_the_cores(monkeypatch, dtype, a_shape, b_shape, axis):
+@pytest.mark.parametrize("packed", [False, True])
+def test_blocked_matmul_bits_do_not_depend_on_the_cores(monkeypatch, dtype, a_shape, b_shape, axis, packed):
     """Every allotment of cores (1-4, and blocks taken in any order) gives the same bits, close
-    to NumPy's product; a batch split gives exactly single-threaded NumPy's bits."""
+    to NumPy's product; a batch split gives exactly single-threaded NumPy's bits.  ``packed``:
+    row blocks by the packed-panel kernel (as on CPUs where it beats BLAS), whatever this CPU."""
     monkeypatch.setattr(blocked, "MIN_BLOCK_FLOPS", 1)  # split even these small products
     monkeypatch.setattr(blocked, "MIN_BLOCK_ROWS", 64)
+    jg = jit.load("gemm")
+    calls = []
+    if jg is not None:
+        monkeypatch.setattr(jg, "FAST_LARGE", packed)
+        real_gemm = jg.gemm
+        monkeypatch.setattr(jg, "gemm", lambda *args: (calls.append(1), real_gemm(*args))[1])
     assert blocked.partition(a_shape, b_shape)[0] == axis
     rng = np.random.default_rng(0)
     a = rng.standard_normal(a_shape).astype(dtype)
@@ -55,6 +64,29 @@ def test_blocked_matmul_bits_do_not_depend_on_the_cores(monkeypatch, dtype, a_sh
     np.testing.assert_allclose(ref, whole, rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-4)
     if axis in ("batch", ""):
         assert _bits(ref) == _bits(whole)
+    assert bool(calls) == (packed and axis == "rows" and jg is not None), calls
+
+
+def test_the_fast_gemm_choice_can_be_overridden():
+    """``GRADIR_FAST_GEMM=0/1`` decides which kernel the LSTM loops and row blocks use."""
+    import subprocess
+    import sys
+    code = "from gradir.kernels import _jit_gemm as g; print(g.FAST_LARGE)"
+    for flag, want in (("0", "False"), ("1", "True")):
+        env = dict(os.environ, GRADIR_FAST_GEMM=flag)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip() == want, out.stderr
+
+
+def test_a_reduction_of_a_large_operand_is_not_tiny():
+    """A bias gradient's ReduceSumTo writes little but reads much: it gets a core of its own
+    rather than running beside a product on both cores (``schedule._is_tiny``)."""
+    g = gradir.parse("input t0 : Float32 [512, 1024]\ninput t1 : Float32 [1024]\n"
+                     "input t2 : Float32 [4, 8]\ninput t3 : Float32 [8]\n"
+                     "t4 = ReduceSumTo(t0, t1) : Float32 [1024]\nt5 = ReduceSumTo(t2, t3) : Float32 [8]\n"
+                     "output t4\noutput t5\n")
+    steps = {st.results[0]: st for st in gradir.compile(g, threads=2).plan.steps}
+    assert not steps["t4"].tiny and steps["t5"].tiny
 
 
 def test_blocked_matmul_partition_is_a_power_of_two_of_aligned_blocks():

@@ -24,6 +24,8 @@ its callers, so ``gradir.kernels.jit`` stamps every kernel cache with this file'
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -35,8 +37,15 @@ __all__ = ["ROWS", "FAST_LARGE", "panel_width", "pack", "gemm", "gemm_rows"]
 
 def _fast_large() -> bool:
     """Whether this CPU is one where the kernel was measured faster than OpenBLAS on large
-    products: x86-64 with AVX2 and FMA and without AVX-512 (measured on Zen 3).  With AVX-512,
-    OpenBLAS's kernels use vectors twice as wide as these; elsewhere nothing was measured."""
+    products: x86-64 with AVX2 and FMA, and either without AVX-512 (measured on Zen 3) or an
+    AMD core whose AVX-512 runs as two 256-bit halves (measured on Zen 4: 109 against 85
+    GFLOP/s per core on the backward step's product, ``benchmarks/bench_gemm.py``).  On
+    Intel's AVX-512 cores OpenBLAS's kernels use vectors twice as wide as these; elsewhere
+    nothing was measured.  ``GRADIR_FAST_GEMM=1`` or ``0`` overrides the choice (it changes
+    which kernel the LSTM loops call, so their last bits, never the thread count's promise)."""
+    env = os.environ.get("GRADIR_FAST_GEMM", "").strip()
+    if env in ("0", "1"):
+        return env == "1"
     try:
         import llvmlite.binding as llvm
         from numba.core import config
@@ -44,7 +53,9 @@ def _fast_large() -> bool:
         if config.CPU_NAME not in (None, "host"):  # numba told to compile for another CPU
             return False
         feats = llvm.get_host_cpu_features()
-        return bool(feats.get("avx2")) and bool(feats.get("fma")) and not feats.get("avx512f")
+        if not (feats.get("avx2") and feats.get("fma")):
+            return False
+        return not feats.get("avx512f") or llvm.get_host_cpu_name().startswith("znver")
     except Exception:  # no feature list on this platform
         return False
 
