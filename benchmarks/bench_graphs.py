@@ -398,7 +398,8 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"C++ compiler for inductor: {cc or 'none'}{'' if have_cc or cc is None else ' (left out)'}")
     print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} (other work on this machine "
           f"skews the times; compare ratios)")
-    print(f"threads {args.threads}; medians of {args.repeats} alternating rounds after 2 warm-up calls, each call after {IDLE_GAP} s idle; "
+    print(f"threads {args.threads}; medians of {args.repeats} alternating rounds after 2 warm-up calls, "
+          f"each call after {IDLE_GAP} s idle; "
           f"{'--quick sizes' if args.quick else 'full sizes'}")
     goals = []
     for key in keys:
