@@ -315,7 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "(without them every input is generated)")
     check_run_arguments(args)
     disable = _disabled_passes(args)
-    graph = load(args.file)
+    check_run_arguments(args, graph := load(args.file))  # --shard's placements: refused before any input
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
     exe = compile(graph, threads=args.threads, disable=disable, backend=args.backend)
     if not args.inputs and not args.input:

@@ -91,6 +91,16 @@ def test_a_chain_becomes_loops_split_at_transcendental_ops():
         assert _bits(a[k]) == _bits(b[k]), k
 
 
+def test_plan_says_why_groups_were_left_apart():
+    """Small groups and groups of only scalar-function ops are left unfused, and the plan says so."""
+    small = gradir.compile("input t0 : Float32 [4, 8]\nt1 = Mul(t0, t0) : Float32 [4, 8]\n"
+                           "t2 = Add(t1, t0) : Float32 [4, 8]\noutput t2\n")
+    assert "nothing to fuse: 1 group under" in small.plan.describe() and not _fused_steps(small)
+    act = gradir.compile("input t0 : Float32 [256, 256]\nt1 = Sigmoid(t0) : Float32 [256, 256]\n"
+                         "t2 = Gelu(t1) : Float32 [256, 256]\noutput t2\n")
+    assert "1 group of only Sigmoid/GELU-like ops left apart" in act.plan.describe() and not _fused_steps(act)
+
+
 def test_plan_shows_each_loop_and_the_pass_can_be_turned_off(capsys, tmp_path):
     from gradir.cli import main
     path = tmp_path / "chain.gir"

@@ -105,6 +105,13 @@ def test_not_a_model_and_missing_file(tmp_path, capsys) -> None:
     assert "not an ONNX model" in capsys.readouterr().err
     assert main(["import", str(tmp_path / "missing.onnx")]) == 1
     assert "cannot read the model" in capsys.readouterr().err
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    assert main(["import", str(empty)]) == 1
+    err = capsys.readouterr().err
+    assert f"{empty}: error: not an ONNX model: it is empty" in err and "checker" not in err
+    with pytest.raises(gradir.OnnxError, match="not an ONNX model: it has no graph"):
+        import_onnx(onnx.ModelProto(ir_version=8))
 
 
 def test_without_onnx_installed_the_error_says_how_to_install(monkeypatch) -> None:

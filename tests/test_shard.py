@@ -409,6 +409,10 @@ def test_cli_plan_prints_placements_and_a_refusal_is_a_located_error(capsys):
     assert main(["plan", f, "--shard", "t0:0"]) == 1
     err = capsys.readouterr().err
     assert f"{f}:17:" in err and "cannot shard SoftmaxGrad_13" in err and "Traceback" not in err
+    # run: the same refusal, before any input is generated (no demo-input line first)
+    assert main(["run", f, "--shard", "t0:0"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot shard SoftmaxGrad_13" in err and "generated" not in err and "Traceback" not in err
 
 
 def test_cli_usage_errors_and_dask_missing(capsys, monkeypatch):
@@ -425,3 +429,19 @@ def test_cli_usage_errors_and_dask_missing(capsys, monkeypatch):
     assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", "local:2"]) == 1
     assert 'pip install "gradir[dask]"' in capsys.readouterr().err
     assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", "inline"]) == 0
+
+
+def test_an_address_where_nothing_listens_fails_at_once(capsys):
+    """A refused connection is reported at once (not after Dask's 20 s of retries); a malformed
+    address is a usage error."""
+    import socket
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    f = sample("mlp_forward.grad.gir")
+    t0 = time.perf_counter()
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", f"tcp://127.0.0.1:{port}"]) == 1
+    assert time.perf_counter() - t0 < 10
+    assert f"cannot reach the Dask scheduler 'tcp://127.0.0.1:{port}'" in capsys.readouterr().err
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", "tcp://nohostport"]) == 2
+    assert "expected tcp://HOST:PORT" in capsys.readouterr().err

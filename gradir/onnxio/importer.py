@@ -72,6 +72,9 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     else:
         from ..errors import ArgumentError
         raise ArgumentError(f"import_onnx() takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+    if proto.ByteSize() == 0 or not proto.HasField("graph"):  # an empty file parses as an empty model
+        raise OnnxError(Diagnostic("not an ONNX model: it is empty" if proto.ByteSize() == 0 else
+                                   "not an ONNX model: it has no graph", filename=filename))
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # noqa: BLE001 - onnx.checker.ValidationError and C++ errors

@@ -151,10 +151,23 @@ def fuse_elementwise(p: Program) -> str:
         if fusable(op, types):
             t = types[op.results[0]]
             gs.add(k, (t.dtype, tuple(t.shape)))
-    groups = [sorted(m) for m in gs.members.values()
-              if len(m) >= 2 and types[p.ops[m[0]].results[0]].numel >= MIN_ELEMENTS and not _all_scalar(p, m)]
+    groups, small, scalar = [], 0, 0
+    for m in gs.members.values():
+        if len(m) < 2:
+            continue
+        if types[p.ops[min(m)].results[0]].numel < MIN_ELEMENTS:
+            small += 1
+        elif _all_scalar(p, m):
+            scalar += 1
+        else:
+            groups.append(sorted(m))
+    apart = "; ".join(
+        [f"{small} group{'s' if small != 1 else ''} under {MIN_ELEMENTS:,} elements left apart (a loop's start "
+         f"costs more than it saves)"] * (small > 0) +
+        [f"{scalar} group{'s' if scalar != 1 else ''} of only Sigmoid/GELU-like ops left apart (their own "
+         f"kernels are as fast)"] * (scalar > 0))
     if not groups:
-        return "nothing to fuse"
+        return "nothing to fuse" + (f": {apart}" if apart else "")
     live = set(p.live_outputs)
     readers: dict[str, set[int]] = {}
     for k, op in enumerate(p.ops):
@@ -180,7 +193,7 @@ def fuse_elementwise(p: Program) -> str:
             unit_of[k] = members[0]
     p.ops = _order(p, unit_of, fused)
     n_ops = sum(len(m) for m in groups)
-    return f"fused {n_ops} ops into {len(groups)} loop{'s' if len(groups) != 1 else ''}"
+    return f"fused {n_ops} ops into {len(groups)} loop{'s' if len(groups) != 1 else ''}" + (f"; {apart}" if apart else "")
 
 
 def _order(p: Program, unit_of: dict[int, int], fused: dict[int, Op]) -> list[Op]:

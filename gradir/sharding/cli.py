@@ -32,6 +32,12 @@ def scheduler_arg(text: str) -> str:
     if text == "inline" or "://" in text or text.startswith("local:"):
         if text.startswith("local:") and not (text[6:].isdigit() and 1 <= int(text[6:]) <= 256):
             raise argparse.ArgumentTypeError(f"local:N needs N worker processes from 1 to 256, got {text!r}")
+        if text.startswith("tcp://"):
+            from .run import tcp_host_port
+            try:
+                tcp_host_port(text)
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
         return text
     raise argparse.ArgumentTypeError(f"expected inline, local:N or a scheduler address such as tcp://host:8786, "
                                      f"got {text[:60]!r}")
@@ -71,8 +77,14 @@ def batch_spec(texts: list[str]) -> dict[str, int]:
     return out
 
 
-def check_run_arguments(args: argparse.Namespace) -> None:
-    """Usage errors of the sharding options, before anything runs."""
+def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
+    """Usage errors of the sharding options, before anything runs.  With the loaded ``graph``: its
+    placements (``args.sharded``), so that a refusal comes before any input is read or generated."""
+    if graph is not None:
+        if args.shard:
+            from .run import shard
+            args.sharded = shard(graph, batch_spec(args.shard))
+        return
     if not args.shard:
         for opt, v in (("--shards", args.shards), ("--scheduler", args.scheduler), ("--shard-files", args.shard_files)):
             if v is not None:
@@ -90,7 +102,7 @@ def sharded_runs(args: argparse.Namespace, graph: Any, inputs: Mapping[str, Any]
     """Run the sharded graph ``args.repeat`` times (one scheduler for all); returns the outputs, the times
     and what ran them, for the report."""
     from .run import Sharded, open_scheduler, shard
-    sharded: Sharded = shard(graph, batch_spec(args.shard))
+    sharded: Sharded = getattr(args, "sharded", None) or shard(graph, batch_spec(args.shard))
     if args.shard_files:
         inputs = {k: v for k, v in inputs.items() if k not in sharded.batch}
     times = []

@@ -98,12 +98,45 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
         finally:
             cluster.close()
         return
+    _probe(spec)
     try:
         client = Client(spec, timeout="20s")
     except (OSError, ValueError, TimeoutError) as e:
         raise ShardError(f"cannot reach the Dask scheduler {spec!r}: {e}") from None
     with client:
         yield client
+
+
+def tcp_host_port(spec: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` as (host, port); ``ValueError`` saying what is expected otherwise."""
+    from urllib.parse import urlsplit
+    try:
+        u = urlsplit(spec)
+        host, port = u.hostname, u.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        raise ValueError(f"scheduler {spec!r}: expected tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786")
+    return host, port
+
+
+def _probe(spec: str) -> None:
+    """Fail at once, not after Dask's 20 s of retries, when nothing listens at a ``tcp://host:port``
+    scheduler address (a refused connection or an unknown host); a scheduler that accepts the
+    connection but is slow to answer still gets Dask's timeout."""
+    import socket
+    if not spec.startswith("tcp://"):
+        return
+    try:
+        host, port = tcp_host_port(spec)
+    except ValueError as e:
+        raise ArgumentError(str(e)) from None
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except socket.timeout:
+        return  # a slow network: let Dask try
+    except OSError as e:
+        raise ShardError(f"cannot reach the Dask scheduler {spec!r}: {e.strerror or e}") from None
 
 
 class Sharded:
