@@ -345,7 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = {}
     how = f"{exe.threads} thread{'s' if exe.threads > 1 else ''}"
     if args.shard:  # data-parallel shards (gradir.sharding.cli)
-        outputs, times, how = sharded_runs(args, graph, inputs)
+        outputs, times, how = sharded_runs(args, inputs)
     for k in range(0 if args.shard else args.repeat):
         t0 = time.perf_counter()
         outputs = exe.run(inputs, check_numerics=args.check_numerics,

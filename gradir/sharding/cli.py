@@ -98,11 +98,11 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
             raise UsageError(f"run: {opt} does not go with --shard (run without --shard to use it)")
 
 
-def sharded_runs(args: argparse.Namespace, graph: Any, inputs: Mapping[str, Any]) -> tuple[dict, list[float], str]:
-    """Run the sharded graph ``args.repeat`` times (one scheduler for all); returns the outputs, the times
-    and what ran them, for the report."""
-    from .run import Sharded, open_scheduler, shard
-    sharded: Sharded = getattr(args, "sharded", None) or shard(graph, batch_spec(args.shard))
+def sharded_runs(args: argparse.Namespace, inputs: Mapping[str, Any]) -> tuple[dict, list[float], str]:
+    """Run ``args.sharded`` (placed by ``check_run_arguments``) ``args.repeat`` times (one scheduler for
+    all); returns the outputs, the times and what ran them, for the report."""
+    from .run import Sharded, open_scheduler
+    sharded: Sharded = args.sharded
     if args.shard_files:
         inputs = {k: v for k, v in inputs.items() if k not in sharded.batch}
     times = []
