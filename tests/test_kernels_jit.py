@@ -260,7 +260,7 @@ from gradir.kernels import jit
 from gradir.kernels.lstm import common as L
 lstm = jit.load("lstm")
 names = ("bptt", "bptt_step", "forward_step", "cell_forward", "cell_backward", "cell_forward_small",
-         "cell_grads_small")
+         "cell_grads_small", "forward_loop")
 gemm = jit.load("gemm")  # called from Python too (the forward's steps, LSTMGrad's dX)
 exes = [gradir.compile(open(f"samples/{s}.gir").read()) for s in ("lstm_bptt", "lstm_cell_backward")]
 before = [len(getattr(lstm, n).signatures) for n in names] + [len(gemm.gemm.signatures)]
@@ -278,6 +278,7 @@ print(before, after)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     before, after = (json.loads(part) for part in out.stdout.strip().replace("] [", "]\n[").split("\n"))
-    # the LSTM kernels: one machine-code variant each, built by compile; the GEMM may also hold
+    # the LSTM kernels: one machine-code variant each, built by compile (the whole forward loop two:
+    # contiguous results and one direction's strided view of them); the GEMM may also hold
     # the variants its compiled callers built (when they were compiled rather than loaded)
-    assert before[:7] == [1] * 7 and before[7] >= 1 and after == before, out.stdout
+    assert before[:7] == [1] * 7 and before[7] == 2 and before[8] >= 1 and after == before, out.stdout

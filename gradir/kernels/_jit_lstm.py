@@ -257,6 +257,28 @@ def forward_step(g, gr, bias, has_b, cp, ct, ht, p, has_p):  # type: ignore[no-u
             gb[j] = tmp[j]
 
 
+
+@njit(**ELEMENTWISE)
+def forward_loop(rev, k0, k1, r0, r1, G, tmp4, RsTp, bias, has_b, h0, c0, HA, CA, p, has_p):  # type: ignore[no-untyped-def]
+    """Visits ``k0 .. k1-1`` of LSTMTraining's step loop (visit ``k`` is step ``k``, or ``S-1-k``
+    when ``rev``) for the batch rows ``r0 .. r1-1``, GEMMs included: ``G``, ``HA``, ``CA`` are the
+    ``[S, B, ·]`` results, ``RsTp = pack(Rᵀ)`` with the sigmoid rows halved, ``h0``/``c0``
+    ``[r1-r0, H]`` the rows' states before the first step, ``tmp4`` ``[r1-r0, 4H]`` scratch.  The
+    same work as a Python loop of ``gemm`` and ``forward_step`` calls (every row valid at every
+    step), without that loop's interpreter time between the compiled calls."""
+    S = G.shape[0]
+    for k in range(k0, k1):
+        t = S - 1 - k if rev else k
+        if k == 0:
+            hp = h0
+            cp = c0
+        else:
+            tp = t + 1 if rev else t - 1
+            hp = HA[tp][r0:r1]
+            cp = CA[tp][r0:r1]
+        gemm(hp, RsTp, tmp4)
+        forward_step(G[t][r0:r1], tmp4, bias, has_b, cp, CA[t][r0:r1], HA[t][r0:r1], p, has_p)
+
 # -- LSTMCell and GradLSTMCellInput (PyTorch gate order i, f, g, o) ----------------------------
 @njit(**INLINE)
 def _cell_unit(a, hw, bias, j, h):  # type: ignore[no-untyped-def]

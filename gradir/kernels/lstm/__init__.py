@@ -74,7 +74,7 @@ __all__ = [
 
 def _warm_layers(dtype: Any) -> None:
     """``warm`` hook of LSTMTraining and LSTMGrad (see ``gradir.kernels``): run both on a
-    tiny layer, with and without peepholes, and the backward on both of its compiled paths
+    tiny layer, with and without peepholes (and the forward's other paths), and the backward on both of its compiled paths
     (the whole loop and the per-step one), so numba builds or loads all their machine code."""
     dt = np.dtype(dtype)
     if dt not in (np.float32, np.float64) or jit.load("lstm") is None:
@@ -83,6 +83,10 @@ def _warm_layers(dtype: Any) -> None:
     X = np.full((S, nb, I), 0.5, dt)
     W, R = np.full((1, 4 * h, I), 0.5, dt), np.full((1, 4 * h, h), 0.5, dt)
     try:
+        # the forward's step-by-step path (rows shorter than the sequence) and its whole loop on
+        # strided per-direction results (bidirectional)
+        lstm_training(X, W, R, SL=np.array([1], np.int32), hidden_size=h)
+        lstm_training(X, np.concatenate([W, W]), np.concatenate([R, R]), hidden_size=h, direction="bidirectional")
         for P in (None, np.full((1, 3 * h), 0.5, dt)):
             HAll, _, _, CAll, iofc = lstm_training(X, W, R, P=P, hidden_size=h)
             for per_step in (False, True):

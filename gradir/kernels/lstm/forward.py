@@ -22,6 +22,9 @@ def _halve_sigmoid_rows(M: np.ndarray, h: int) -> np.ndarray:
     return M
 
 
+_BLOCK_ELEMENTS = 1 << 21  # gate elements per compiled call of the whole loop
+
+
 def _mask_step(steps: Steps, t: int, ht: np.ndarray, ct: np.ndarray, g: np.ndarray, r0: int, r1: int) -> None:
     """Zero the rows ``r0 .. r1-1`` (``ht``, ``ct``, ``g`` hold just those) that have no step ``t``."""
     m = steps.partial.get(t)
@@ -76,6 +79,17 @@ def _forward_direction(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.nda
         tmp4 = np.empty((m, 4 * h), dt)
         tmp = np.empty((m, h), dt)
         hbuf = cbuf = None
+        if jl is not None and RsTp is not None and not starts and not steps.partial and steps.alive == S:
+            # every row valid at every step: the whole loop compiled, in blocks of visits (a
+            # Ctrl-C, ``stop``, is seen between them)
+            block = max(1, _BLOCK_ELEMENTS // max(1, m * 4 * h))
+            hv, cv = jit.readable(np.ascontiguousarray(hp)), jit.readable(np.ascontiguousarray(cp))
+            for k0 in range(0, S, block):
+                if stop is not None and stop.is_set():
+                    return
+                jl.forward_loop(rev, k0, min(S, k0 + block), r0, r1, G, tmp4, RsTp, b_step, bias is not None,
+                                hv, cv, HA, CA, p_half, pd is not None)
+            return
         for t in order:
             if stop is not None and stop.is_set():
                 return
