@@ -131,10 +131,13 @@ class Run:
                 outs.append(args[st.inplace[j]])
                 continue
             t = self.types.get(r)
-            outs.append(self.exe._pool.take(t.dtype.numpy, t.shape) if t is not None and t.is_static else None)
+            outs.append(self.exe._pool.take(t.dtype.numpy, t.shape)
+                        if t is not None and t.is_static and not st.view else None)
         start = time.perf_counter() if self.trace is not None else 0.0
         try:
-            if len(st.results) == 1:
+            if st.view:  # the operand's buffer reshaped (``schedule.VIEW_OPS``)
+                res = (args[0].reshape(self.types[st.results[0]].shape),)
+            elif len(st.results) == 1:
                 res = st.kernel.fn(*args, out=outs[0], **st.op.kernel_attrs())
                 res = (res,)
             else:
@@ -176,10 +179,12 @@ class Run:
                 self._free(st, r)  # never read
         with self.lock:
             dead = []
+            views = self.plan.views
             for v in set(o for o in st.operands if o is not None):
-                self.pending[v] -= 1
-                if self.pending[v] == 0 and v not in keep:
-                    dead.append(v)
+                for w in (v, views[v]) if v in views else (v,):  # a view's reader reads its buffer too
+                    self.pending[w] -= 1
+                    if self.pending[w] == 0 and w not in keep:
+                        dead.append(w)
         for v in dead:
             self._free(st, v)
 
@@ -398,6 +403,9 @@ def straight_line_code(plan: Plan, pool: BufferPool):
             local[r] = f"v{len(local)}"
             res.append(local[r])
         lines.append(f"        _s = {k}")
+        if st.view:  # the operand's buffer reshaped (``schedule.VIEW_OPS``)
+            env[f"_S{k}"] = plan.types[st.results[0]].shape
+            lines.append(f"        {res[0]} = {args[0]}.reshape(_S{k})")
         outs = []
         for j, r in enumerate(st.results):
             if j in st.inplace:
@@ -410,7 +418,9 @@ def straight_line_code(plan: Plan, pool: BufferPool):
                 outs.append("None")
         uf = st.kernel.ufunc
         rank0 = plan.types.get(st.results[0]) is None or plan.types[st.results[0]].rank == 0
-        if st.tiny and uf is not None and len(st.results) == 1 and not st.op.attrs and not rank0:
+        if st.view:
+            pass
+        elif st.tiny and uf is not None and len(st.results) == 1 and not st.op.attrs and not rank0:
             env[f"_U{k}"] = uf
             out = f", out={outs[0]}" if outs[0] != "None" else ""
             lines.append(f"        {res[0]} = _U{k}({', '.join(args)}{out})")

@@ -46,6 +46,7 @@ class Step:
     free_after: list[str] = field(default_factory=list)  # values whose last use is this step
     inplace: dict[int, int] = field(default_factory=dict)  # result index -> donor operand index
     tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
+    view: bool = False  # the result is the operand reshaped, sharing its buffer (``VIEW_OPS``)
     cost: float = 0.0  # estimated seconds on one core (``gradir.cost``)
     width: int = 1  # how many cores its kernel can keep busy
     priority: float = 0.0  # estimated seconds of the longest path from this step to the end
@@ -73,6 +74,7 @@ class Plan:
     blas_concurrency: bool  # two BLAS steps may run at once
     heavy_concurrency: bool  # two non-tiny steps may run at once: worth the dataflow executor
     blas: bool = False  # some step calls BLAS: runs hold BLAS to one thread (``gradir.executor``)
+    views: dict[str, str] = field(default_factory=dict)  # a view step's result -> the value it shares a buffer with
 
     @property
     def live_outputs(self) -> list[str]:
@@ -110,6 +112,8 @@ class Plan:
             if s.inplace:
                 notes.append("in place: " + ", ".join(f"{s.results[r]} reuses {s.operands[o]}"
                                                       for r, o in s.inplace.items()))
+            if s.view:
+                notes.append(f"a view of {s.operands[0]}: no copy")
             if s.free_after:
                 notes.append("frees " + ", ".join(s.free_after))
             if s.kernel.blas:
@@ -189,10 +193,15 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
             producer[r] = pos
         steps.append(st)
 
-    # liveness
+    views = _views(steps, types, inputs, outputs)
+
+    # liveness (a value's buffer lives until the last reader of any view of it is done)
     last_use: dict[str, int] = {}
     for v, rs in readers.items():
         last_use[v] = max(rs)
+    for r, root in views.items():
+        if r in last_use:
+            last_use[root] = max(last_use.get(root, -1), last_use[r])
     for st in steps:
         for r in st.results:
             if r not in readers and r not in outputs:
@@ -209,14 +218,15 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         for j, r in enumerate(st.results):
             tr = types.get(r)
             for i, v in enumerate(st.operands):
-                if (v is None or i in used or v in inputs or v in outputs or last_use.get(v) != st.index
+                if (v is None or i in used or v in inputs or v in outputs or v in views or last_use.get(v) != st.index
                         or types.get(v) != tr or tr is None or tr.rank == 0):  # a rank-0 result may be a
                     # NumPy scalar (ufuncs return one), which cannot be written into; nothing to save there
                     continue
                 st.inplace[j] = i
                 used.update(k for k, w in enumerate(st.operands) if w == v)
                 # every other reader of v must finish before v's buffer is overwritten
-                st.deps.update(p for p in readers[v] if p != st.index)
+                st.deps.update(p for w in [v] + [r for r, b in views.items() if b == v]
+                               for p in readers.get(w, ()) if p != st.index)
                 break
 
     for st in steps:
@@ -231,7 +241,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
     peak = live
     naive = live
     for st in steps:
-        new = sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
+        new = 0 if st.view else sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
         naive += sum(_bytes(types.get(r)) for r in st.results)
         live += new
         peak = max(peak, live)
@@ -240,8 +250,46 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
             if not donated:
                 live -= _bytes(types.get(v))
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
-                peak, naive, {v: len(set(r)) for v, r in readers.items()}, inputs | outputs, static, bool(blas),
-                bool(heavy), any(st.kernel.blas for st in steps))
+                peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),
+                bool(heavy), any(st.kernel.blas for st in steps), views)
+
+
+# Ops whose result is their first operand reshaped (static shapes): run as a NumPy reshape of the
+# operand's buffer, no copy.  (The LSTM LM's flattened weight-gradient product read two such
+# copies, 6.5 and 13 MB: 2 ms on its critical path.)  A view is never written in place (its buffer
+# may have other readers), so the op after it writes a buffer of its own, where it would have
+# written over the copy: the same memory, one copy fewer.  Not ``Identity``: ``simplify`` drops it,
+# and where it stays (the pass switched off) its copy is what the next op overwrites.
+VIEW_OPS = frozenset({"Reshape", "Unsqueeze"})
+
+
+def _views(steps: list[Step], types: dict, inputs: set, outputs: set) -> dict[str, str]:
+    """Mark the steps that run as views (``Step.view``); returns view value -> the value whose buffer
+    it shares (a view of a view maps to the first).  Not for graph outputs: an output that shared an
+    intermediate's buffer would see that buffer reused by the next run."""
+    views: dict[str, str] = {}
+    for st in steps:
+        if st.op.op_name not in VIEW_OPS or len(st.results) != 1 or st.operands[0] is None:
+            continue
+        v, r = st.operands[0], st.results[0]
+        tv, tr = types.get(v), types.get(r)
+        if (r in outputs or tv is None or tr is None or not tv.is_static or not tr.is_static
+                or tv.dtype != tr.dtype or tv.numel != tr.numel):
+            continue
+        st.view = True
+        views[r] = views.get(v, v)
+    return views
+
+
+def _reader_counts(readers: dict[str, list[int]], views: dict[str, str]) -> dict[str, int]:
+    """Readers per value for the dataflow executor, which frees a value when its count reaches 0: a
+    value's count includes the readers of its views (each finished reader of a view counts down
+    both the view and the value it shares a buffer with)."""
+    counts = {v: len(set(r)) for v, r in readers.items()}
+    for r, root in views.items():
+        if r in counts:
+            counts[root] = counts.get(root, 0) + counts[r]
+    return counts
 
 
 # results smaller than this (bytes) make a step "tiny": run inline, never worth a thread hop

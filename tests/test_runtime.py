@@ -881,3 +881,51 @@ def test_overlapping_runs_on_two_threads_leave_blas_threads_as_they_were():
             t.join()
         assert errors == []
         assert _blas_threads() == before
+
+
+def test_a_reshape_runs_as_a_view_whose_buffer_outlives_every_reader():
+    """Reshape/Unsqueeze of a static value share its buffer (no copy): the buffer goes back to the
+    pool only after the last reader of the value and of every view of it, in both executors and
+    whatever order the steps finish in; a view is never written in place."""
+    from gradir import schedule
+    text = ("input t0 : Float32 [256, 256]\ninput t1 : Float32 [256, 256]\n"
+            "t2 = Exp(t0)\nt3 = Reshape(t2, shape=[65536])\nt4 = MatMul(t1, t1)\nt5 = MatMul(t4, t1)\n"
+            "t6 = Reshape(t5, shape=[65536])\nt7 = Add(t3, t6)\nt8 = Neg(t2)\nt9 = Reshape(t8, shape=[65536])\n"
+            "t10 = Unsqueeze(t9, axes=[0])\nt11 = Reshape(t10, shape=[65536])\nt12 = Add(t7, t11)\nt13 = Neg(t3)\n"
+            "t14 = Mul(t12, t13)\noutput t14\n")
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((256, 256)) * 0.1).astype(np.float32)
+    w = (rng.standard_normal((256, 256)) * 0.1).astype(np.float32)
+    ref = gradir.compile(text, backend="reference").run({"t0": x, "t1": w})["t14"]
+    e = np.exp(x)
+    np.testing.assert_allclose(ref, ((e + (w @ w) @ w) - e).ravel() * -e.ravel(), rtol=1e-4, atol=1e-6)
+    saved = schedule.INLINE_BYTES
+    schedule.INLINE_BYTES = 0  # every step heavy: the dataflow executor, steps finishing in any order
+    try:
+        for threads in (1, 2):
+            exe = gradir.compile(text, threads=threads)
+            views = {st.results[0] for st in exe.plan.steps if st.view}
+            assert views == {"t3", "t6", "t9", "t10", "t11"}
+            assert exe.plan.views["t11"] == "t8" and exe.plan.views["t3"] == "t2"
+            assert not any(exe.plan.steps[k].operands[i] in views for k in range(len(exe.plan.steps))
+                           for i in exe.plan.steps[k].inplace.values())
+            assert "t3 = Reshape  (a view of t2: no copy" in exe.plan.describe()
+            for _ in range(4):
+                got = exe.run({"t0": x, "t1": w})["t14"]
+                assert _bits(got) == _bits(ref)
+                traced = exe.run({"t0": x, "t1": w}, trace=[])["t14"]
+                assert _bits(traced) == _bits(ref)
+    finally:
+        schedule.INLINE_BYTES = saved
+
+
+def test_a_reshape_that_is_an_output_is_a_copy():
+    """An output never shares an intermediate's buffer: the next run reuses that buffer."""
+    exe = gradir.compile("input t0 : Float32 [64, 64]\nt1 = Exp(t0)\nt2 = Reshape(t1, shape=[4096])\n"
+                         "t3 = Neg(t1)\noutput t2\noutput t3\n")
+    assert not any(st.view for st in exe.plan.steps)
+    x = np.ones((64, 64), np.float32)
+    first = exe.run({"t0": x})["t2"]
+    kept = first.copy()
+    exe.run({"t0": 2 * x})
+    assert _bits(first) == _bits(kept)
