@@ -21,7 +21,8 @@ import numpy as np
 from . import kernels  # noqa: F401  (importing the package registers every kernel family)
 from .backends import get_backend, register_backend
 from .errors import ArgumentError, Diagnostic, InputError, shown
-from .executor import BufferPool, Run, describe, dtype_name, straight_line_code
+from .buffers import BufferPool
+from .executor import Run, describe, dtype_name, straight_line_code
 from .graph import Graph, GraphInput
 from .passes import Program, run_passes
 from .schedule import Plan, build_plan
@@ -297,8 +298,12 @@ class Executable:
         arrays, types = self.check_inputs(inputs)
         if check_numerics:
             self._check_input_numerics(arrays)
+        self._pool.reclaim()  # the outputs of earlier runs that nobody holds any more
         run = Run(self, arrays, types, check_numerics, trace)
-        return self.keyed_outputs(run.execute())
+        out = self.keyed_outputs(run.execute())
+        del run
+        self._pool.lend(out.values())
+        return out
 
     def keyed_outputs(self, values: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The outputs among ``values`` (by value name), keyed as ``run`` returns them."""

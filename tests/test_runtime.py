@@ -929,3 +929,28 @@ def test_a_reshape_that_is_an_output_is_a_copy():
     kept = first.copy()
     exe.run({"t0": 2 * x})
     assert _bits(first) == _bits(kept)
+
+
+def test_outputs_nobody_holds_are_reused_and_held_ones_never_change():
+    """A run's outputs go back to the buffer pool once the caller has dropped them (no fresh pages
+    for the next run's outputs); an output still held, or held through a view, keeps its values."""
+    text = "input t0 : Float32 [512, 512]\nt1 = Exp(t0)\nt2 = Neg(t1)\noutput t2\n"
+    exe = gradir.compile(text, threads=1)
+    x = np.full((512, 512), 0.5, np.float32)
+    first = exe.run({"t0": x})["t2"]
+    address = first.ctypes.data
+    del first
+    again = exe.run({"t0": x})["t2"]
+    assert again.ctypes.data == address  # the dropped output's buffer, reused
+    want = -np.exp(x)
+    np.testing.assert_array_equal(again, want)
+    held = again  # still held: the next run writes elsewhere
+    view = exe.run({"t0": 2 * x})["t2"][:3]  # only a view of this one is kept
+    third = exe.run({"t0": 3 * x})["t2"]
+    assert held.ctypes.data != third.ctypes.data
+    np.testing.assert_array_equal(held, want)
+    np.testing.assert_array_equal(view, -np.exp(2 * x)[:3])
+    np.testing.assert_array_equal(third, -np.exp(3 * x))
+    out = exe.run({"t0": x})  # the result dict kept whole
+    exe.run({"t0": 3 * x})
+    np.testing.assert_array_equal(out["t2"], want)
