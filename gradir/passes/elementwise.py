@@ -193,7 +193,8 @@ def fuse_elementwise(p: Program) -> str:
             unit_of[k] = members[0]
     p.ops = _order(p, unit_of, fused)
     n_ops = sum(len(m) for m in groups)
-    return f"fused {n_ops} ops into {len(groups)} loop{'s' if len(groups) != 1 else ''}" + (f"; {apart}" if apart else "")
+    done = f"fused {n_ops} ops into {len(groups)} loop{'s' if len(groups) != 1 else ''}"
+    return done + (f"; {apart}" if apart else "")
 
 
 def _order(p: Program, unit_of: dict[int, int], fused: dict[int, Op]) -> list[Op]:

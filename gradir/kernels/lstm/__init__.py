@@ -74,8 +74,9 @@ __all__ = [
 
 def _warm_layers(dtype: Any) -> None:
     """``warm`` hook of LSTMTraining and LSTMGrad (see ``gradir.kernels``): run both on a
-    tiny layer, with and without peepholes (and the forward's other paths), and the backward on both of its compiled paths
-    (the whole loop and the per-step one), so numba builds or loads all their machine code."""
+    tiny layer, with and without peepholes (and the forward's other paths), and the backward on
+    both of its compiled paths (the whole loop and the per-step one), so numba builds or loads
+    all their machine code."""
     dt = np.dtype(dtype)
     if dt not in (np.float32, np.float64) or jit.load("lstm") is None:
         return
