@@ -442,6 +442,8 @@ def test_an_address_where_nothing_listens_fails_at_once(capsys):
     t0 = time.perf_counter()
     assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", f"tcp://127.0.0.1:{port}"]) == 1
     assert time.perf_counter() - t0 < 10
-    assert f"cannot reach the Dask scheduler 'tcp://127.0.0.1:{port}'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"gradir: error: cannot reach the Dask scheduler 'tcp://127.0.0.1:{port}'" in err
+    assert "generated" not in err  # refused before any input was generated
     assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", "tcp://nohostport"]) == 2
     assert "expected tcp://HOST:PORT" in capsys.readouterr().err

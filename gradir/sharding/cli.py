@@ -92,6 +92,9 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
         return
     if args.shards is not None and args.shards < 1:
         raise UsageError(f"run: --shards must be a positive integer, got {args.shards}")
+    if args.scheduler and args.scheduler.startswith("tcp://"):
+        from .run import probe
+        probe(args.scheduler)  # nothing listening there: say so before any input is read or generated
     for opt, bad in (("--trace", args.trace), ("--check-numerics", args.check_numerics),
                      ("--backend reference", args.backend != "cpu")):
         if bad:

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import ArgumentError, GradirError, InputError, ShardError, shown
+from ..errors import ArgumentError, Diagnostic, GradirError, InputError, ShardError, shown
 from ..graph import Graph
 from .analysis import analyze
 from .placement import Placement, resolve_batch
@@ -81,7 +81,7 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
         import logging
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ShardError(DASK_HINT) from None
+        raise ShardError(_setup(DASK_HINT)) from None
     if spec.startswith("local:"):
         n = spec[6:]
         if not n.isdigit() or not 1 <= int(n) <= 256:
@@ -94,21 +94,26 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
                 cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as e:  # e.g. a worker could not start (spawn re-runs __main__)
-            raise ShardError(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts one must "
-                             f"guard its main code with `if __name__ == \"__main__\":`") from None
+            raise ShardError(_setup(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts "
+                                    f"one must guard its main code with `if __name__ == \"__main__\":`")) from None
         try:
             with Client(cluster) as client:
                 yield client
         finally:
             cluster.close()
         return
-    _probe(spec)
+    probe(spec)
     try:
         client = Client(spec, timeout="20s")
     except (OSError, ValueError, TimeoutError) as e:
-        raise ShardError(f"cannot reach the Dask scheduler {spec!r}: {e}") from None
+        raise ShardError(_setup(f"cannot reach the Dask scheduler {spec!r}: {e}")) from None
     with client:
         yield client
+
+
+def _setup(message: str) -> Diagnostic:
+    """An error of the run's set-up (Dask, the scheduler), not of a file: "gradir: error: ..."."""
+    return Diagnostic(message, filename="gradir")
 
 
 def tcp_host_port(spec: str) -> tuple[str, int]:
@@ -124,7 +129,7 @@ def tcp_host_port(spec: str) -> tuple[str, int]:
     return host, port
 
 
-def _probe(spec: str) -> None:
+def probe(spec: str) -> None:
     """Fail at once, not after Dask's 20 s of retries, when nothing listens at a ``tcp://host:port``
     scheduler address (a refused connection or an unknown host); a scheduler that accepts the
     connection but is slow to answer still gets Dask's timeout."""
@@ -140,7 +145,7 @@ def _probe(spec: str) -> None:
     except socket.timeout:
         return  # a slow network: let Dask try
     except OSError as e:
-        raise ShardError(f"cannot reach the Dask scheduler {spec!r}: {e.strerror or e}") from None
+        raise ShardError(_setup(f"cannot reach the Dask scheduler {spec!r}: {e.strerror or e}")) from None
 
 
 class Sharded:
