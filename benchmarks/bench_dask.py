@@ -116,6 +116,15 @@ def two_processes(sharded, inputs: dict, repeat: int) -> float:
     return max(statistics.median(t) for t in times)
 
 
+def ship(client, arr: np.ndarray) -> int:
+    """What a shard's inputs go through: scattered to a worker (straight to it on local:N), then a task
+    reading them."""
+    [fut] = client.scatter([arr], hash=False)
+    n = client.submit(nbytes_of, fut, pure=False).result()
+    fut.release()
+    return n
+
+
 def overheads(client, repeat: int) -> dict[str, float]:
     """Per task (one round trip; many in flight), per byte each way, per byte of partial sums added."""
     from distributed import wait
@@ -128,7 +137,7 @@ def overheads(client, repeat: int) -> dict[str, float]:
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        send, _ = median_time(lambda: client.submit(nbytes_of, arr, pure=False).result(), 7)
+        send, _ = median_time(lambda: ship(client, arr), 7)
     back, _ = median_time(lambda: client.submit(make_array, size, pure=False).result(), 7)
     parts = [np.ones(size // 4, dtype=F32) for _ in range(2)]
     add, _ = median_time(lambda: tree_sum(parts), 5)

@@ -55,15 +55,29 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
     return Sharded(graph, axes, place, build_shard_graph(graph, axes, place, means))
 
 
-def tree_sum(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """The sum of ``parts`` in a fixed pairwise tree in their order: ((p0+p1)+(p2+p3))+..."""
+def tree_sum(parts: Sequence[np.ndarray], pool: Any = None) -> np.ndarray:
+    """The sum of ``parts`` in a fixed pairwise tree in their order: ((p0+p1)+(p2+p3))+...; each sum in
+    a buffer of ``pool`` where it has one of the shape (the same bits)."""
+    def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        buf = pool.take(np.result_type(a, b), np.broadcast_shapes(a.shape, b.shape)) if pool is not None else None
+        return np.add(a, b, out=buf)
+
     level = list(parts)
     while len(level) > 1:
-        nxt = [level[k] + level[k + 1] for k in range(0, len(level) - 1, 2)]
+        nxt = [add(level[k], level[k + 1]) for k in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt
     return level[0]
+
+
+# glibc's allocator in the workers of a local:N cluster.  Dask sets MALLOC_TRIM_THRESHOLD_=65536 in its
+# workers, which also turns off glibc's adaptive mmap threshold: every array over 128 KiB (a shard's
+# inputs, its intermediates, a result being received) is then a fresh mmap whose pages fault in on
+# first touch, and the pages go back to the system when it is freed.  On the VMs measured that is
+# 1-2 ms per MB: 40-100 ms per task of the LSTM LM at B=256.  A worker runs the same shard graph
+# again and again, so it keeps its arrays' memory instead (up to its peak use).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 31)}
 
 
 @contextlib.contextmanager
@@ -90,14 +104,19 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
             import dask
             # Without the workers' statistical profiler, which samples the task's stack every 10 ms
             # holding the GIL: a shard of the LSTM LM computed in 617 instead of 638 ms.
-            with dask.config.set({"distributed.worker.profile.enabled": False}):
+            env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+            env.update(MALLOC_ENV)
+            with dask.config.set({"distributed.worker.profile.enabled": False,
+                                  "distributed.nanny.pre-spawn-environ": env}):
                 cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as e:  # e.g. a worker could not start (spawn re-runs __main__)
             raise ShardError(_setup(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts "
                                     f"one must guard its main code with `if __name__ == \"__main__\":`")) from None
         try:
-            with Client(cluster) as client:
+            # results come straight from the workers, not through the scheduler (a 16 MB result
+            # of the LSTM LM at B=256: 10-20 ms after its task ends instead of 25-100 ms)
+            with Client(cluster, direct_to_workers=True) as client:
                 yield client
         finally:
             cluster.close()
@@ -162,7 +181,11 @@ class Sharded:
         from ..labels import output_keys
         self.output_keys = output_keys(graph)
         self.last_results: list[ShardResult] = []  # the shard results of the last run (benchmarks)
+        self.last_retried: list[int] = []  # shards gradir resubmitted in the last run (their inputs lost)
         self._compiled: dict[Optional[int], Any] = {}
+        from ..buffers import BufferPool
+        # the split inputs' and the combined outputs' buffers of earlier runs, once nobody holds them
+        self._pool = BufferPool()
 
     def compiled(self, threads: Optional[int] = None) -> Any:
         """The shard graph compiled here (inline runs, and checking inputs before they are shipped): from
@@ -196,9 +219,10 @@ class Sharded:
                 "replicated": "from shard 0"}[p.kind]
 
     # -- inputs ------------------------------------------------------------------
-    def split_inputs(self, inputs: Mapping[str, Any], shards: int) -> list[dict[str, np.ndarray]]:
+    def split_inputs(self, inputs: Mapping[str, Any], shards: int, pool: Any = None) -> list[dict[str, np.ndarray]]:
         """``inputs`` (by label or value name) cut into ``shards`` dicts: split inputs by
-        ``np.array_split`` along their batch axis, the others whole in every one."""
+        ``np.array_split`` along their batch axis (contiguous copies, in buffers of ``pool`` where it
+        has them), the others whole in every one."""
         from ..labels import inputs_by_name
         byname = inputs_by_name(self.graph, inputs, self._file)
         types = {i.name: i.type for i in self.graph.inputs}
@@ -218,7 +242,12 @@ class Sharded:
                     raise InputError(f"input {name}: its batch axis {ax} has {a.shape[ax]} rows, fewer than the "
                                      f"{shards} shards")
                 for k, part in enumerate(np.array_split(a, shards, axis=ax)):
-                    out[k][name] = np.ascontiguousarray(part)
+                    buf = pool.take(part.dtype, part.shape) if pool is not None else None
+                    if buf is None:
+                        out[k][name] = np.ascontiguousarray(part)
+                    else:
+                        np.copyto(buf, part)
+                        out[k][name] = buf
             else:
                 for k in range(shards):
                     out[k][name] = a
@@ -250,8 +279,9 @@ class Sharded:
             shards = DEFAULT_SHARDS
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ArgumentError(f"shards must be a positive integer, got {shown(shards)}")
+        self._pool.reclaim()  # the buffers of earlier runs that nobody holds any more
         if paths is None:
-            parts = self.split_inputs(inputs or {}, shards)
+            parts = self.split_inputs(inputs or {}, shards, self._pool)
         else:
             parts = [dict(inputs or {})] * shards
         if progress is None:
@@ -262,7 +292,11 @@ class Sharded:
             else:
                 results = self._dask(c, parts, paths, 1 if threads is None else threads, retries, progress, jitter)
         self.last_results = results
-        return self.combine([r.outputs for r in results])
+        if paths is None:  # the split inputs' buffers, for the next run once nothing holds them
+            self._pool.lend(a for part in parts for n, a in part.items() if n in self.batch)
+        out = self.combine([r.outputs for r in results], self._pool)
+        self._pool.lend(out.values())
+        return out
 
     def _paths(self, files: Union[str, Sequence[str], None]) -> Optional[list[str]]:
         if files is None:
@@ -287,50 +321,83 @@ class Sharded:
 
     def _dask(self, client: Any, parts: list[dict], paths: Optional[list[str]], threads: int, retries: int,
               progress: bool, jitter: float) -> list[ShardResult]:
+        """The K shard tasks on Dask.  Shipped inputs are scattered to the workers first (straight to
+        them when the client talks to workers directly, as ``local:N``'s does), one shard's arrays
+        per worker in turn, so that each task runs where its inputs are; when a worker dies with a
+        shard's inputs, gradir scatters that shard again and resubmits it (up to ``retries`` times).
+        A task whose worker dies mid-run is rerun elsewhere by Dask itself."""
         from distributed import as_completed
         if paths is None:  # fail here, located, rather than on a worker
             exe = self.compiled(threads)
             for part in parts:
                 exe.check_inputs(part)
-        futures = {}
         token = f"{self.key[:12]}-{time.monotonic_ns()}"
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Large object.*")
-            warnings.filterwarnings("ignore", message=".*Sending large graph.*")
-            for k, part in enumerate(parts):
-                f = client.submit(run_shard, self.text, self.key, k, part, paths[k] if paths else None, threads,
-                                  jitter, pure=False, retries=retries, key=f"gradir-shard-{k}-{token}")
-                futures[f] = k
+        attempts = [0] * len(parts)
+        held: list[Any] = []  # the scattered inputs, released at the end
+
+        def submit(ks: Sequence[int]) -> dict[Any, int]:
+            if paths is None:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=".*Large object.*")
+                    args = client.scatter([parts[k] for k in ks], hash=False)
+                held.extend(args)
+            else:
+                args = [{}] * len(ks)
+            out = {}
+            for k, arg in zip(ks, args):
+                out[client.submit(run_shard, self.text, self.key, k, arg if paths is None else parts[k],
+                                  paths[k] if paths else None, threads, jitter, pure=False, retries=retries,
+                                  key=f"gradir-shard-{k}-{token}-{attempts[k]}")] = k
+            return out
+
+        self.last_retried = []
+        futures = submit(range(len(parts)))
         results: list[Optional[ShardResult]] = [None] * len(parts)
         t0 = time.perf_counter()
         done = 0
         try:
-            for f in as_completed(list(futures)):
+            pending = as_completed(list(futures))
+            for f in pending:
+                k = futures[f]
                 try:
-                    results[futures[f]] = f.result()
+                    results[k] = f.result()
                 except GradirError:
                     raise
-                except Exception as e:  # the engine's own failures (KilledWorker, a lost connection, ...)
-                    raise ShardError(f"shard {futures[f]} of {len(parts)} failed on Dask: {type(e).__name__}: "
-                                     f"{e}") from None
+                except Exception as e:  # the engine's own failures (KilledWorker, lost inputs, ...)
+                    if paths is None and attempts[k] < retries:
+                        attempts[k] += 1
+                        self.last_retried.append(k)
+                        if progress:
+                            print(f"\rgradir: shard {k}: {type(e).__name__} on Dask (its worker lost?); its inputs "
+                                  f"shipped again, attempt {attempts[k] + 1}\033[K", file=sys.stderr)
+                        again = submit([k])
+                        futures.update(again)
+                        pending.update(list(again))
+                        continue
+                    raise ShardError(f"shard {k} of {len(parts)} failed on Dask: {type(e).__name__}: {e}") from None
                 done += 1
                 if progress:
-                    _progress(done, len(parts), time.perf_counter() - t0, f"shard {futures[f]}")
+                    _progress(done, len(parts), time.perf_counter() - t0, f"shard {k}")
         finally:
-            for f in futures:
+            for f in list(futures) + held:
                 f.release()
         return results  # type: ignore[return-value]
 
-    def combine(self, shard_outputs: Sequence[Sequence[np.ndarray]]) -> dict[str, np.ndarray]:
-        """The outputs from each shard's (in shard order): concatenated, summed or taken from shard 0."""
+    def combine(self, shard_outputs: Sequence[Sequence[np.ndarray]], pool: Any = None) -> dict[str, np.ndarray]:
+        """The outputs from each shard's (in shard order): concatenated, summed or taken from shard 0
+        (into buffers of ``pool`` where it has them)."""
         out: dict[str, np.ndarray] = {}
         for j, (name, key) in enumerate(zip(self.graph.outputs, self.output_keys)):
             p = self.placements[name]
             parts = [s[j] for s in shard_outputs]
             if p.is_split:
-                out[key] = np.concatenate(parts, axis=p.axis)
+                shape = list(parts[0].shape)
+                shape[p.axis] = sum(a.shape[p.axis] for a in parts)
+                dtype = np.result_type(*parts)
+                buf = pool.take(dtype, tuple(shape)) if pool is not None else None
+                out[key] = np.concatenate(parts, axis=p.axis, out=buf)
             elif p.is_partial:
-                out[key] = tree_sum(parts)
+                out[key] = tree_sum(parts, pool)
             else:
                 out[key] = parts[0]
         return out
