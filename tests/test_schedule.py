@@ -362,3 +362,24 @@ def test_small_products_have_the_same_bits_with_blas_on_any_thread_count():
             many = np.matmul(a, b)
             mine = blocked.matmul(a, b)
         assert one.tobytes() == many.tobytes() == mine.tobytes(), (m, k, n)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2
+                    or parallel.current_cpu() < 0, reason="needs 2 CPUs and affinity calls (Linux)")
+def test_a_helper_put_on_the_wakers_cpu_moves_to_another_and_keeps_its_affinity():
+    result = {}
+
+    def helper() -> None:
+        mask = os.sched_getaffinity(0)
+        here = parallel.current_cpu()
+        parallel.move_off(here)  # as if the thread that woke it computed on this CPU
+        result.update(before=here, after=parallel.current_cpu(), mask=os.sched_getaffinity(0), was=mask)
+        parallel.move_off(-1)  # an unknown CPU, or one it is not on: nothing to do
+        parallel.move_off({result["after"] + 1000})
+        result["end"] = os.sched_getaffinity(0)
+
+    t = threading.Thread(target=helper)
+    t.start()
+    t.join()
+    assert result["after"] != result["before"] and result["after"] in result["was"]
+    assert result["mask"] == result["was"] == result["end"]  # the whole mask given back

@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["set_threads", "get_threads", "cores", "threads_here", "parallel_rows", "run_blocks",
            "blas_limit", "blas_threads", "own_blas_threads", "run_two", "blas_idle_threads_sleep",
-           "MIN_CHUNK_BYTES"]
+           "current_cpu", "move_off", "MIN_CHUNK_BYTES"]
 
 # Below this many bytes touched per chunk, splitting costs more than it saves.
 MIN_CHUNK_BYTES = 4 << 20
@@ -64,6 +64,48 @@ def set_threads(n: int) -> None:
 
 def get_threads() -> int:
     return _threads
+
+
+_getcpu = None  # libc's sched_getcpu, False where there is none
+
+
+def current_cpu() -> int:
+    """The CPU this thread runs on now (-1 where that cannot be asked)."""
+    global _getcpu
+    if _getcpu is None:
+        try:
+            import ctypes
+            f = ctypes.CDLL(None).sched_getcpu
+            f.restype, f.argtypes = ctypes.c_int, []
+            _getcpu = f
+        except (OSError, AttributeError):
+            _getcpu = False
+    return _getcpu() if _getcpu else -1
+
+
+def move_off(cpu) -> None:  # type: ignore[no-untyped-def]
+    """Move this thread (a helper just woken for a kernel's blocks) off ``cpu`` (where the thread
+    that woke it computes) when it was put there, onto another CPU it may use.
+
+    Linux places a woken thread on the waker's CPU when it sees no idle one at that instant, and
+    on these VMs often even when the other CPU has gone idle (a vCPU that halted reads as
+    preempted, not idle); the two threads then share one core, 4 ms slices each, until load
+    balancing moves one, 10-15 ms later (``perf sched``: a 2-core product took 16-19 ms instead
+    of 12).  Narrowing the affinity mask migrates the thread at once; the mask is then given
+    back, which moves nothing.  ``cpu``: one CPU, or a set of them (the CPUs other steps of a
+    run compute on)."""
+    busy = {cpu} if isinstance(cpu, int) else set(cpu)
+    busy.discard(-1)
+    if not busy or current_cpu() not in busy:
+        return
+    try:
+        mask = os.sched_getaffinity(0)
+        others = mask - busy
+        if others:
+            os.sched_setaffinity(0, others)
+            os.sched_setaffinity(0, mask)
+    except (OSError, AttributeError):  # no affinity calls here, or not allowed: stay
+        pass
 
 
 def _get_pool() -> ThreadPoolExecutor:
@@ -298,8 +340,10 @@ def run_two(first: Callable[[threading.Event], None], second: Callable[[threadin
         second(stop)
         return
     err = np.geterr()
+    here = current_cpu()
 
     def body() -> None:
+        move_off(here)
         with np.errstate(**err):
             try:
                 second(stop)
@@ -337,7 +381,10 @@ def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], No
     pool = _get_pool()
     err = np.geterr()  # NumPy's error state is per thread: the chunks follow the caller's
 
+    here = current_cpu()
+
     def chunk(lo: int, hi: int) -> None:
+        move_off(here)
         with np.errstate(**err):
             body(lo, hi)
 
@@ -361,6 +408,7 @@ def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
     counter = itertools.count()  # next() on it is atomic under the GIL
     stop = threading.Event()
     err = np.geterr()
+    here = current_cpu()
 
     def drain() -> None:
         while not stop.is_set():
@@ -374,6 +422,7 @@ def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
                 raise
 
     def helper() -> None:
+        move_off(here)
         with np.errstate(**err):
             drain()
 
