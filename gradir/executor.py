@@ -265,7 +265,7 @@ class Run:
         active = 0
         free = threads  # cores not held by a running step
         running: dict[int, tuple[float, int]] = {}  # non-tiny steps running: start time, cores
-        cpu_of: dict[int, int] = {}  # the CPU each running non-tiny step's thread started on
+        claimed: set = set()  # the CPUs running steps' threads are pinned to (parallel.pinned)
         error: Optional[BaseException] = None
 
         def take() -> Optional[tuple[int, int]]:  # with cond held: (step, cores) or None
@@ -306,7 +306,6 @@ class Run:
                         active -= 1
                         free += held
                         running.pop(k, None)
-                        cpu_of.pop(k, None)
                         for d in dependents[k]:
                             waiting[d] -= 1
                             if waiting[d] == 0:
@@ -327,18 +326,15 @@ class Run:
                             # instead of 12).
                             if ready and (free > 0 or not ready[0][0]):
                                 cond.notify()
-                            busy = {cpu_of[j] for j in running if j != k and j in cpu_of} if held else ()
                             break
                         if active == 0:  # pragma: no cover - a cycle would be a planner bug
                             error = ExecutionError("internal error: the schedule deadlocked")
                             continue
                         cond.wait()
-                if held:  # a step on cores of its own: not on a CPU another running step uses
-                    if busy:
-                        parallel.move_off(busy)
-                    cpu_of[k] = parallel.current_cpu()
                 try:
-                    with np.errstate(all="ignore"), parallel.cores(max(1, held)):
+                    # a step on cores of its own runs pinned to a CPU no other running step uses
+                    with np.errstate(all="ignore"), parallel.cores(max(1, held)), \
+                            (parallel.pinned(claimed) if held and threads > 1 else contextlib.nullcontext()):
                         self.run_step(steps[k], dataflow=True, cores=max(1, held))
                 except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
                     with cond:
@@ -346,7 +342,6 @@ class Run:
                         active -= 1
                         free += held
                         running.pop(k, None)
-                        cpu_of.pop(k, None)
                         cond.notify_all()
                     return
 
@@ -474,6 +469,7 @@ def _executor(threads: int) -> ThreadPoolExecutor:
     with _EXEC_LOCK:
         ex = _EXECUTORS.get(threads)
         if ex is None:
-            ex = _EXECUTORS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gradir")
+            ex = _EXECUTORS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gradir",
+                                                          initializer=parallel.unpinned_thread)
         return ex
 

@@ -366,20 +366,49 @@ def test_small_products_have_the_same_bits_with_blas_on_any_thread_count():
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2
                     or parallel.current_cpu() < 0, reason="needs 2 CPUs and affinity calls (Linux)")
-def test_a_helper_put_on_the_wakers_cpu_moves_to_another_and_keeps_its_affinity():
-    result = {}
+def test_threads_of_a_parallel_section_are_pinned_to_different_cpus_and_unpinned_after():
+    claimed: set = set()
+    seen = {}
+    barrier = threading.Barrier(2)
 
-    def helper() -> None:
+    def thread(name: str) -> None:
         mask = os.sched_getaffinity(0)
-        here = parallel.current_cpu()
-        parallel.move_off(here)  # as if the thread that woke it computed on this CPU
-        result.update(before=here, after=parallel.current_cpu(), mask=os.sched_getaffinity(0), was=mask)
-        parallel.move_off(-1)  # an unknown CPU, or one it is not on: nothing to do
-        parallel.move_off({result["after"] + 1000})
-        result["end"] = os.sched_getaffinity(0)
+        with parallel.pinned(claimed) as cpu:
+            barrier.wait()  # both pinned at once
+            seen[name] = (cpu, os.sched_getaffinity(0), parallel.current_cpu())
+            barrier.wait()
+        seen[name + " after"] = (os.sched_getaffinity(0), mask)
 
-    t = threading.Thread(target=helper)
-    t.start()
-    t.join()
-    assert result["after"] != result["before"] and result["after"] in result["was"]
-    assert result["mask"] == result["was"] == result["end"]  # the whole mask given back
+    ts = [threading.Thread(target=thread, args=(n,)) for n in ("a", "b")]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    (ca, ma, ra), (cb, mb, rb) = seen["a"], seen["b"]
+    assert ca != cb and ma == {ca} and mb == {cb} and ra == ca and rb == cb
+    assert seen["a after"][0] == seen["a after"][1] and seen["b after"][0] == seen["b after"][1]
+    assert claimed == set()  # the claims are given back
+
+
+def test_parallel_sections_give_the_same_bits_and_leave_no_thread_pinned():
+    x = np.random.default_rng(0).standard_normal((4096, 512)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((512, 512)).astype(np.float32)
+    mask = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    with parallel.cores(2):
+        a = blocked.matmul(x, w)
+    b = blocked.matmul(x, w)  # outside: the process default
+    assert np.array_equal(a, b)
+    if mask is not None:
+        assert os.sched_getaffinity(0) == mask
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs 2 CPUs and affinity calls (Linux)")
+def test_a_pool_thread_started_by_a_pinned_thread_may_use_every_cpu():
+    from concurrent.futures import ThreadPoolExecutor
+    with parallel.pinned(set()):
+        assert len(os.sched_getaffinity(0)) == 1
+        with ThreadPoolExecutor(1, initializer=parallel.unpinned_thread) as pool:
+            assert pool.submit(os.sched_getaffinity, 0).result() == set(parallel.ALLOWED_CPUS)
+        with ThreadPoolExecutor(1) as pool:  # what it guards against: the mask is inherited
+            assert len(pool.submit(os.sched_getaffinity, 0).result()) == 1

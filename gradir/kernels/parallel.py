@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["set_threads", "get_threads", "cores", "threads_here", "parallel_rows", "run_blocks",
            "blas_limit", "blas_threads", "own_blas_threads", "run_two", "blas_idle_threads_sleep",
-           "current_cpu", "move_off", "MIN_CHUNK_BYTES"]
+           "current_cpu", "pinned", "MIN_CHUNK_BYTES"]
 
 # Below this many bytes touched per chunk, splitting costs more than it saves.
 MIN_CHUNK_BYTES = 4 << 20
@@ -83,34 +83,80 @@ def current_cpu() -> int:
     return _getcpu() if _getcpu else -1
 
 
-def move_off(cpu) -> None:  # type: ignore[no-untyped-def]
-    """Move this thread (a helper just woken for a kernel's blocks) off ``cpu`` (where the thread
-    that woke it computes) when it was put there, onto another CPU it may use.
+class pinned:
+    """``with pinned(claimed) as cpu:`` this thread runs on one CPU for the block: the one it is
+    on, unless another thread of the same parallel section claimed that one already (``claimed``,
+    a set shared by the section's threads), then one nobody claimed.  The CPU is added to
+    ``claimed`` and taken out again at the end, and the thread's own CPU mask is given back.
 
-    Linux places a woken thread on the waker's CPU when it sees no idle one at that instant, and
-    on these VMs often even when the other CPU has gone idle (a vCPU that halted reads as
-    preempted, not idle); the two threads then share one core, 4 ms slices each, until load
-    balancing moves one, 10-15 ms later (``perf sched``: a 2-core product took 16-19 ms instead
-    of 12).  Narrowing the affinity mask migrates the thread at once; the mask is then given
-    back, which moves nothing.  ``cpu``: one CPU, or a set of them (the CPUs other steps of a
-    run compute on)."""
-    busy = {cpu} if isinstance(cpu, int) else set(cpu)
-    busy.discard(-1)
-    if not busy or current_cpu() not in busy:
-        return
-    try:
-        mask = os.sched_getaffinity(0)
-        others = mask - busy
-        if others:
-            os.sched_setaffinity(0, others)
-            os.sched_setaffinity(0, mask)
-    except (OSError, AttributeError):  # no affinity calls here, or not allowed: stay
-        pass
+    Why: Linux places a woken thread on the CPU of the thread that woke it when it sees no idle
+    CPU at that instant, and on these VMs also when the other CPU has gone idle (a halted vCPU
+    reads as preempted, not idle).  Every wake-up of a parallel section (a helper given work,
+    the GIL passed back) can so put both threads on one core, 4 ms slices each, until load
+    balancing moves one 10-15 ms later: in ``perf sched``, a 2-core product took 16-19 ms
+    instead of 12, and an element-wise chain after 50 ms idle ran at one thread's speed.
+    Pinned threads can only be woken where they are pinned.  Where the affinity calls are
+    missing or refused, or the thread may use one CPU only, nothing changes."""
+
+    def __init__(self, claimed: set) -> None:
+        self.claimed = claimed
+        self.mask: set | None = None
+        self.cpu = -1
+
+    def __enter__(self) -> int:
+        cpu = current_cpu()
+        if cpu < 0:
+            return -1
+        try:
+            mask = os.sched_getaffinity(0)
+        except (OSError, AttributeError):
+            return cpu
+        with _pin_lock:
+            if cpu in self.claimed or cpu not in mask:
+                free = sorted(mask - self.claimed)
+                if free:
+                    cpu = free[0]
+            self.claimed.add(cpu)
+            self.cpu = cpu
+        if len(mask) > 1:
+            try:
+                os.sched_setaffinity(0, {cpu})
+                self.mask = mask
+            except OSError:
+                pass
+        return cpu
+
+    def __exit__(self, *exc: object) -> None:
+        if self.mask is not None:
+            try:
+                os.sched_setaffinity(0, self.mask)
+            except OSError:
+                pass
+        with _pin_lock:
+            self.claimed.discard(self.cpu)
+
+
+_pin_lock = threading.Lock()
+try:  # the CPUs this process may use, read before any thread of ours was pinned
+    ALLOWED_CPUS: frozenset = frozenset(os.sched_getaffinity(0))
+except (OSError, AttributeError):
+    ALLOWED_CPUS = frozenset()
+
+
+def unpinned_thread() -> None:
+    """The initializer of gradir's thread pools: a new thread inherits the CPU mask of the thread
+    that started it, which may be pinned (``pinned``) at that moment; a pool thread may use every
+    CPU the process may."""
+    if len(ALLOWED_CPUS) > 1:
+        try:
+            os.sched_setaffinity(0, ALLOWED_CPUS)
+        except OSError:
+            pass
 
 
 def _let_helpers_start(here: int) -> None:
     """Right after waking helpers: give up this CPU for a moment, so that a helper Linux queued on
-    it (see ``move_off``) runs now and moves to another CPU, rather than waiting behind this
+    it (see ``pinned``) runs now and pins itself to another CPU, rather than waiting behind this
     thread for the next scheduler tick (up to 4 ms; seen as 1.8 ms in ``perf sched``).  Where no
     helper is queued here, the call returns at once."""
     if here >= 0:
@@ -121,7 +167,8 @@ def _get_pool() -> ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2)), thread_name_prefix="gradir-chunk")
+            _pool = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2)), thread_name_prefix="gradir-chunk",
+                                       initializer=unpinned_thread)
         return _pool
 
 
@@ -349,31 +396,31 @@ def run_two(first: Callable[[threading.Event], None], second: Callable[[threadin
         second(stop)
         return
     err = np.geterr()
-    here = current_cpu()
+    claimed: set = set()  # the CPUs this section's threads are pinned to
 
     def body() -> None:
-        move_off(here)
-        with np.errstate(**err):
+        with pinned(claimed), np.errstate(**err):
             try:
                 second(stop)
             except BaseException:
                 stop.set()
                 raise
 
-    future = _get_pool().submit(body)
-    _let_helpers_start(here)
-    try:
-        first(stop)
-    except BaseException:
-        stop.set()
-        _wait(future)
-        raise
-    try:
-        future.result()  # the helper's error, if it had one
-    except KeyboardInterrupt:  # Ctrl-C while waiting for the helper
-        stop.set()
-        _wait(future)
-        raise
+    with pinned(claimed) as here:
+        future = _get_pool().submit(body)
+        _let_helpers_start(here)
+        try:
+            first(stop)
+        except BaseException:
+            stop.set()
+            _wait(future)
+            raise
+        try:
+            future.result()  # the helper's error, if it had one
+        except KeyboardInterrupt:  # Ctrl-C while waiting for the helper
+            stop.set()
+            _wait(future)
+            raise
 
 
 def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], None]) -> None:
@@ -391,18 +438,18 @@ def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], No
     pool = _get_pool()
     err = np.geterr()  # NumPy's error state is per thread: the chunks follow the caller's
 
-    here = current_cpu()
+    claimed: set = set()  # the CPUs this section's threads are pinned to
 
     def chunk(lo: int, hi: int) -> None:
-        move_off(here)
-        with np.errstate(**err):
+        with pinned(claimed), np.errstate(**err):
             body(lo, hi)
 
-    futures = [pool.submit(chunk, bounds[k], bounds[k + 1]) for k in range(1, n)]
-    _let_helpers_start(here)
-    body(bounds[0], bounds[1])
-    for f in futures:
-        f.result()
+    with pinned(claimed) as here:
+        futures = [pool.submit(chunk, bounds[k], bounds[k + 1]) for k in range(1, n)]
+        _let_helpers_start(here)
+        body(bounds[0], bounds[1])
+        for f in futures:
+            f.result()
 
 
 def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
@@ -419,7 +466,7 @@ def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
     counter = itertools.count()  # next() on it is atomic under the GIL
     stop = threading.Event()
     err = np.geterr()
-    here = current_cpu()
+    claimed: set = set()  # the CPUs this section's threads are pinned to
 
     def drain() -> None:
         while not stop.is_set():
@@ -433,18 +480,18 @@ def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
                 raise
 
     def helper() -> None:
-        move_off(here)
-        with np.errstate(**err):
+        with pinned(claimed), np.errstate(**err):
             drain()
 
-    futures = [_get_pool().submit(helper) for _ in range(threads - 1)]
-    _let_helpers_start(here)
-    try:
-        drain()
-    except BaseException:
-        for f in futures:
-            _wait(f)
-        raise
+    with pinned(claimed) as here:
+        futures = [_get_pool().submit(helper) for _ in range(threads - 1)]
+        _let_helpers_start(here)
+        try:
+            drain()
+        except BaseException:
+            for f in futures:
+                _wait(f)
+            raise
     first: BaseException | None = None
     for f in futures:
         if f.cancel():  # still queued (the pool is busy elsewhere): every block is done already
