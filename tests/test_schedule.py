@@ -412,3 +412,15 @@ def test_a_pool_thread_started_by_a_pinned_thread_may_use_every_cpu():
             assert pool.submit(os.sched_getaffinity, 0).result() == set(parallel.ALLOWED_CPUS)
         with ThreadPoolExecutor(1) as pool:  # what it guards against: the mask is inherited
             assert len(pool.submit(os.sched_getaffinity, 0).result()) == 1
+
+
+def test_pinning_can_be_turned_off_from_the_environment():
+    import subprocess
+    import sys
+    code = ("import os; from gradir.kernels import cpus, parallel; m = os.sched_getaffinity(0)\n"
+            "with parallel.pinned(set()): print(os.sched_getaffinity(0) == m, cpus.PIN)")
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs and affinity calls (Linux)")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRADIR_PIN_THREADS": "0"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "False"]
