@@ -91,8 +91,14 @@ def test_a_reduction_of_a_large_operand_is_not_tiny():
 
 def test_blocked_matmul_partition_is_a_power_of_two_of_aligned_blocks():
     axis, n = blocked.partition((6400, 256), (256, 512))
-    assert axis == "rows" and n == blocked.MAX_BLOCKS
+    assert axis == "rows" and n == blocked.MACHINE_BLOCKS  # as many blocks as the machine's cores
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert blocked.MACHINE_BLOCKS == min(blocked.MAX_BLOCKS, 1 << (cores.bit_length() - 1))
     assert blocked.partition((256, 6400), (6400, 512)) == ("cols", 2)
+    # wide and short: column blocks (each repacks the small A, not the large B)
+    if blocked.MACHINE_BLOCKS >= 2:
+        assert blocked.partition((512, 1024), (1024, 4096))[0] == "cols"
+        assert blocked.partition((512, 4096), (4096, 1024))[0] == "rows"
     assert blocked.partition((64, 64), (64, 64)) == ("", 1)
     edges = blocked._bounds(1000, 4, 16)
     assert edges[0] == 0 and edges[-1] == 1000 and all(e % 16 == 0 for e in edges[:-1])
