@@ -28,5 +28,6 @@ __all__ = [
     "gradcheck", "GradcheckReport", "shard", "Sharded",
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
-    "ExecutionError", "ArgumentError", "ShardError", "RenderError", "OnnxError", "import_onnx", "export_onnx", "Diagnostic", "Span", "__version__", "to_dot",
+    "ExecutionError", "ArgumentError", "ShardError", "RenderError", "OnnxError", "import_onnx", "export_onnx",
+    "Diagnostic", "Span", "__version__", "to_dot",
 ]

@@ -12,7 +12,8 @@ import numpy as np
 from .errors import ArgumentError, shown
 from .types import format_attr_value
 
-__all__ = ["REQUIRED", "Operand", "Attr", "INT_ATTR_LIMIT", "SAMPLES", "attr_equal", "freeze", "checked_items", "is_str"]
+__all__ = ["REQUIRED", "Operand", "Attr", "INT_ATTR_LIMIT", "SAMPLES", "attr_equal", "freeze", "checked_items",
+           "is_str"]
 
 
 class _Required:

@@ -101,8 +101,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    p = _Parser(prog="gradir", allow_abbrev=False, description="Compile, check and run backward (gradient) graphs written in "
-                                           "the gradir IR.")
+    p = _Parser(prog="gradir", allow_abbrev=False,
+                description="Compile, check and run backward (gradient) graphs written in the gradir IR.")
     p.add_argument("--version", action="version", version=f"gradir {__version__}")
     p.add_argument("--traceback", action="store_true", help="show Python tracebacks (for debugging gradir)")
     # no abbreviated options: `gradir --trace run g.gir` must not mean --traceback

@@ -15,7 +15,8 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
-           "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported", "Terminated", "ConstantValueError", "OpError", "OpErrors",
+           "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported",
+           "Terminated", "ConstantValueError", "OpError", "OpErrors",
            "FastPathFallback", "ShardError", "Refusal", "shown"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error

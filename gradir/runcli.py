@@ -284,10 +284,9 @@ def _warn_non_finite(outputs: dict[str, np.ndarray]) -> None:
     parts = []
     for name, a in outputs.items():
         if a.dtype.kind == "f" and a.size:
-            nan = int(np.count_nonzero(np.isnan(a)))
-            inf = int(np.count_nonzero(np.isinf(a)))
-            if nan or inf:
-                parts.append(f"{name} ({', '.join(p for p in (f'{nan} NaN' if nan else '', f'{inf} Inf' if inf else '') if p)})")
+            counts = {"NaN": int(np.count_nonzero(np.isnan(a))), "Inf": int(np.count_nonzero(np.isinf(a)))}
+            if any(counts.values()):
+                parts.append(f"{name} ({', '.join(f'{c} {k}' for k, c in counts.items() if c)})")
     if parts:
         print(f"gradir: warning: non-finite values in {', '.join(parts)}; --check-numerics names the op that made "
               f"the first", file=sys.stderr)

@@ -15,7 +15,6 @@ from gradir.passes import DEFAULT_PASSES
 from gradir import GraphBuilder
 from gradir.cli import main
 from gradir.constants import MAX_CONSTANT_ELEMENTS
-from gradir.passes import DEFAULT_PASSES
 from gradir.errors import GradirError
 
 

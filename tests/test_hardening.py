@@ -198,7 +198,7 @@ def test_an_input_too_large_for_memory_is_named_with_its_size(tmp_path, capsys):
         zf.writestr("t0.npy", huge.read_bytes())
     assert main(["run", str(g), "--inputs", str(npz)]) == 1
     err = capsys.readouterr().err
-    assert f"--inputs: array 't0' (Float32 [4398046511104], 16 TiB) does not fit in memory" in err
+    assert "--inputs: array 't0' (Float32 [4398046511104], 16 TiB) does not fit in memory" in err
 
 
 # row 16: --threads has an upper bound, and a refused thread is an error, not a crash

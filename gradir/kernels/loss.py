@@ -96,7 +96,8 @@ def softmax_cross_entropy_loss(scores: np.ndarray, labels: np.ndarray, weights: 
     return _store(np.asarray(total, dtype), out_loss), lp
 
 
-@kernel("SoftmaxCrossEntropyLossGrad", inplace=True, splits=True)  # out may be log_prob: each row is read before written
+# out may be log_prob: each row is read before it is written
+@kernel("SoftmaxCrossEntropyLossGrad", inplace=True, splits=True)
 def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label: np.ndarray,
                                     weight: Optional[np.ndarray] = None, *, out: Optional[np.ndarray] = None,
                                     reduction: str = "mean", ignore_index: Optional[int] = None) -> np.ndarray:

@@ -46,7 +46,8 @@ def export_onnx(graph: Union[Graph, str, "os.PathLike[str]"], path: Union[str, "
     from ..syntax import graph_argument
     onnx = require_onnx()
     graph = graph_argument(graph, "export_onnx()")
-    if not isinstance(opset, int) or isinstance(opset, bool) or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+    if (not isinstance(opset, int) or isinstance(opset, bool)
+            or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version()):
         raise ArgumentError(f"opset must be an int from {MIN_OPSET} to {onnx.defs.onnx_opset_version()} (the installed "
                             f"onnx's newest), got {opset!r}")
     model = _Export(onnx, graph, opset, custom_domain).run()
@@ -168,7 +169,8 @@ def _same(onnx_name: str, domain: str = "", attrs: tuple = ()) -> Exporter:
     return fn
 
 
-for _n in ("Identity", "Neg", "Exp", "Log", "Sqrt", "Relu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "MatMul", "Sum"):
+for _n in ("Identity", "Neg", "Exp", "Log", "Sqrt", "Relu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "MatMul",
+           "Sum"):
     EXPORTERS[_n] = _same(_n)
 EXPORTERS["LeakyRelu"] = _same("LeakyRelu", attrs=("alpha",))
 for _n in ("ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"):

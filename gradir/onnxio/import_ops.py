@@ -43,8 +43,8 @@ def _only(attrs: dict, allowed: set[str], node: Any) -> None:
 
 
 # -- one to one ------------------------------------------------------------------------------------------
-_SAME = {"Identity": "Identity", "Neg": "Neg", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt", "Relu": "Relu", "Sigmoid": "Sigmoid",
-         "Tanh": "Tanh", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "MatMul": "MatMul"}
+_SAME = {"Identity": "Identity", "Neg": "Neg", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt", "Relu": "Relu",
+         "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "MatMul": "MatMul"}
 
 
 def _same(name: str) -> Handler:

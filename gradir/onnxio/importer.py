@@ -327,7 +327,9 @@ class Importer:
         onnx = self.onnx
         ins = [n for n in node.input if n]
         model = onnx.helper.make_model(
-            onnx.helper.make_graph([node], "fold", [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(self.consts[n].dtype), self.consts[n].shape) for n in ins],
+            onnx.helper.make_graph([node], "fold", [
+                onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(self.consts[n].dtype),
+                                                   self.consts[n].shape) for n in ins],
                                    [onnx.helper.make_tensor_value_info(n, 0, None) for n in node.output if n]),
             opset_imports=[onnx.helper.make_opsetid("", self.opset)])
         try:
@@ -470,5 +472,6 @@ def fuse_erf_gelu(onnx: Any, nodes: list, inits: dict, graph_outputs: set[str], 
         replace[last] = gelu
     if not replace:
         return nodes
-    notes.append(f"fused {len(replace)} erf-written GELU{'s' if len(replace) > 1 else ''} into Gelu, as ONNX Runtime does")
+    notes.append(f"fused {len(replace)} erf-written GELU{'s' if len(replace) > 1 else ''} into Gelu, as ONNX Runtime "
+                 f"does")
     return [replace[k] if k in replace else n for k, n in enumerate(nodes) if k in replace or id(n) not in drop]

@@ -11,10 +11,10 @@ visited in order; an op joins the group of an operand's producer, merging the gr
 operands, unless that would make the group depend on itself through an op outside it (a cycle:
 checked by walking back from the group's outside operands, never past the group's first op).
 Groups made only of such element-function ops stay as they were too (their kernels are
-faster than a loop of calls).  Groups of fewer than two ops, or smaller than ``MIN_ELEMENTS`` elements (where the unfused ops'
-tiny-array paths are as fast and compiling would cost more than it saves), stay as they were;
-groups stop growing at ``MAX_OPS`` ops, which keeps compile time bounded and identical
-stretches of a long graph sharing one compiled loop.
+faster than a loop of calls).  Groups of fewer than two ops, or smaller than ``MIN_ELEMENTS``
+elements (where the unfused ops' tiny-array paths are as fast and compiling would cost more
+than it saves), stay as they were; groups stop growing at ``MAX_OPS`` ops, which keeps compile
+time bounded and identical stretches of a long graph sharing one compiled loop.
 """
 
 from __future__ import annotations

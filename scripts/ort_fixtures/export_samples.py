@@ -49,7 +49,8 @@ def main() -> int:
         done.append(name)
         sources[name] = source
     with open(os.path.join(OUT, "exports.json"), "w", encoding="utf-8") as f:
-        json.dump({"exported": done, "sources": sources, "not exportable without --custom-domain": skipped}, f, indent=1)
+        json.dump({"exported": done, "sources": sources, "not exportable without --custom-domain": skipped}, f,
+                  indent=1)
         f.write("\n")
     print(f"exported {len(done)}; not exportable for ORT: {len(skipped)}")
     for k, v in skipped.items():
