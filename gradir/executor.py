@@ -265,7 +265,6 @@ class Run:
         active = 0
         free = threads  # cores not held by a running step
         running: dict[int, tuple[float, int]] = {}  # non-tiny steps running: start time, cores
-        claimed: set = set()  # the CPUs running steps' threads are pinned to (parallel.pinned)
         error: Optional[BaseException] = None
 
         def take() -> Optional[tuple[int, int]]:  # with cond held: (step, cores) or None
@@ -334,7 +333,7 @@ class Run:
                 try:
                     # a step on cores of its own runs pinned to a CPU no other running step uses
                     with np.errstate(all="ignore"), parallel.cores(max(1, held)), \
-                            (parallel.pinned(claimed) if held and threads > 1 else contextlib.nullcontext()):
+                            (parallel.pinned() if held and threads > 1 else contextlib.nullcontext()):
                         self.run_step(steps[k], dataflow=True, cores=max(1, held))
                 except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
                     with cond:

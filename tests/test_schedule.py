@@ -91,14 +91,14 @@ def test_a_reduction_of_a_large_operand_is_not_tiny():
 
 def test_blocked_matmul_partition_is_a_power_of_two_of_aligned_blocks():
     axis, n = blocked.partition((6400, 256), (256, 512))
-    assert axis == "rows" and n == blocked.MACHINE_BLOCKS  # as many blocks as the machine's cores
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert blocked.MACHINE_BLOCKS == min(blocked.MAX_BLOCKS, 1 << (cores.bit_length() - 1))
+    assert axis == "rows" and n == blocked.MAX_BLOCKS
     assert blocked.partition((256, 6400), (6400, 512)) == ("cols", 2)
-    # wide and short: column blocks (each repacks the small A, not the large B)
-    if blocked.MACHINE_BLOCKS >= 2:
-        assert blocked.partition((512, 1024), (1024, 4096))[0] == "cols"
-        assert blocked.partition((512, 4096), (4096, 1024))[0] == "rows"
+    # blocks of at least 512 rows / 2048 columns where the shapes allow 2 (each block repacks
+    # the operand the blocks share), and wide short products in column blocks
+    assert blocked.partition((1024, 512), (512, 1024)) == ("rows", 2)
+    assert blocked.partition((512, 1024), (1024, 4096)) == ("cols", 2)
+    assert blocked.partition((512, 4096), (4096, 1024)) == ("rows", 2)
+    assert blocked.partition((4096, 512), (512, 1024)) == ("rows", 8)
     assert blocked.partition((64, 64), (64, 64)) == ("", 1)
     edges = blocked._bounds(1000, 4, 16)
     assert edges[0] == 0 and edges[-1] == 1000 and all(e % 16 == 0 for e in edges[:-1])
@@ -373,13 +373,14 @@ def test_small_products_have_the_same_bits_with_blas_on_any_thread_count():
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2
                     or parallel.current_cpu() < 0, reason="needs 2 CPUs and affinity calls (Linux)")
 def test_threads_of_a_parallel_section_are_pinned_to_different_cpus_and_unpinned_after():
-    claimed: set = set()
     seen = {}
     barrier = threading.Barrier(2)
 
     def thread(name: str) -> None:
         mask = os.sched_getaffinity(0)
-        with parallel.pinned(claimed) as cpu:
+        with parallel.pinned() as cpu:
+            with parallel.pinned() as inner:  # nested: stays where it is
+                seen[name + " inner"] = inner
             barrier.wait()  # both pinned at once
             seen[name] = (cpu, os.sched_getaffinity(0), parallel.current_cpu())
             barrier.wait()
@@ -392,8 +393,39 @@ def test_threads_of_a_parallel_section_are_pinned_to_different_cpus_and_unpinned
         t.join()
     (ca, ma, ra), (cb, mb, rb) = seen["a"], seen["b"]
     assert ca != cb and ma == {ca} and mb == {cb} and ra == ca and rb == cb
+    assert seen["a inner"] == ca and seen["b inner"] == cb
     assert seen["a after"][0] == seen["a after"][1] and seen["b after"][0] == seen["b after"][1]
-    assert claimed == set()  # the claims are given back
+    from gradir.kernels import cpus
+    assert cpus._claims == {}  # the claims are given back
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) != 2
+                    or parallel.current_cpu() < 0, reason="needs exactly 2 CPUs and affinity calls (Linux)")
+def test_a_thread_finding_every_cpu_held_is_not_pinned_and_takes_no_claim():
+    from gradir.kernels import cpus
+    got = []
+    hold, go = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with parallel.pinned():
+            hold.set()
+            go.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    hold.wait(10)
+    with parallel.pinned():  # this thread takes the other CPU
+        before = dict(cpus._claims)
+        def third_thread() -> None:
+            parallel.unpinned_thread()  # a new thread inherits this pinned one's mask
+            got.append((parallel.pinned().__enter__(), os.sched_getaffinity(0)))
+        third = threading.Thread(target=third_thread)
+        third.start()
+        third.join()
+        assert dict(cpus._claims) == before and len(got[0][1]) == 2  # not pinned, nothing claimed
+    go.set()
+    t.join()
+    assert cpus._claims == {}
 
 
 def test_parallel_sections_give_the_same_bits_and_leave_no_thread_pinned():
@@ -412,7 +444,7 @@ def test_parallel_sections_give_the_same_bits_and_leave_no_thread_pinned():
                     reason="needs 2 CPUs and affinity calls (Linux)")
 def test_a_pool_thread_started_by_a_pinned_thread_may_use_every_cpu():
     from concurrent.futures import ThreadPoolExecutor
-    with parallel.pinned(set()):
+    with parallel.pinned():
         assert len(os.sched_getaffinity(0)) == 1
         with ThreadPoolExecutor(1, initializer=parallel.unpinned_thread) as pool:
             assert pool.submit(os.sched_getaffinity, 0).result() == set(parallel.ALLOWED_CPUS)
@@ -424,7 +456,7 @@ def test_pinning_can_be_turned_off_from_the_environment():
     import subprocess
     import sys
     code = ("import os; from gradir.kernels import cpus, parallel; m = os.sched_getaffinity(0)\n"
-            "with parallel.pinned(set()): print(os.sched_getaffinity(0) == m, cpus.PIN)")
+            "with parallel.pinned(): print(os.sched_getaffinity(0) == m, cpus.PIN)")
     if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs and affinity calls (Linux)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRADIR_PIN_THREADS": "0"},

@@ -25,7 +25,6 @@ of near-equal blocks (2 or 4 threads then share them evenly), each at least
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional
 
 import numpy as np
@@ -45,22 +44,21 @@ _ALIGN = 16  # block edges at multiples of this many rows (whole register tiles)
 SINGLE_THREADED_MNK = 65536 * 4
 
 
-def _machine_blocks() -> int:
-    """The most blocks a product is cut into: the machine's cores (a power of two, at most
-    ``MAX_BLOCKS``), never the run's threads, so the bits do not depend on those.  Each block's
-    BLAS call packs the shared operand again, so more blocks than cores cost time: on these 2
-    cores, the MLP's 512x1024 by 1024x4096 ran at 179-181 GFLOP/s in 2 row blocks, 159-163 in 4
-    and 136-138 in 8 (interleaved runs)."""
-    from .cpus import ALLOWED_CPUS
-    cores = len(ALLOWED_CPUS) or os.cpu_count() or 1
-    return min(MAX_BLOCKS, 1 << (max(1, cores).bit_length() - 1))
+# Preferred least block sizes.  Each block's BLAS call packs all of the operand the blocks share
+# again (row blocks: B; column blocks: A), so small blocks cost time: on these 2 cores the MLP's
+# 512x1024 by 1024x4096 ran at 179-181 GFLOP/s in 2 row blocks, 159-163 in 4 and 136-138 in 8,
+# and 1024x512 by 512x4096 at 183-185 in 2 against 175-176 in 4 (interleaved runs).  A product
+# still gets 2 blocks where the old least size (MIN_BLOCK_ROWS) allows them, so that it uses two
+# cores.  Counts follow the shapes only, never the machine: the bits of a product are the same
+# on every machine with the same BLAS, whatever its cores (float64 BLAS blocks differ in the last
+# bit with the split).
+PREFERRED_BLOCK_ROWS = 512
+PREFERRED_BLOCK_COLS = 2048
 
 
-MACHINE_BLOCKS = _machine_blocks()
-
-
-def _pow2_blocks(extent: int, flops: float) -> int:
-    n = min(MACHINE_BLOCKS, extent // MIN_BLOCK_ROWS, int(flops // MIN_BLOCK_FLOPS))
+def _pow2_blocks(extent: int, flops: float, preferred: int = MIN_BLOCK_ROWS) -> int:
+    most = min(MAX_BLOCKS, extent // MIN_BLOCK_ROWS, int(flops // MIN_BLOCK_FLOPS))
+    n = max(min(2, most), min(most, extent // preferred))
     return 1 << (n.bit_length() - 1) if n >= 2 else 1
 
 
@@ -90,7 +88,8 @@ def partition(a_shape: tuple, b_shape: tuple) -> tuple[str, int]:
     flops = 2.0 * math.prod(batch) * M * K * N
     if len(b) == 2 or math.prod(b[:-2]) == 1:
         rows = math.prod(a[:-1])
-        n_rows, n_cols = _pow2_blocks(rows, flops), _pow2_blocks(N, flops)
+        n_rows = _pow2_blocks(rows, flops, PREFERRED_BLOCK_ROWS)
+        n_cols = _pow2_blocks(N, flops, PREFERRED_BLOCK_COLS)
         # Row blocks each pack all of B (K·N) again, column blocks all of A (rows·K): a wide,
         # short product goes in column blocks (512x1024 by 1024x4096: 184-185 against 179-181
         # GFLOP/s; 512x4096 by 4096x1024 stays faster in rows, 181-182 against 175)

@@ -37,10 +37,11 @@ def current_cpu() -> int:
 
 
 class pinned:
-    """``with pinned(claimed) as cpu:`` this thread runs on one CPU for the block: the one it is
-    on, unless another thread of the same parallel section claimed that one already (``claimed``,
-    a set shared by the section's threads), then one nobody claimed.  The CPU is added to
-    ``claimed`` and taken out again at the end, and the thread's own CPU mask is given back.
+    """``with pinned() as cpu:`` this thread runs on one CPU for the block: the one it is on, unless
+    another pinned thread of gradir holds that one, then a CPU of its mask that none holds; when
+    every CPU of its mask is held, it is not pinned.  At the end the claim is given back and the
+    thread's CPU mask restored.  Nested, it is a no-op (the thread stays where the outer block
+    put it).
 
     Why: Linux places a woken thread on the CPU of the thread that woke it when it sees no idle
     CPU at that instant, and on these VMs also when the other CPU has gone idle (a halted vCPU
@@ -49,60 +50,79 @@ class pinned:
     balancing moves one 10-15 ms later: in ``perf sched``, a 2-core product took 16-19 ms
     instead of 12, and an element-wise chain after 50 ms idle ran at one thread's speed.
     Pinned threads can only be woken where they are pinned.  Where the affinity calls are
-    missing or refused, or the thread may use one CPU only, nothing changes."""
+    missing or refused, with ``GRADIR_PIN_THREADS=0``, or where the thread may use one CPU
+    only, nothing is pinned."""
 
-    def __init__(self, claimed: set) -> None:
-        self.claimed = claimed
+    def __init__(self) -> None:
         self.mask: set | None = None
         self.cpu = -1
+        self.outer = False
 
     def __enter__(self) -> int:
         cpu = current_cpu()
         if cpu < 0 or not PIN:
             return cpu
+        if getattr(_local, "pinned", -1) >= 0:  # nested: already pinned by an outer block
+            return _local.pinned
         try:
             mask = os.sched_getaffinity(0)
         except (OSError, AttributeError):
             return cpu
+        if len(mask) < 2:
+            return cpu
         with _pin_lock:
-            if cpu in self.claimed or cpu not in mask:
-                free = sorted(mask - self.claimed)
-                if free:
-                    cpu = free[0]
-            self.claimed.add(cpu)
+            if _claims.get(cpu, 0) or cpu not in mask:
+                free = sorted(c for c in mask if not _claims.get(c, 0))
+                if not free:
+                    return cpu  # every CPU held: share, unpinned, as without pinning
+                cpu = free[0]
+            _claims[cpu] = _claims.get(cpu, 0) + 1
             self.cpu = cpu
-        if len(mask) > 1:
-            try:
-                os.sched_setaffinity(0, {cpu})
-                self.mask = mask
-            except OSError:
-                pass
+        global _base_mask
+        _base_mask = frozenset(mask)  # what an unpinned thread of ours may use now
+        try:
+            os.sched_setaffinity(0, {cpu})
+            self.mask = mask
+        except OSError:
+            pass
+        _local.pinned = cpu
+        self.outer = True
         return cpu
 
     def __exit__(self, *exc: object) -> None:
+        if not self.outer:
+            return
+        _local.pinned = -1
         if self.mask is not None:
             try:
                 os.sched_setaffinity(0, self.mask)
             except OSError:
                 pass
         with _pin_lock:
-            self.claimed.discard(self.cpu)
+            n = _claims.get(self.cpu, 0) - 1
+            if n > 0:
+                _claims[self.cpu] = n
+            else:
+                _claims.pop(self.cpu, None)
 
 
 _pin_lock = threading.Lock()
+_claims: dict[int, int] = {}  # CPU -> how many pinned threads of gradir hold it now
+_local = threading.local()  # ``pinned``: the CPU this thread is pinned to (-1: none)
 try:  # the CPUs this process may use, read before any thread of ours was pinned
     ALLOWED_CPUS: frozenset = frozenset(os.sched_getaffinity(0))
 except (OSError, AttributeError):
     ALLOWED_CPUS = frozenset()
+_base_mask = ALLOWED_CPUS  # the mask of the last thread that was pinned, before it was
 
 
 def unpinned_thread() -> None:
     """The initializer of gradir's thread pools: a new thread inherits the CPU mask of the thread
-    that started it, which may be pinned (``pinned``) at that moment; a pool thread may use every
-    CPU the process may."""
-    if len(ALLOWED_CPUS) > 1:
+    that started it, which may be pinned (``pinned``) at that moment; a pool thread gets the mask
+    that thread had before it was pinned (``ALLOWED_CPUS`` before any was)."""
+    if len(_base_mask) > 1:
         try:
-            os.sched_setaffinity(0, ALLOWED_CPUS)
+            os.sched_setaffinity(0, _base_mask)
         except OSError:
             pass
 

@@ -301,17 +301,16 @@ def run_two(first: Callable[[threading.Event], None], second: Callable[[threadin
         second(stop)
         return
     err = np.geterr()
-    claimed: set = set()  # the CPUs this section's threads are pinned to
 
     def body() -> None:
-        with pinned(claimed), np.errstate(**err):
+        with pinned(), np.errstate(**err):
             try:
                 second(stop)
             except BaseException:
                 stop.set()
                 raise
 
-    with pinned(claimed) as here:
+    with pinned() as here:
         future = _get_pool().submit(body)
         _let_helpers_start(here)
         try:
@@ -343,13 +342,12 @@ def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], No
     pool = _get_pool()
     err = np.geterr()  # NumPy's error state is per thread: the chunks follow the caller's
 
-    claimed: set = set()  # the CPUs this section's threads are pinned to
 
     def chunk(lo: int, hi: int) -> None:
-        with pinned(claimed), np.errstate(**err):
+        with pinned(), np.errstate(**err):
             body(lo, hi)
 
-    with pinned(claimed) as here:
+    with pinned() as here:
         futures = [pool.submit(chunk, bounds[k], bounds[k + 1]) for k in range(1, n)]
         _let_helpers_start(here)
         body(bounds[0], bounds[1])
@@ -371,7 +369,6 @@ def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
     counter = itertools.count()  # next() on it is atomic under the GIL
     stop = threading.Event()
     err = np.geterr()
-    claimed: set = set()  # the CPUs this section's threads are pinned to
 
     def drain() -> None:
         while not stop.is_set():
@@ -385,10 +382,10 @@ def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
                 raise
 
     def helper() -> None:
-        with pinned(claimed), np.errstate(**err):
+        with pinned(), np.errstate(**err):
             drain()
 
-    with pinned(claimed) as here:
+    with pinned() as here:
         futures = [_get_pool().submit(helper) for _ in range(threads - 1)]
         _let_helpers_start(here)
         try:

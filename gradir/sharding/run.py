@@ -286,6 +286,7 @@ class Sharded:
             parts = [dict(inputs or {})] * shards
         if progress is None:
             progress = sys.stderr.isatty()
+        self.last_retried = []
         with open_scheduler(client) as c:
             if c == "inline":
                 results = self._inline(parts, paths, threads, progress, jitter)
@@ -326,6 +327,8 @@ class Sharded:
         per worker in turn, so that each task runs where its inputs are; when a worker dies with a
         shard's inputs, gradir scatters that shard again and resubmits it (up to ``retries`` times).
         A task whose worker dies mid-run is rerun elsewhere by Dask itself."""
+        from concurrent.futures import CancelledError
+
         from distributed import as_completed
         if paths is None:  # fail here, located, rather than on a worker
             exe = self.compiled(threads)
@@ -350,7 +353,6 @@ class Sharded:
                                   key=f"gradir-shard-{k}-{token}-{attempts[k]}")] = k
             return out
 
-        self.last_retried = []
         futures = submit(range(len(parts)))
         results: list[Optional[ShardResult]] = [None] * len(parts)
         t0 = time.perf_counter()
@@ -364,7 +366,12 @@ class Sharded:
                 except GradirError:
                     raise
                 except Exception as e:  # the engine's own failures (KilledWorker, lost inputs, ...)
-                    if paths is None and attempts[k] < retries:
+                    # Only inputs lost with their worker (the task cancelled: "already forgotten";
+                    # or the connection to it closed) are shipped again; a task that failed by
+                    # itself, or that Dask suspects of killing workers (KilledWorker), was retried
+                    # by Dask already and fails the run.
+                    lost = isinstance(e, (CancelledError, OSError))
+                    if paths is None and lost and attempts[k] < retries:
                         attempts[k] += 1
                         self.last_retried.append(k)
                         if progress:
