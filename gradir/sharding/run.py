@@ -106,7 +106,13 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
             # holding the GIL: a shard of the LSTM LM computed in 617 instead of 638 ms.
             env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
             env.update(MALLOC_ENV)
-            with dask.config.set({"distributed.worker.profile.enabled": False,
+            # and with the workers' periodic monitors slowed down (system monitor 500 ms -> 5 s,
+            # memory monitor 100 ms -> 1 s, event-loop tick 20 ms -> 500 ms): on their worker
+            # they run beside the shard, and the slower of two shards had computed 567-645 ms
+            # against 552-591 with them slowed (five runs each)
+            quiet = {"distributed.admin.system-monitor.interval": "5s",
+                     "distributed.worker.memory.monitor-interval": "1s", "distributed.admin.tick.interval": "500ms"}
+            with dask.config.set({"distributed.worker.profile.enabled": False, **quiet,
                                   "distributed.nanny.pre-spawn-environ": env}):
                 cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.ERROR)
@@ -385,6 +391,10 @@ class Sharded:
                 done += 1
                 if progress:
                     _progress(done, len(parts), time.perf_counter() - t0, f"shard {k}")
+                if done == len(parts):
+                    # not waiting for as_completed to find out it is empty: its bookkeeping runs
+                    # on Dask's event loop, and the last round took 10-35 ms after the last result
+                    break
         finally:
             for f in list(futures) + held:
                 f.release()
