@@ -433,8 +433,10 @@ def test_parallel_sections_give_the_same_bits_and_leave_no_thread_pinned():
     w = np.random.default_rng(1).standard_normal((512, 512)).astype(np.float32)
     mask = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     with parallel.cores(2):
-        a = blocked.matmul(x, w)
-    b = blocked.matmul(x, w)  # outside: the process default
+        a = blocked.matmul(x, w)  # two blocks on two pinned threads
+    with parallel.cores(1):
+        b = blocked.matmul(x, w)  # the same blocks, one after the other
+    assert blocked.partition(x.shape, w.shape)[1] >= 2
     assert np.array_equal(a, b)
     if mask is not None:
         assert os.sched_getaffinity(0) == mask
@@ -452,13 +454,13 @@ def test_a_pool_thread_started_by_a_pinned_thread_may_use_every_cpu():
             assert len(pool.submit(os.sched_getaffinity, 0).result()) == 1
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs 2 CPUs and affinity calls (Linux)")
 def test_pinning_can_be_turned_off_from_the_environment():
     import subprocess
     import sys
     code = ("import os; from gradir.kernels import cpus, parallel; m = os.sched_getaffinity(0)\n"
             "with parallel.pinned(): print(os.sched_getaffinity(0) == m, cpus.PIN)")
-    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs 2 CPUs and affinity calls (Linux)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRADIR_PIN_THREADS": "0"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "False"]

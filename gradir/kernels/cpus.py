@@ -127,10 +127,10 @@ def unpinned_thread() -> None:
             pass
 
 
-def let_helpers_start(here: int) -> None:
+def let_helpers_start() -> None:
     """Right after waking helpers: give up this CPU for a moment, so that a helper Linux queued on
     it (see ``pinned``) runs now and pins itself to another CPU, rather than waiting behind this
     thread for the next scheduler tick (up to 4 ms; seen as 1.8 ms in ``perf sched``).  Where no
     helper is queued here, the call returns at once."""
-    if here >= 0:
+    if hasattr(os, "sched_yield"):
         os.sched_yield()

@@ -310,9 +310,9 @@ def run_two(first: Callable[[threading.Event], None], second: Callable[[threadin
                 stop.set()
                 raise
 
-    with pinned() as here:
+    with pinned():
         future = _get_pool().submit(body)
-        _let_helpers_start(here)
+        _let_helpers_start()
         try:
             first(stop)
         except BaseException:
@@ -342,14 +342,13 @@ def parallel_rows(n_rows: int, bytes_per_row: int, body: Callable[[int, int], No
     pool = _get_pool()
     err = np.geterr()  # NumPy's error state is per thread: the chunks follow the caller's
 
-
     def chunk(lo: int, hi: int) -> None:
         with pinned(), np.errstate(**err):
             body(lo, hi)
 
-    with pinned() as here:
+    with pinned():
         futures = [pool.submit(chunk, bounds[k], bounds[k + 1]) for k in range(1, n)]
-        _let_helpers_start(here)
+        _let_helpers_start()
         body(bounds[0], bounds[1])
         for f in futures:
             f.result()
@@ -385,9 +384,9 @@ def run_blocks(n_blocks: int, body: Callable[[int], None]) -> None:
         with pinned(), np.errstate(**err):
             drain()
 
-    with pinned() as here:
+    with pinned():
         futures = [_get_pool().submit(helper) for _ in range(threads - 1)]
-        _let_helpers_start(here)
+        _let_helpers_start()
         try:
             drain()
         except BaseException:

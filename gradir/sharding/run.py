@@ -350,12 +350,12 @@ class Sharded:
                     warnings.filterwarnings("ignore", message=".*Large object.*")
                     args = client.scatter([parts[k] for k in ks], hash=False)
                 held.extend(args)
-            else:
-                args = [{}] * len(ks)
+            else:  # the replicated inputs only: each task loads its own file
+                args = [parts[k] for k in ks]
             out = {}
             for k, arg in zip(ks, args):
-                out[client.submit(run_shard, self.text, self.key, k, arg if paths is None else parts[k],
-                                  paths[k] if paths else None, threads, jitter, pure=False, retries=retries,
+                out[client.submit(run_shard, self.text, self.key, k, arg, paths[k] if paths else None, threads,
+                                  jitter, pure=False, retries=retries,
                                   key=f"gradir-shard-{k}-{token}-{attempts[k]}")] = k
             return out
 
