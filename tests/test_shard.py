@@ -373,6 +373,8 @@ def test_cli_shard_files(tmp_path, capsys):
     assert main(["run", f, "--shard", "t0:0,t11:0", "--shards", "3", "--inputs", str(tmp_path / "all.npz"),
                  "-o", b]) == 0
     assert "(3 shards, inline)" in capsys.readouterr().out
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--shard-files", str(tmp_path / "none-*.npz")]) == 1
+    assert capsys.readouterr().err.startswith("gradir: error: no shard files match")  # before any demo input
     with np.load(a) as x, np.load(b) as y:
         assert all(np.array_equal(x[k], y[k]) for k in x.files) and len(x.files) == 5
 

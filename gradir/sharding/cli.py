@@ -95,6 +95,9 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
     if args.scheduler and args.scheduler.startswith("tcp://"):
         from .run import probe
         probe(args.scheduler)  # nothing listening there: say so before any input is read or generated
+    if args.shard_files:
+        from .run import shard_file_paths
+        shard_file_paths(args.shard_files)  # no file matches: said before any input is generated
     for opt, bad in (("--trace", args.trace), ("--check-numerics", args.check_numerics),
                      ("--backend reference", args.backend != "cpu")):
         if bad:

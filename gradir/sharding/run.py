@@ -26,7 +26,7 @@ from .placement import Placement, resolve_batch
 from .shardgraph import build_shard_graph
 from .worker import ShardResult, digest, run_compiled, run_shard
 
-__all__ = ["shard", "Sharded", "open_scheduler", "tree_sum", "DASK_HINT", "DEFAULT_SHARDS"]
+__all__ = ["shard", "Sharded", "open_scheduler", "shard_file_paths", "tree_sum", "DASK_HINT", "DEFAULT_SHARDS"]
 
 DEFAULT_SHARDS = 2
 DASK_HINT = 'Dask is not installed: pip install "gradir[dask]" (or run the shards with --scheduler inline)'
@@ -134,6 +134,16 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
         raise ShardError(_setup(f"cannot reach the Dask scheduler {spec!r}: {e}")) from None
     with client:
         yield client
+
+
+def shard_file_paths(files: Union[str, Sequence[str]]) -> list[str]:
+    """The shard files of a glob (sorted; ``ShardError`` when none match) or of a list."""
+    if isinstance(files, str):
+        paths = sorted(globlib.glob(files))
+        if not paths:
+            raise ShardError(_setup(f"no shard files match {files!r}"))
+        return paths
+    return [str(f) for f in files]
 
 
 def _setup(message: str) -> Diagnostic:
@@ -306,14 +316,7 @@ class Sharded:
         return out
 
     def _paths(self, files: Union[str, Sequence[str], None]) -> Optional[list[str]]:
-        if files is None:
-            return None
-        if isinstance(files, str):
-            paths = sorted(globlib.glob(files))
-            if not paths:
-                raise ShardError(f"no shard files match {files!r}")
-            return paths
-        return [str(f) for f in files]
+        return None if files is None else shard_file_paths(files)
 
     def _inline(self, parts: list[dict], paths: Optional[list[str]], threads: Optional[int], progress: bool,
                 jitter: float) -> list[ShardResult]:
