@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import math
 import statistics
 import sys
 import time
-import warnings
-import zipfile
-from typing import TYPE_CHECKING, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from .arrayfiles import load_array_file, read_npz
 from .errors import Diagnostic, InputError
 from .graph import Graph
 from .sharding.cli import add_plan_arguments, add_run_arguments, check_run_arguments, print_placements, sharded_runs
@@ -73,49 +71,6 @@ def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-# Reading a malformed .npy/.npz can raise almost anything from NumPy's header parser and zipfile
-# (ValueError, NotImplementedError for a zip format version or compression method, RuntimeError for
-# an encrypted member, TypeError for a shape of booleans, tokenize.TokenError for a garbled header,
-# ...): every one of them means the file is not a valid array file.  MemoryError is handled apart.
-_BAD_FILE = Exception
-
-
-def _bad_file_message(e: BaseException) -> str:
-    msg = str(e).split("\n")[0][:300]
-    if "Object arrays" in msg or "allow_pickle" in msg:
-        return "it holds Python objects, which would need unpickling; gradir never loads pickles"
-    return f"{type(e).__name__}: {msg}" if type(e) not in (ValueError, OSError) else msg
-
-
-def _too_big(what: str, path: str, header: Optional[tuple]) -> InputError:
-    from .fileio import human_bytes
-    if header is not None:
-        shape, dtype = header
-        n = int(np.prod(shape, dtype=object)) * dtype.itemsize
-        try:
-            name = DType.from_numpy(dtype).value
-        except ValueError:
-            name = str(dtype)
-        size = f" ({name} {list(shape)}, {human_bytes(n)})"
-        if what.startswith("--input "):
-            size = ":" + size
-    else:
-        size = ""
-    return InputError(Diagnostic(f"{what}{size or ': the array'} does not fit in memory", filename=path))
-
-
-def _npy_header(f) -> Optional[tuple]:
-    """(shape, dtype) from an .npy stream's header, or None if it cannot be read."""
-    try:
-        fmt = np.lib.format
-        version = fmt.read_magic(f)
-        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, _, dtype = read(f, max_header_size=1 << 20)
-        return tuple(shape), dtype
-    except Exception:  # only for a message: an unreadable header just gives no size
-        return None
-
-
 def complete_inputs(graph: Graph, given: Mapping[str, np.ndarray],
                     seed: int) -> tuple[dict[str, np.ndarray], list[str]]:
     """``given`` plus, for each graph input it lacks, the value ``demo_inputs(graph, seed)`` draws for it (so
@@ -143,65 +98,6 @@ def check_generated(exe: "Executable", inputs: Mapping[str, np.ndarray], generat
         raise
 
 
-@contextlib.contextmanager
-def _quiet_numpy() -> Iterator[None]:
-    """NumPy warns (a UserWarning showing its own source line) when an .npy header is in Python 2's
-    form; the file loads all the same, and the user should not see NumPy's internals."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        yield
-
-
-def _load_array_file(path: str, what: str) -> object:
-    try:
-        with _quiet_numpy():
-            return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(Diagnostic(f"{what}: no such file", filename=path)) from None
-    except IsADirectoryError:
-        raise InputError(Diagnostic(f"{what}: is a directory", filename=path)) from None
-    except MemoryError:
-        with open(path, "rb") as f:
-            header = _npy_header(f)
-        raise _too_big(what, path, header) from None
-    except _BAD_FILE as e:
-        msg = _bad_file_message(e)
-        if "allow_pickle" in str(e) and "Object arrays" not in str(e):
-            msg = "it is neither .npy nor .npz (NumPy would try to unpickle it; gradir never loads pickles)"
-        raise InputError(Diagnostic(f"{what}: not a valid NumPy file: {msg}", filename=path)) from None
-
-
-def read_npz(path: str, what: str, npy_hint: str = "") -> dict[str, np.ndarray]:
-    """The named arrays of an .npz archive, read with pickles disabled; a bad file is an ``InputError``
-    naming ``what`` (the option it came from) and the file; ``npy_hint`` is added when it is a .npy."""
-    data = _load_array_file(path, what)
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise InputError(Diagnostic(f"{what}: expected an .npz archive of named arrays, got a single "
-                                    f".npy array{npy_hint}", filename=path))
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with data, _quiet_numpy():
-            for k in data.files:
-                arrays[k] = data[k]
-                if not isinstance(arrays[k], np.ndarray):  # NumPy hands back a member without the .npy magic
-                    raise InputError(Diagnostic(f"{what}: member '{k}' is not a NumPy array (no .npy header)",
-                                                filename=path))
-    except MemoryError:
-        header = None
-        try:
-            with zipfile.ZipFile(path) as zf, zf.open(k + ".npy") as f:
-                header = _npy_header(f)
-        except Exception:  # only for a message
-            pass
-        raise _too_big(f"{what}: array '{k}'", path, header) from None
-    except InputError:
-        raise
-    except _BAD_FILE as e:
-        raise InputError(Diagnostic(f"{what}: cannot read array '{k}': {_bad_file_message(e)}",
-                                    filename=path)) from None
-    return arrays
-
-
 def load_inputs(npzs: Union[str, Sequence[str], None], pairs: list[str]) -> dict[str, np.ndarray]:
     """The arrays of every ``--inputs`` archive (a key in two of them is an error naming both) and of
     every ``--input NAME=FILE.npy``."""
@@ -222,7 +118,7 @@ def load_inputs(npzs: Union[str, Sequence[str], None], pairs: list[str]) -> dict
         seen.add(name)
         if name in arrays:
             raise InputError(Diagnostic(f"--input {name}: {name} is also in the --inputs archive", filename=path))
-        a = _load_array_file(path, f"--input {name}")
+        a = load_array_file(path, f"--input {name}")
         if isinstance(a, np.lib.npyio.NpzFile):
             a.close()
             raise InputError(Diagnostic(f"--input {name}: expected a .npy array, got an .npz archive",
@@ -246,7 +142,7 @@ def save_outputs(path: str, outputs: dict[str, np.ndarray], what: str = "outputs
 def _stats_table(outputs: dict[str, np.ndarray]) -> str:
     rows = [("output", "dtype", "shape", "min", "max", "mean", "L2 norm")]
     for name, a in outputs.items():
-        from .types import DType, format_shape
+        from .types import format_shape
         try:
             dt = DType.from_numpy(a.dtype).value
         except ValueError:

@@ -357,6 +357,11 @@ def test_one_npz_per_shard_each_task_loads_its_own(client, lstm, tmp_path):
     np.savez(tmp_path / "part-99.npz", t0=parts[0]["t0"])
     with pytest.raises(gradir.InputError, match="missing input t4"):
         s.run(replicated, client=client, files=glob, retries=0)
+    # a file that is not an .npz: an error located at that file, read where the task ran
+    (tmp_path / "part-99.npz").write_bytes(b"garbage")
+    with pytest.raises(gradir.InputError, match="shard file: not a valid NumPy file") as e:
+        s.run(replicated, client=client, files=glob, retries=0)
+    assert str(tmp_path / "part-99.npz") in e.value.render()
 
 
 def test_cli_shard_files(tmp_path, capsys):

@@ -50,13 +50,10 @@ class ShardResult:
 
 
 def load_shard_file(path: str) -> dict[str, np.ndarray]:
-    """A shard's ``.npz`` (pickles disabled), read where the task runs."""
-    from ..errors import ShardError
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
-    except (OSError, ValueError) as e:
-        raise ShardError(f"cannot read shard file {path}: {e}") from None
+    """A shard's ``.npz`` (pickles disabled), read where the task runs; a bad file is an error
+    located at the file, as for ``--inputs``."""
+    from ..arrayfiles import read_npz
+    return read_npz(path, "shard file")
 
 
 def run_shard(text: str, key: str, index: int, inputs: Mapping[str, np.ndarray], path: Optional[str] = None,
