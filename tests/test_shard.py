@@ -185,6 +185,10 @@ def test_bad_batch_arguments_are_errors_that_say_what_the_inputs_are():
         gradir.shard(g, {"t0": 2})
     with pytest.raises(ShardError, match="different sizes"):
         gradir.shard(g, {"t0": 0, "t1": 0})
+    with pytest.raises(ShardError, match="^[^\n]*error: batch: 'x' is not an input"):  # named as the caller gave it
+        gradir.shard(g, {"x": 0})
+    with pytest.raises(ShardError, match="error: --shard: 'x' is not an input"):
+        gradir.shard(g, {"x": 0}, option="--shard")
 
 
 # -- running: inline ---------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
     if graph is not None:
         if args.shard:
             from .run import shard
-            args.sharded = shard(graph, batch_spec(args.shard))
+            args.sharded = shard(graph, batch_spec(args.shard), option="--shard")
         return
     if not args.shard:
         for opt, v in (("--shards", args.shards), ("--scheduler", args.scheduler), ("--shard-files", args.shard_files)):
@@ -143,6 +143,6 @@ def print_placements(args: argparse.Namespace) -> int:
     from ..syntax import load
     from .run import shard
     graph = load(args.file)
-    sharded = shard(graph, batch_spec(args.shard))
+    sharded = shard(graph, batch_spec(args.shard), option="--shard")
     sys.stdout.write(sharded.describe())
     return 0

@@ -89,9 +89,10 @@ class RuleContext:
         return [i for i, p in enumerate(self.placements) if p is not None]
 
 
-def resolve_batch(graph: Graph, batch: Mapping[str, int]) -> dict[str, int]:
+def resolve_batch(graph: Graph, batch: Mapping[str, int], option: str = "batch") -> dict[str, int]:
     """``{input label or tN: axis}`` as ``{input value name: axis >= 0}``; bad names and axes are
-    ``ShardError``s that say what the inputs are."""
+    ``ShardError``s that say what the inputs are, starting with ``option`` (what the user gave:
+    ``batch=`` in Python, ``--shard`` on the command line)."""
     from ..labels import label_text
     if not isinstance(batch, Mapping) or not batch:
         raise ShardError("batch must name at least one input and its batch axis, e.g. {\"x\": 0}")
@@ -105,16 +106,16 @@ def resolve_batch(graph: Graph, batch: Mapping[str, int]) -> dict[str, int]:
     for key, axis in batch.items():
         inp = by_key.get(key) if isinstance(key, str) else None
         if inp is None:
-            raise ShardError(Diagnostic(f"--shard: {key!r} is not an input of the graph (its inputs are {inputs})",
+            raise ShardError(Diagnostic(f"{option}: {key!r} is not an input of the graph (its inputs are {inputs})",
                                         filename=graph.source.filename if graph.source else None))
         if isinstance(axis, bool) or not isinstance(axis, int) or not -inp.type.rank <= axis < inp.type.rank:
-            raise ShardError(Diagnostic(f"--shard: axis {axis!r} of input {key} is out of range for its type "
+            raise ShardError(Diagnostic(f"{option}: axis {axis!r} of input {key} is out of range for its type "
                                         f"{inp.type} (rank {inp.type.rank})", inp.span, graph.source))
         out[inp.name] = axis % inp.type.rank
     sizes = {n: dict((i.name, i.type) for i in graph.inputs)[n].shape[a] for n, a in out.items()}
     known = {n: s for n, s in sizes.items() if s is not None}
     if len(set(known.values())) > 1:
-        raise ShardError(Diagnostic("--shard: the batch axes have different sizes ("
+        raise ShardError(Diagnostic(f"{option}: the batch axes have different sizes ("
                                     + ", ".join(f"{n} axis {out[n]}: {s}" for n, s in known.items()) + ")",
                                     filename=graph.source.filename if graph.source else None))
     return out

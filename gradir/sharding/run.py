@@ -32,10 +32,11 @@ DEFAULT_SHARDS = 2
 DASK_HINT = 'Dask is not installed: pip install "gradir[dask]" (or run the shards with --scheduler inline)'
 
 
-def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]) -> "Sharded":
+def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int], *,
+          option: str = "batch") -> "Sharded":
     """Place every value of ``graph`` (a ``Graph``, IR text or a ``.gir`` path) when the inputs named in
     ``batch`` (by label or ``tN``) are split along the given axes; raises ``ShardError`` (located at
-    the op) if an op refuses."""
+    the op) if an op refuses.  ``option``: how errors in ``batch`` name it (the command line: ``--shard``)."""
     if isinstance(graph, os.PathLike) or (isinstance(graph, str) and "\n" not in graph and (
             os.path.isfile(graph) or graph.strip().endswith(".gir"))):
         from ..syntax import load
@@ -50,7 +51,7 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
                             f"{type(batch).__name__}")
     if not graph.validated:
         graph.validate()
-    axes = resolve_batch(graph, batch)
+    axes = resolve_batch(graph, batch, option)
     place, means = analyze(graph, axes)
     return Sharded(graph, axes, place, build_shard_graph(graph, axes, place, means))
 
