@@ -427,11 +427,13 @@ EXACT_ELEMENTWISE = ["Add", "Sub", "Mul", "Div", "Neg", "Scale", "Identity", "Su
 
 
 @st.composite
-def elementwise_dags(draw, ops=tuple(EXACT_ELEMENTWISE), max_ops: int = 12, dtype=None) -> Graph:
+def elementwise_dags(draw, ops=tuple(EXACT_ELEMENTWISE), max_ops: int = 12, dtype=None, sums: bool = False) -> Graph:
     """A random DAG of element-wise ops over one loop shape: inputs of that shape or of shapes that
     broadcast to it (the binary ops broadcast them), some ops reading several earlier values,
     some values read twice, several outputs.  Some non-element-wise ops (Exp, a MatMul on a
-    square shape) sit between element-wise ones, so a group must avoid cycles through them."""
+    square shape) sit between element-wise ones, so a group must avoid cycles through them.
+    With ``sums``, some ``ReduceSumTo`` ops sum a value over leading axes (a group may end in
+    them) or over other axes (it may not), and a later op may read a sum back (broadcast)."""
     dt = dtype or draw(st.sampled_from(FLOATS))
     full = [draw(st.integers(1, 6)), draw(st.integers(2, 9)), draw(st.integers(2, 9))]
     counter = iter(range(10_000))
@@ -455,10 +457,22 @@ def elementwise_dags(draw, ops=tuple(EXACT_ELEMENTWISE), max_ops: int = 12, dtyp
     def pick() -> str:
         return draw(st.sampled_from(full_values))
 
+    sums_made: list[str] = []
     for _ in range(draw(st.integers(2, max_ops))):
-        name = draw(st.sampled_from(list(ops) + ["Exp", "MatMul"]))
+        name = draw(st.sampled_from(list(ops) + ["Exp", "MatMul"] + ["ReduceSumTo"] * (2 * sums)))
         r = f"t{next(counter)}"
         attrs: dict = {}
+        if name == "ReduceSumTo":
+            kind = draw(st.sampled_from(["lead1", "lead2", "ones", "last"]))
+            like = {"lead1": full[1:], "lead2": full[2:], "ones": [1, 1] + full[2:], "last": full[:2] + [1]}[kind]
+            ops_out.append(OPS[name]([r], [pick(), new_input(like)]))
+            sums_made.append(r)
+            continue
+        if name in ("Add", "Sub", "Mul", "Div") and sums_made and draw(st.integers(0, 3)) == 0:
+            operands = [pick(), draw(st.sampled_from(sums_made))]  # a sum read back, broadcast
+            ops_out.append(OPS[name]([r], operands, attrs))
+            full_values.append(r)
+            continue
         if name in ("Add", "Sub", "Mul", "Div"):
             a, b = pick(), (small() if draw(st.integers(0, 2)) == 0 else pick())
             operands = [b, a] if draw(st.booleans()) and name != "Div" else [a, b]
@@ -479,7 +493,7 @@ def elementwise_dags(draw, ops=tuple(EXACT_ELEMENTWISE), max_ops: int = 12, dtyp
         ops_out.append(OPS[name]([r], operands, attrs))
         full_values.append(r)
     computed = [op.results[0] for op in ops_out]
-    outputs = [v for v in computed if draw(st.integers(0, 3)) == 0] or computed[-1:]
+    outputs = [v for v in computed if draw(st.integers(0, 3)) == 0 or v in sums_made] or computed[-1:]
     if not ops_out:
         ops_out.append(OPS["Neg"]([f"t{next(counter)}"], [full_values[0]]))
         outputs = ops_out[-1].results

@@ -54,6 +54,23 @@ def _inputs(graph, seed: int = 0, special: bool = True) -> dict:
     return out
 
 
+def _bits_for_thread_counts(body, operands: list) -> list:
+    """The bits of the fused kernel's results on 1 to 4 threads; checks they are all the same, and
+    the members' kernels one after another (no compiled loop: the unfused bits) give them too."""
+    results = []
+    saved = parallel.get_threads()
+    try:
+        for n in (1, 2, 3, 4):
+            parallel.set_threads(n)
+            results.append([_bits(a) for a in KERNELS["FusedElementwise"].fn(*operands, body=body)])
+    finally:
+        parallel.set_threads(saved)
+    assert all(r == results[0] for r in results)
+    with jit.disabled():
+        assert [_bits(a) for a in KERNELS["FusedElementwise"].fn(*operands, body=body)] == results[0]
+    return results[0]
+
+
 @pytest.fixture
 def small_groups(monkeypatch):
     """Fuse groups of any size (the tests use small arrays)."""
@@ -241,17 +258,7 @@ def test_bits_do_not_depend_on_the_thread_count(dtype, monkeypatch):
     assert len(_fused_steps(exe)) == 1
     x = _inputs(exe.graph, seed=5, special=False)
     body = _fused_steps(exe)[0].op.body
-    results = []
-    saved = parallel.get_threads()
-    try:
-        for n in (1, 2, 3, 4):
-            parallel.set_threads(n)
-            results.append([_bits(a) for a in KERNELS["FusedElementwise"].fn(x["t0"], x["t1"], x["t2"], body=body)])
-    finally:
-        parallel.set_threads(saved)
-    assert all(r == results[0] for r in results)
-    with jit.disabled():  # the members' kernels one after another: the unfused bits
-        assert [_bits(a) for a in KERNELS["FusedElementwise"].fn(x["t0"], x["t1"], x["t2"], body=body)] == results[0]
+    _bits_for_thread_counts(body, [x["t0"], x["t1"], x["t2"]])
     for path in ("compiled", "numpy"):  # results never share memory with an operand (the pool recycles those)
         with jit.disabled() if path == "numpy" else contextlib.nullcontext():
             res = KERNELS["FusedElementwise"].fn(x["t0"], x["t1"], x["t2"], body=body)

@@ -15,16 +15,23 @@ faster than a loop of calls).  Groups of fewer than two ops, or smaller than ``M
 elements (where the unfused ops' tiny-array paths are as fast and compiling would cost more
 than it saves), stay as they were; groups stop growing at ``MAX_OPS`` ops, which keeps compile
 time bounded and identical stretches of a long graph sharing one compiled loop.
+
+A ``ReduceSumTo`` over the group's leading axes (a broadcast bias's gradient) joins the group as
+an epilogue (``_sums``): the loop adds the value up as it computes it, in NumPy's order, so the
+sum keeps the unfused bits (docs/performance.md, "Sums as epilogues").
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Optional
 
 from ..ir import Op
+from ..kernels.fused import SUM_MIN_STRIP, sum_layout
 from ..kernels.fused_codegen import TRANSCENDENTAL, formula_of, scalar_function
 from ..ops.fused import FusedElementwiseOp
+from ..ops.shape import ReduceSumToOp
 from ..types import DType
 from . import Program, register_pass
 
@@ -151,16 +158,19 @@ def fuse_elementwise(p: Program) -> str:
         if fusable(op, types):
             t = types[op.results[0]]
             gs.add(k, (t.dtype, tuple(t.shape)))
+    sums = _sums(p, gs)
     groups, small, scalar = [], 0, 0
-    for m in gs.members.values():
-        if len(m) < 2:
+    for g, m in gs.members.items():
+        ends = sums.get(g, [])
+        if len(m) + len(ends) < 2:
             continue
         if types[p.ops[min(m)].results[0]].numel < MIN_ELEMENTS:
             small += 1
-        elif _all_scalar(p, m):
+        elif _all_scalar(p, m):  # sums or not: GeluGrad and its bias sum on 512x4096 took 1.31 ms in one
+            # loop, 1.08 apart (1.14 with 'nsz' in the loop)
             scalar += 1
         else:
-            groups.append(sorted(m))
+            groups.append((sorted(m), ends))
     apart = "; ".join(
         [f"{small} group{'s' if small != 1 else ''} under {MIN_ELEMENTS:,} elements left apart (a loop's start "
          f"costs more than it saves)"] * (small > 0) +
@@ -176,8 +186,9 @@ def fuse_elementwise(p: Program) -> str:
                 readers.setdefault(v, set()).add(k)
     unit_of: dict[int, int] = {}  # op index -> unit (the index of its group's first op, or its own)
     fused: dict[int, Op] = {}
-    for members in groups:
-        ms = set(members)
+    n_ops = n_sums = 0
+    for members, ends in groups:
+        ms = set(members) | set(ends)
         inputs: list[str] = []
         outputs: list[str] = []
         defined = {p.ops[k].results[0] for k in members}
@@ -188,13 +199,73 @@ def fuse_elementwise(p: Program) -> str:
             r = p.ops[k].results[0]
             if r in live or any(j not in ms for j in readers.get(r, ())):
                 outputs.append(r)
-        fused[members[0]] = FusedElementwiseOp.build([p.ops[k] for k in members], inputs, outputs, types)
-        for k in members:
+        outputs += [p.ops[k].results[0] for k in ends]
+        fused[members[0]] = FusedElementwiseOp.build([p.ops[k] for k in members + ends], inputs, outputs, types,
+                                                     loop_type=types[p.ops[members[0]].results[0]])
+        for k in members + ends:
             unit_of[k] = members[0]
+        n_ops += len(members) + len(ends)
+        n_sums += bool(ends)
     p.ops = _order(p, unit_of, fused)
-    n_ops = sum(len(m) for m in groups)
     done = f"fused {n_ops} ops into {len(groups)} loop{'s' if len(groups) != 1 else ''}"
+    if n_sums:
+        done += f" ({n_sums} ending in ReduceSumTo sums, added up in the loop)"
     return done + (f"; {apart}" if apart else "")
+
+
+# A sum over leading axes joins a group only when its columns (the kept elements) make at least
+# two strips of the sum loop (``kernels.fused.SUM_MIN_STRIP``), one per thread: else the loop
+# would run on one thread, where the unfused ops split their work.
+MIN_SUM_COLUMNS = 2 * SUM_MIN_STRIP
+
+
+def _sum_lead(op: Op, types: dict, key: tuple) -> Optional[int]:
+    """How many leading axes ``op`` (a ``ReduceSumTo``) sums its operand over, when that operand
+    has the group's type (``key``) and nothing else is summed; else None."""
+    x, like = op.operands
+    tx = types.get(x) if x is not None else None
+    tl = types.get(like) if like is not None else None
+    ty = types.get(op.results[0])
+    if tx is None or tl is None or ty is None or not tl.is_static or (tx.dtype, tuple(tx.shape)) != key \
+            or ty.dtype != tx.dtype or len(tl.shape) > len(tx.shape):
+        return None
+    shape = tuple(tx.shape)
+    padded = (1,) * (len(shape) - len(tl.shape)) + tuple(tl.shape)
+    lead = 0
+    while lead < len(padded) and padded[lead] == 1:
+        lead += 1
+    if padded[lead:] != shape[lead:] or math.prod(shape[:lead]) < 2 or math.prod(shape[lead:]) < MIN_SUM_COLUMNS:
+        return None
+    return lead
+
+
+def _sums(p: Program, gs: _Groups) -> dict[int, list[int]]:
+    """Group id -> the ``ReduceSumTo`` ops (indices) that end it: each sums a member's value over
+    the group's leading axes (all of a group's sums over the same ones), its operands' layout
+    keeps those axes apart from one innermost axis (``sum_layout``), and taking it into the group
+    closes no cycle through another op."""
+    ends: dict[int, list[int]] = {}
+    lead_of: dict[int, int] = {}
+    for k, op in enumerate(p.ops):
+        if type(op) is not ReduceSumToOp:
+            continue
+        q = gs.producer.get(op.operands[0]) if op.operands[0] is not None else None
+        g = gs.group.get(q) if q is not None else None
+        if g is None:
+            continue
+        lead = _sum_lead(op, p.types, gs.key[g])
+        if lead is None or lead_of.get(g, lead) != lead:
+            continue
+        members = set(gs.members[g])
+        defined = {p.ops[m].results[0] for m in members}
+        outside = {v for m in members for v in p.ops[m].operands if v is not None and v not in defined}
+        if sum_layout(gs.key[g][1], [tuple(p.types[v].shape) for v in outside], lead) is None:
+            continue
+        if not gs.acyclic(members | set(ends.get(g, ())) | {k}, gs.ext[g] | {q}):
+            continue
+        ends.setdefault(g, []).append(k)
+        lead_of[g] = lead
+    return ends
 
 
 def _order(p: Program, unit_of: dict[int, int], fused: dict[int, Op]) -> list[Op]:
