@@ -25,6 +25,7 @@ its callers, so ``gradir.kernels.jit`` stamps every kernel cache with this file'
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -89,6 +90,24 @@ def pack(B: np.ndarray) -> np.ndarray:
     return out
 
 
+def vectors(builder: Any, f32: bool) -> tuple[ir.VectorType, int, int, Any]:
+    """The micro-kernels' vector type (two per panel row), its width, the element alignment
+    (rows and panels need not be 32-byte aligned) and the vector multiply-add: ``fmuladd``,
+    one rounding (an FMA instruction) where the CPU has FMA, which is where FAST_LARGE lets
+    large products come here; elsewhere a multiply and an add rather than ``llvm.fma``'s libm
+    call per element."""
+    vw = 8 if f32 else 4
+    vec = ir.VectorType(ir.FloatType() if f32 else ir.DoubleType(), vw)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                         f"llvm.fmuladd.v{vw}f{32 if f32 else 64}")
+    return vec, vw, 4 if f32 else 8, fma
+
+
+def data(context: Any, builder: Any, ty: Any, value: Any) -> Any:
+    """The data pointer of an array argument of an intrinsic."""
+    return cgutils.create_struct_proxy(ty)(context, builder, value=value).data
+
+
 def _make_tile(rows: int):  # type: ignore[no-untyped-def]
     """The micro-kernel for ``rows`` rows: ``C[i0:i0+rows, p·PW : p·PW+ncols] = A[i0:i0+rows]·panel p``,
     where element ``(k, c)`` of panel ``p`` is ``B[p·pstride + k·ldb + c]`` (packed: ``pstride =
@@ -105,21 +124,10 @@ def _make_tile(rows: int):  # type: ignore[no-untyped-def]
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             a_arr, b_arr, c_arr, i0v, pv, kv, ldav, ldcv, ncv, psv, ldbv = args
-            f32 = signature.args[0].dtype == types.float32
-            elt = ir.FloatType() if f32 else ir.DoubleType()
-            vw = 8 if f32 else 4
+            vec, vw, al, fma = vectors(builder, signature.args[0].dtype == types.float32)
             pw = 2 * vw
-            vec = ir.VectorType(elt, vw)
-            al = 4 if f32 else 8  # element alignment: rows and panels need not be 32-byte aligned
             i32, i64 = ir.IntType(32), ir.IntType(64)
-            # fmuladd: one rounding (an FMA instruction) where the CPU has FMA, which is where
-            # FAST_LARGE lets large products come here; elsewhere a multiply and an add rather
-            # than llvm.fma's libm call per element
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                                 f"llvm.fmuladd.v{vw}f{32 if f32 else 64}")
-            a_data = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=a_arr).data
-            b_data = cgutils.create_struct_proxy(signature.args[1])(context, builder, value=b_arr).data
-            c_data = cgutils.create_struct_proxy(signature.args[2])(context, builder, value=c_arr).data
+            a_data, b_data, c_data = (data(context, builder, t, v) for t, v in zip(signature.args, args[:3]))
 
             def c64(v: int) -> ir.Constant:
                 return ir.Constant(i64, v)

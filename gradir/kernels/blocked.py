@@ -25,6 +25,7 @@ of near-equal blocks (2 or 4 threads then share them evenly), each at least
 from __future__ import annotations
 
 import math
+import threading
 from typing import Optional
 
 import numpy as np
@@ -153,7 +154,62 @@ def _packed_kernel(a2: np.ndarray, b2: np.ndarray, o2: np.ndarray):  # type: ign
     return jg if jg is not None and jg.FAST_LARGE else None
 
 
+# Large products whose left operand is a transposed view (a layer's weight gradient ``Xᵀ·dY``)
+# and whose reduction is at most this long go to ``_jit_goto`` (both operands packed) where the
+# packed kernels are used (``_jit_gemm.FAST_LARGE``): on Zen 4, two cores, 4096x512 by 512x1024
+# ran at 211 against 189 GFLOP/s for single-threaded OpenBLAS blocks, 1024x512 by 512x4096 at
+# 208 against 190.  Longer reductions (the LSTM's 6400) were no faster, and products with a
+# row-major A 0.97-1.02x (docs/performance.md).  Its bits depend on the operands only, not on
+# any split, so its blocks follow the threads given (one each), not the shapes.
+GOTO_MAX_K = 512
+GOTO_MIN_MNK = 1 << 24  # ~34 MFLOP: below, a thread's buffers are not worth filling
+_goto_local = threading.local()
+
+
+def _goto_kernel(a2: np.ndarray, b2: np.ndarray, o2: Optional[np.ndarray]):  # type: ignore[no-untyped-def]
+    """The ``_jit_goto`` module when it should compute ``a2 · b2`` into ``o2`` (None: a new
+    array) (see ``GOTO_MAX_K``), else None."""
+    (M, K), N = a2.shape, b2.shape[1]
+    if (K > GOTO_MAX_K or K == 0 or M * K * N < GOTO_MIN_MNK or a2.dtype != b2.dtype
+            or a2.dtype not in (np.float32, np.float64) or a2.strides[0] != a2.itemsize):
+        return None
+    if o2 is not None and (o2.shape != (M, N) or o2.dtype != a2.dtype or o2.strides[1] != o2.itemsize
+                           or not o2.flags.writeable):
+        return None
+    jg = jit.load("gemm")
+    return jit.load("goto") if jg is not None and jg.FAST_LARGE else None
+
+
+def _goto(jo, a2: np.ndarray, b2: np.ndarray, o2: np.ndarray) -> None:  # type: ignore[no-untyped-def]
+    """``o2 = a2 · b2`` by ``_jit_goto``, one block per thread given: columns when B is the
+    larger operand (each block packs all of A again), else rows (each packs all of B)."""
+    M, N = o2.shape
+    n = max(1, parallel.threads_here())
+    cols = N > M
+    edges = _bounds(N if cols else M, min(n, max(1, (N if cols else M) // 64)), 16 if cols else 6)
+    ar, br = jit.readable(a2), jit.readable(b2)
+
+    def block(i: int) -> None:
+        lo, hi = edges[i], edges[i + 1]
+        bufs = getattr(_goto_local, a2.dtype.str, None)
+        if bufs is None:
+            bufs = jo.buffers(a2.dtype)
+            setattr(_goto_local, a2.dtype.str, bufs)
+        if cols:
+            jo.gemm(ar, br[:, lo:hi], o2[:, lo:hi], *bufs)
+        else:
+            jo.gemm(ar[lo:hi], br, o2[lo:hi], *bufs)
+
+    parallel.run_blocks(len(edges) - 1, block)
+
+
 def _matmul(a: np.ndarray, b: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
+    if a.ndim == 2 and b.ndim == 2 and a.strides[0] == a.itemsize and a.shape[1] == b.shape[0]:
+        jo = _goto_kernel(a, b, out)
+        if jo is not None:
+            o = out if out is not None else np.empty((a.shape[0], b.shape[1]), a.dtype)
+            _goto(jo, a, b, o)
+            return o
     axis, n = partition(a.shape, b.shape)
     if axis == "":
         return np.matmul(a, b, out=out)

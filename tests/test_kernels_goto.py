@@ -1,0 +1,101 @@
+"""The GEMM with both operands packed (gradir.kernels._jit_goto) and its use by
+``blocked.matmul`` for products whose left operand is a transposed view."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradir.kernels import blocked, jit, parallel
+from test_kernels_gemm import _bound
+
+jo = jit.load("goto")
+jg = jit.load("gemm")
+
+
+def _operand(rng: np.random.Generator, rows: int, cols: int, dtype: type, transposed: bool) -> np.ndarray:
+    """A ``[rows, cols]`` operand: a transposed view, or rows strided inside a wider parent."""
+    if transposed:
+        return rng.standard_normal((cols, rows)).astype(dtype).T
+    return rng.standard_normal((rows, cols + 3)).astype(dtype)[:, 1: cols + 1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_same_bits_as_the_packed_panel_kernel_on_random_shapes(dtype: type) -> None:
+    """Every layout of A and B, edge tiles in both directions, several blocks along M (MC), K (KC)
+    and N (NC): each element is the same chain of FMAs in k order from zero as ``_jit_gemm``'s
+    (A there made row-major first), so the bits are identical, and within the float64 bound."""
+    rng = np.random.default_rng(0)
+    buffers = jo.buffers(dtype)
+    sizes = [(1, 1, 1), (7, 5, 17), (97, 513, 33), (200, 1030, 70), (13, 40, jo.NC + 40), (jo.MC * 2 + 5, 3, 16)]
+    sizes += [(int(rng.integers(1, 130)), int(rng.integers(1, 1100)), int(rng.integers(1, 90))) for _ in range(12)]
+    for k, (M, K, N) in enumerate(sizes):
+        A = _operand(rng, M, K, dtype, transposed=k % 2 == 0)
+        B = _operand(rng, K, N, dtype, transposed=k % 3 == 0)
+        Cp = np.full((M, N + 4), 7, dtype)
+        C = Cp[:, 2: N + 2]
+        jo.gemm(A, B, C, *buffers)
+        want = np.empty((M, N), dtype)
+        jg.gemm(np.ascontiguousarray(A), jg.pack(B), want)
+        assert np.array_equal(C, want), (M, K, N)
+        assert np.all(np.abs(C - A.astype(np.float64) @ B.astype(np.float64)) <= _bound(A, B)), (M, K, N)
+        assert np.all(Cp[:, :2] == 7) and np.all(Cp[:, N + 2:] == 7), (M, K, N)
+
+
+def test_special_values_and_empty_reductions() -> None:
+    a = np.zeros((8, 20), np.float32)
+    a[0, 0], a[1, 1], a[2, 2] = np.inf, np.nan, -0.0
+    b = np.ones((20, 18), np.float32)
+    c = np.empty((8, 18), np.float32)
+    jo.gemm(a, b, c, *jo.buffers(np.float32))
+    assert np.all(np.isposinf(c[0])) and np.all(np.isnan(c[1])) and np.all(c[2:] == 0)
+    empty = np.full((5, 6), 3.0, np.float32)
+    jo.gemm(np.zeros((5, 0), np.float32), np.zeros((0, 6), np.float32), empty, *jo.buffers(np.float32))
+    assert np.all(empty == 3.0)  # K = 0: nothing to add, C left as it was (blocked.matmul never calls it so)
+
+
+@pytest.mark.skipif(jg is None or not jg.FAST_LARGE, reason="the packed kernels are used only where "
+                    "_jit_gemm.FAST_LARGE (measured faster than OpenBLAS there)")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M, K, N", [(600, 160, 1030), (2000, 100, 200)])
+def test_weight_gradient_products_take_it_with_the_same_bits_for_every_thread_count(monkeypatch, dtype, M, K, N):
+    """A transposed left operand and K <= GOTO_MAX_K: ``blocked.matmul`` splits the product into one
+    block per thread (columns when B is the wider operand, else rows), and the bits are the same
+    for 1 to 4 threads and equal to the whole product in one call."""
+    monkeypatch.setattr(blocked, "GOTO_MIN_MNK", 1)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((K, M)).astype(dtype).T
+    b = rng.standard_normal((K, N)).astype(dtype)
+    whole = np.empty((M, N), dtype)
+    jo.gemm(a, b, whole, *jo.buffers(dtype))
+    calls = []
+    real = blocked._goto
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        calls.append(args[3].shape)
+        return real(*args)
+    monkeypatch.setattr(blocked, "_goto", spy)
+    saved = parallel.get_threads()
+    try:
+        for n in (1, 2, 3, 4):
+            parallel.set_threads(n)
+            with parallel.blas_limit(1):
+                got = blocked.matmul(a, b)
+            assert np.array_equal(got, whole), n
+    finally:
+        parallel.set_threads(saved)
+    assert len(calls) == 4
+    monkeypatch.setattr(blocked, "GOTO_MAX_K", 0)  # off: OpenBLAS's blocks, other bits, same numbers
+    plain = blocked.matmul(a, b)
+    assert np.all(np.abs(plain - whole) <= 2 * _bound(a, b))
+
+
+def test_row_major_products_and_long_reductions_keep_blas(monkeypatch):
+    monkeypatch.setattr(blocked, "GOTO_MIN_MNK", 1)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 700)).astype(np.float32)
+    b = rng.standard_normal((700, 64)).astype(np.float32)
+    out = np.empty((64, 64), np.float32)
+    assert blocked._goto_kernel(a, b, out) is None  # row-major A
+    assert blocked._goto_kernel(np.ascontiguousarray(a.T).T, b, out) is None  # K = 700 > GOTO_MAX_K
+    assert blocked._goto_kernel(a[:, :512].T.copy().T, b[:512], out) is (jo if jg.FAST_LARGE else None)
