@@ -8,8 +8,12 @@ with BLAS held to one thread), the forward's, and a small cell's.  Two cores: dX
 LSTMGrad at (100, 64, 256, 256), the rows split in two halves on two threads (as LSTMGrad
 does), against the same halves by single-threaded BLAS and against BLAS's own two threads.
 The kernel's time includes packing ``B`` where LSTMGrad packs it once per call (dX) and not
-where a layer call packs it once for all its steps.  No goal: information for the LSTM rows
-of bench_lstm.py.
+where a layer call packs it once for all its steps.  Then the weight gradients ``Xᵀ·dY`` of
+bench_graphs.py's MLPs (a transposed left operand, K = 512 rows), which ``blocked.matmul``
+gives to the kernel with both operands packed (gradir/kernels/_jit_goto.py) where
+``FAST_LARGE``: through ``blocked.matmul`` on two threads with it, and with it off (OpenBLAS's
+single-threaded blocks), alternating.  No goal: information for bench_lstm.py and
+bench_graphs.py.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gradir.kernels import jit, parallel  # noqa: E402,I001  (gradir before NumPy: see bench_lstm)
+from gradir.kernels import blocked, jit, parallel  # noqa: E402,I001  (gradir before NumPy: see bench_lstm)
 
 import numpy as np  # noqa: E402
 from bench_lstm import best_time  # noqa: E402
@@ -80,6 +84,38 @@ def main() -> None:
     for name, t in (("gradir kernel, two halves (packing included)", t_ours),
                     ("BLAS one thread each, two halves", t_halves), ("BLAS's own threads", t_blas2)):
         print(f"   {name:<46s} {t * 1e3:7.2f} ms  {flops / t / 1e9:6.1f} GFLOP/s  x{t / t_ours:4.2f} of gradir's time")
+    weight_gradients(rng, args.repeats)
+
+
+WEIGHT_GRADIENTS = [("MLP dW2 = Hᵀ·dY", 4096, 512, 1024), ("MLP dW1 = Xᵀ·dZ", 1024, 512, 4096),
+                    ("loss MLP dW1", 1024, 512, 2048)]
+
+
+def weight_gradients(rng: np.random.Generator, repeats: int) -> None:
+    print("\n## two cores, float32: weight gradients (transposed A) through blocked.matmul")
+    saved_threads, saved_k = parallel.get_threads(), blocked.GOTO_MAX_K
+    parallel.set_threads(2)
+    try:
+        for name, M, K, N in WEIGHT_GRADIENTS:
+            A = rng.standard_normal((K, M), dtype=np.float32).T
+            B = rng.standard_normal((K, N), dtype=np.float32)
+            C = np.empty((M, N), np.float32)
+            flops = 2.0 * M * K * N
+            blocked.GOTO_MAX_K = saved_k
+            used = blocked._goto_kernel(A, B, C) is not None
+            times = {saved_k: float("inf"), 0: float("inf")}
+            with parallel.blas_limit(1):
+                for _ in range(3):
+                    for k in times:
+                        blocked.GOTO_MAX_K = k
+                        times[k] = min(times[k], best_time(lambda: blocked.matmul(A, B, out=C), repeats))
+            t_ours, t_blas = times[saved_k], times[0]
+            print(f"   {name:<18s} {M}x{K} by {K}x{N}: both packed{'' if used else ' (not used here)'} "
+                  f"{flops / t_ours / 1e9:6.1f} GFLOP/s, OpenBLAS blocks {flops / t_blas / 1e9:6.1f} GFLOP/s: "
+                  f"OpenBLAS takes {t_blas / t_ours:4.2f}x its time")
+    finally:
+        blocked.GOTO_MAX_K = saved_k
+        parallel.set_threads(saved_threads)
 
 
 if __name__ == "__main__":
