@@ -32,6 +32,14 @@ output t5, t6, t7
 """
 
 
+def _assert_unfused_bits(exe, text: str, seed: int) -> None:
+    """``exe`` (the fused program of ``text``) gives the unfused program's bits on random inputs."""
+    x = _inputs(exe.graph, seed=seed)
+    a, b = exe.run(x), gradir.compile(text, disable=["fuse-elementwise"]).run(x)
+    for k in b:
+        assert _bits(a[k]) == _bits(b[k]), k
+
+
 @pytest.mark.parametrize("dtype", ["Float32", "Float64"])
 def test_sums_over_leading_axes_end_the_group_and_give_the_unfused_bits(dtype):
     text = BIAS.format(d=dtype)
@@ -65,10 +73,7 @@ def test_sums_of_three_dimensional_loops(like, other, fused_sum):
     exe = gradir.compile(text)
     [step] = _fused_steps(exe)
     assert ("t5" in step.op.results) == fused_sum
-    x = _inputs(exe.graph, seed=1)
-    a, b = exe.run(x), gradir.compile(text, disable=["fuse-elementwise"]).run(x)
-    for k in b:
-        assert _bits(a[k]) == _bits(b[k]), k
+    _assert_unfused_bits(exe, text, 1)
 
 
 def test_narrow_sums_and_activation_only_groups_stay_apart():
@@ -91,10 +96,7 @@ def test_a_sum_read_back_through_another_op_closes_no_cycle():
     assert [s.op.op_name for s in exe.plan.steps] == ["FusedElementwise", "Exp", "Add", "Neg"] or \
         [s.op.op_name for s in exe.plan.steps] == ["FusedElementwise", "Exp", "FusedElementwise"]
     assert _fused_steps(exe)[0].op.results == ["t3", "t4"]
-    x = _inputs(exe.graph, seed=2)
-    a, b = exe.run(x), gradir.compile(text, disable=["fuse-elementwise"]).run(x)
-    for k in b:
-        assert _bits(a[k]) == _bits(b[k]), k
+    _assert_unfused_bits(exe, text, 2)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -129,3 +131,29 @@ def test_random_dags_with_sums_give_the_unfused_bits(graph, seed):
     for s in exe.plan.steps:  # each sum in a loop sums a value the loop computes
         if isinstance(s.op, FusedElementwiseOp):
             assert len(s.op.results) == len(s.op.body.outputs) + len(s.op.body.sums)
+
+
+@pytest.mark.parametrize("text", [
+    # group {t4, t8} feeds t6 (its sum), which feeds group {t5, t7}, which feeds t8
+    "input t0 : Float32 [2, 16384]\ninput t1 : Float32 [2, 16384]\ninput t2 : Float32 [16384]\n"
+    "input t3 : Float32 [16384]\nt4 = Mul(t0, t1)\nt5 = Mul(t2, t3)\nt6 = ReduceSumTo(t4, t2)\nt7 = Add(t6, t5)\n"
+    "t8 = Add(t4, t5)\noutput t8, t7\n",
+    # the same without sums: through an Exp, which no loop takes
+    "input t0 : Float32 [128, 256]\ninput t1 : Float32 [128, 256]\ninput t2 : Float32 [128, 256]\n"
+    "input t3 : Float32 [128, 256]\nt4 = Mul(t0, t1)\nt5 = Mul(t2, t3)\nt6 = Exp(t4)\nt7 = Add(t6, t5)\n"
+    "t8 = Add(t4, t5)\nt9 = Neg(t7)\nt10 = Neg(t8)\noutput t10, t9\n"])
+def test_two_groups_that_would_feed_each_other_are_not_both_fused(text):
+    """Each group alone closes no cycle, but A feeds B through another op while B feeds A: one of
+    them is left apart (the plan says so), and the program gives the unfused bits."""
+    exe = gradir.compile(text)
+    assert len(_fused_steps(exe)) == 1
+    assert "1 group left apart: fused, it would depend on itself through another group" in exe.plan.describe()
+    _assert_unfused_bits(exe, text, 4)
+
+
+def test_a_sum_whose_like_is_computed_for_it_alone_stays_apart():
+    text = ("input t0 : Float32 [16, 4096]\ninput t5 : Float32 [4096]\nt2 = Mul(t0, t0)\nt3 = Add(t2, t0)\n"
+            "t6 = Neg(t5)\nt7 = ReduceSumTo(t3, t6)\noutput t7\n")
+    exe = gradir.compile(text)
+    assert [s.op.op_name for s in exe.plan.steps] == ["FusedElementwise", "Neg", "ReduceSumTo"]
+    _assert_unfused_bits(exe, text, 5)

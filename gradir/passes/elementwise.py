@@ -171,11 +171,14 @@ def fuse_elementwise(p: Program) -> str:
             scalar += 1
         else:
             groups.append((sorted(m), ends))
+    groups, crossed = _without_cycles(p, groups)
     apart = "; ".join(
         [f"{small} group{'s' if small != 1 else ''} under {MIN_ELEMENTS:,} elements left apart (a loop's start "
          f"costs more than it saves)"] * (small > 0) +
         [f"{scalar} group{'s' if scalar != 1 else ''} of only Sigmoid/GELU-like ops left apart (their own "
-         f"kernels are as fast)"] * (scalar > 0))
+         f"kernels are as fast)"] * (scalar > 0) +
+        [f"{crossed} group{'s' if crossed != 1 else ''} left apart: fused, {'they' if crossed != 1 else 'it'} "
+         f"would depend on {'themselves' if crossed != 1 else 'itself'} through another group"] * (crossed > 0))
     if not groups:
         return "nothing to fuse" + (f": {apart}" if apart else "")
     live = set(p.live_outputs)
@@ -243,15 +246,23 @@ def _sums(p: Program, gs: _Groups) -> dict[int, list[int]]:
     """Group id -> the ``ReduceSumTo`` ops (indices) that end it: each sums a member's value over
     the group's leading axes (all of a group's sums over the same ones), its operands' layout
     keeps those axes apart from one innermost axis (``sum_layout``), and taking it into the group
-    closes no cycle through another op."""
+    closes no cycle through another op.  A sum whose ``Like`` an op computes for it alone stays
+    apart: the loop does not read ``Like``, and that op would run for nothing."""
     ends: dict[int, list[int]] = {}
     lead_of: dict[int, int] = {}
+    live = set(p.live_outputs)
+    n_readers: dict[str, int] = {}
+    for op in p.ops:
+        for v in op.operands:
+            if v is not None:
+                n_readers[v] = n_readers.get(v, 0) + 1
     for k, op in enumerate(p.ops):
         if type(op) is not ReduceSumToOp:
             continue
         q = gs.producer.get(op.operands[0]) if op.operands[0] is not None else None
         g = gs.group.get(q) if q is not None else None
-        if g is None:
+        like = op.operands[1]
+        if g is None or (like in gs.producer and n_readers.get(like, 0) == 1 and like not in live):
             continue
         lead = _sum_lead(op, p.types, gs.key[g])
         if lead is None or lead_of.get(g, lead) != lead:
@@ -266,6 +277,59 @@ def _sums(p: Program, gs: _Groups) -> dict[int, list[int]]:
         ends.setdefault(g, []).append(k)
         lead_of[g] = lead
     return ends
+
+
+def _without_cycles(p: Program, groups: list) -> tuple[list, int]:
+    """``groups`` less those that would close a cycle through another group (each group alone
+    was checked as it grew, but group A may feed an op that feeds group B while B feeds A):
+    while the graph of units (groups, other ops) has a cycle, the last group on one is left
+    apart.  Returns the groups kept and how many were left apart."""
+    dropped = 0
+    while groups:
+        unit_of: dict[int, int] = {}
+        for members, ends in groups:
+            for k in members + ends:
+                unit_of[k] = members[0]
+        producer: dict[str, int] = {}
+        for k, op in enumerate(p.ops):
+            for r in op.results:
+                producer[r] = unit_of.get(k, k)
+        deps: dict[int, set[int]] = {}
+        for k, op in enumerate(p.ops):
+            u = unit_of.get(k, k)
+            reads = op.operands[:1] if type(op) is ReduceSumToOp and k in unit_of else op.operands
+            d = deps.setdefault(u, set())
+            d.update(q for q in (producer.get(v) for v in reads if v is not None) if q is not None and q != u)
+        users: dict[int, list[int]] = {u: [] for u in deps}
+        for u, d in deps.items():
+            for q in d:
+                users[q].append(u)
+        count = {u: len(d) for u, d in deps.items()}
+        ready = [u for u, c in count.items() if c == 0]
+        while ready:
+            u = ready.pop()
+            for w in users[u]:
+                count[w] -= 1
+                if count[w] == 0:
+                    ready.append(w)
+        stuck = {u for u, c in count.items() if c > 0}
+        if not stuck:
+            break
+        # less what only follows a cycle: what is left lies on one (or between two)
+        out = {u: sum(1 for w in users[u] if w in stuck) for u in stuck}
+        tail = [u for u in stuck if out[u] == 0]
+        while tail:
+            u = tail.pop()
+            stuck.discard(u)
+            for q in deps[u]:
+                if q in stuck:
+                    out[q] -= 1
+                    if out[q] == 0:
+                        tail.append(q)
+        worst = max(members[0] for members, _ in groups if members[0] in stuck)
+        groups = [g for g in groups if g[0][0] != worst]
+        dropped += 1
+    return groups, dropped
 
 
 def _order(p: Program, unit_of: dict[int, int], fused: dict[int, Op]) -> list[Op]:
