@@ -165,7 +165,8 @@ def _run(body: Any, operands: tuple, outs: list) -> None:
 
 def _run_sums(body: Any, operands: tuple, outs: list, sums: list) -> None:
     """Fill ``outs`` (the loop's shape) and ``sums`` (the sums over the leading axes) from
-    ``operands``: units of ``SUM_STRIP`` columns, each over every row (see ``_sums_source``)."""
+    ``operands``: one strip of columns per thread (at least ``SUM_MIN_STRIP`` wide), each over
+    every row (see ``fused_codegen._sums_source``)."""
     lay = sum_layout(body.shape, [a.shape for a in operands], body.lead)
     if lay is None or not jit.enabled():  # (None: only if called outside the pass's checks)
         _interpret(body, operands, outs, sums)

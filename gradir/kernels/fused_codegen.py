@@ -141,10 +141,10 @@ def kernel_source(body: Any, vector: tuple[bool, ...]) -> str:
             env = dict(zip(names, args_text))
             expr = ast.unparse(_Translate(env, attrs, const).visit(ast.parse(formula, mode="eval")))
         lines.append(f"v{slot} = keep({expr}, z)" if fenced else f"v{slot} = {expr}")
-    if body.sums:
-        return _sums_source(body, vector, tname, lines, fences, consts, imports, fenced)
-    sig_arrays = ", ".join([f"{tname}[::1]"] * (n_in + len(outs)))
     fastmath = ", fastmath={'contract'}" if fenced else ""
+    if body.sums:
+        return _sums_source(body, vector, tname, lines, fences, _header(tname, consts, imports), fastmath)
+    sig_arrays = ", ".join([f"{tname}[::1]"] * (n_in + len(outs)))
     head = _header(tname, consts, imports) + [
         f"@njit('void(int64, int64, int64, int64, int64, int64[::1], int64[:, ::1], int64, {sig_arrays})',",
         f"      nogil=True, cache=True, error_model='numpy', boundscheck=False{fastmath})",
@@ -195,7 +195,7 @@ def _header(tname: str, consts: dict[str, str], imports: set[str]) -> list[str]:
 
 
 def _sums_source(body: Any, vector: tuple[bool, ...], tname: str, lines: list[str], fences: list[str],
-                 consts: dict[str, str], imports: set[str], fenced: bool) -> str:
+                 header: list[str], fastmath: str) -> str:
     """The loop of a group that ends in sums over its leading axes (``body.sums``).  A unit of work
     is a strip of columns (of the innermost axis) over every row: each column's sum adds its rows
     one after another, from 0, in the dtype, as NumPy's ``sum`` over leading axes does (the bits of
@@ -205,8 +205,7 @@ def _sums_source(body: Any, vector: tuple[bool, ...], tname: str, lines: list[st
     sums = [f"q{k}" for k in range(len(body.sums))]
     ins = [f"i{k}" for k in range(n_in)]
     sig_arrays = ", ".join([f"{tname}[::1]"] * (n_in + len(outs) + len(sums)))
-    fastmath = ", fastmath={'contract'}" if fenced else ""
-    code = _header(tname, consts, imports) + [
+    code = header + [
         f"@njit('void(int64, int64, int64, int64, int64, int64[::1], int64[:, ::1], int64, {sig_arrays})',",
         f"      nogil=True, cache=True, error_model='numpy', boundscheck=False{fastmath})",
         f"def loop(u0, u1, ch, cols, rows, oshape, ostr, z, {', '.join(ins + outs + sums)}):",

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ..ir import Attr, InferContext, Op, Operand, freeze
 from ..types import TensorType
 
-__all__ = ["FusedElementwiseOp", "FusedBody"]
+__all__ = ["FusedElementwiseOp", "FusedBody", "sum_lead"]
 
 
 class FusedBody:
@@ -56,17 +56,17 @@ class FusedBody:
         self.numel = math.prod(self.shape)
         self.dtype = loop_type.dtype.numpy
         # the leading axes every sum adds over (the same for all of a group's sums: the pass checks)
-        self.lead = len(self.shape) - len(self.sums[0][1]) + _ones_prefix(self.sums[0][1]) if self.sums else 0
+        self.lead = sum_lead(self.shape, self.sums[0][1]) if self.sums else 0
         self.key = (self.n_inputs, tuple((cls.op_name, args, freeze(attrs)) for cls, args, attrs in self.instrs),
                     self.outputs, tuple(s for s, _ in self.sums), self.lead, self.dtype.str)
 
 
-def _ones_prefix(shape: Sequence[int]) -> int:
-    """How many leading dims of ``shape`` are 1."""
+def sum_lead(shape: Sequence[int], like: Sequence[int]) -> int:
+    """How many leading axes of ``shape`` a ``ReduceSumTo`` to ``like`` sums over, when it sums
+    over leading axes only: the leading 1s of ``like`` aligned to the right of ``shape``."""
+    padded = (1,) * (len(shape) - len(like)) + tuple(like)
     n = 0
-    for d in shape:
-        if d != 1:
-            break
+    while n < len(padded) and padded[n] == 1:
         n += 1
     return n
 

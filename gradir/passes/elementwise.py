@@ -30,7 +30,7 @@ from typing import Optional
 from ..ir import Op
 from ..kernels.fused import SUM_MIN_STRIP, sum_layout
 from ..kernels.fused_codegen import TRANSCENDENTAL, formula_of, scalar_function
-from ..ops.fused import FusedElementwiseOp
+from ..ops.fused import FusedElementwiseOp, sum_lead
 from ..ops.shape import ReduceSumToOp
 from ..types import DType
 from . import Program, register_pass
@@ -233,11 +233,10 @@ def _sum_lead(op: Op, types: dict, key: tuple) -> Optional[int]:
             or ty.dtype != tx.dtype or len(tl.shape) > len(tx.shape):
         return None
     shape = tuple(tx.shape)
+    lead = sum_lead(shape, tl.shape)
+    # (``sum_layout`` checks later that the sum has rows and columns, and their layout)
     padded = (1,) * (len(shape) - len(tl.shape)) + tuple(tl.shape)
-    lead = 0
-    while lead < len(padded) and padded[lead] == 1:
-        lead += 1
-    if padded[lead:] != shape[lead:] or math.prod(shape[:lead]) < 2 or math.prod(shape[lead:]) < MIN_SUM_COLUMNS:
+    if padded[lead:] != shape[lead:] or math.prod(shape[lead:]) < MIN_SUM_COLUMNS:
         return None
     return lead
 
