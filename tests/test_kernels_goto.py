@@ -100,3 +100,14 @@ def test_row_major_products_and_long_reductions_keep_blas(monkeypatch):
     assert blocked._goto_kernel(a, b, out) is None  # row-major A
     assert blocked._goto_kernel(np.ascontiguousarray(a.T).T, b, out) is None  # K = 700 > GOTO_MAX_K
     assert blocked._goto_kernel(a[:, :512].T.copy().T, b[:512], out) is (jo if jg.FAST_LARGE else None)
+
+
+def test_unaligned_operands_keep_blas(monkeypatch):
+    """The kernel has one signature per dtype, for aligned arrays: an unaligned operand (a view
+    at an odd byte offset) goes to NumPy's BLAS, with the right numbers."""
+    monkeypatch.setattr(blocked, "GOTO_MIN_MNK", 1)
+    raw = np.zeros(64 * 40 * 4 + 1, np.uint8)
+    a = np.frombuffer(raw.data, np.float32, 64 * 40, offset=1).reshape(40, 64).T  # [64, 40], unaligned
+    b = np.ones((40, 32), np.float32)
+    assert not a.flags.aligned and blocked._goto_kernel(a, b, None) is None
+    assert np.array_equal(blocked.matmul(a, b), np.zeros((64, 32), np.float32))

@@ -145,7 +145,12 @@ def _pack_b(B, Bp3, k0, kc, j0, nc):  # type: ignore[no-untyped-def]
                 Bp3[p, k, c] = B[k0 + k, j0 + j] if j < nc else 0
 
 
-@njit(**_OPTS)
+# One machine-code variant per dtype, compiled (or loaded from numba's cache) at import: operands
+# of any layout (transposed views, column slices) all take it, so no run compiles a new one.
+_SIGS = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], {t}[:, ::1])" for t in ("float32", "float64")]
+
+
+@njit(_SIGS, **_OPTS)
 def gemm(A, B, C, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     """``C = A·B``: ``A`` ``[M, K]`` and ``B`` ``[K, N]`` with any strides, ``C`` ``[M, N]`` with
     unit column stride, one dtype; ``Ap``, ``Bp``, ``tmp`` from ``buffers``."""

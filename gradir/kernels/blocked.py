@@ -171,13 +171,23 @@ def _goto_kernel(a2: np.ndarray, b2: np.ndarray, o2: Optional[np.ndarray]):  # t
     array) (see ``GOTO_MAX_K``), else None."""
     (M, K), N = a2.shape, b2.shape[1]
     if (K > GOTO_MAX_K or K == 0 or M * K * N < GOTO_MIN_MNK or a2.dtype != b2.dtype
-            or a2.dtype not in (np.float32, np.float64) or a2.strides[0] != a2.itemsize):
+            or a2.dtype not in (np.float32, np.float64) or a2.strides[0] != a2.itemsize
+            or not (a2.flags.aligned and b2.flags.aligned)):  # (the kernel's one signature per dtype)
         return None
     if o2 is not None and (o2.shape != (M, N) or o2.dtype != a2.dtype or o2.strides[1] != o2.itemsize
-                           or not o2.flags.writeable):
+                           or not o2.flags.writeable or not o2.flags.aligned):
         return None
     jg = jit.load("gemm")
     return jit.load("goto") if jg is not None and jg.FAST_LARGE else None
+
+
+def warm(dtype: object) -> None:
+    """``warm`` hook of the product kernels (see ``gradir.kernels``): load ``_jit_goto`` where
+    products may use it, so that a graph's first run does not pay for it."""
+    if np.dtype(dtype) in (np.float32, np.float64):  # type: ignore[call-overload]
+        jg = jit.load("gemm")
+        if jg is not None and jg.FAST_LARGE:
+            jit.load("goto")
 
 
 def _goto(jo, a2: np.ndarray, b2: np.ndarray, o2: np.ndarray) -> None:  # type: ignore[no-untyped-def]

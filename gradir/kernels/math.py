@@ -87,7 +87,7 @@ def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     return acc
 
 
-@kernel("MatMul", blas=True)
+@kernel("MatMul", blas=True, warm=blocked.warm)
 def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     """``np.matmul`` in blocks fixed by the shapes, on the cores the step was given (``blocked``;
     a batch of matrices times one matrix is one 2-D product over the batch's rows when they merge
@@ -98,7 +98,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) ->
     return blocked.matmul(a, b, out=out)
 
 
-@kernel("FusedMatMul", blas=True)
+@kernel("FusedMatMul", blas=True, warm=blocked.warm)
 def fused_matmul(a: np.ndarray, b: np.ndarray, *, alpha: float = 1.0, transA: int = 0, transB: int = 0,
                  transBatchA: int = 0, transBatchB: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
     """``alpha · (A' @ B')``: the operands laid out as strided views (``matmul_layout``), which
