@@ -47,7 +47,10 @@ def _array(rng, t: TensorType, name: str, positive: set, shapes: dict, ints: dic
         return np.asarray(ints[name], dtype=t.dtype.numpy)
     if name in positive:
         return np.asarray(rng.uniform(0.5, 2.0, shape))
-    return np.asarray(rng.standard_normal(shape))
+    x = np.asarray(rng.standard_normal(shape))
+    # no value within 1e-3 of 0, where Relu-like ops have their kink: a central difference
+    # across it is no derivative (Hypothesis drew seed 1056, whose [2, 3, 5] holds 1.6e-10)
+    return np.where(np.abs(x) < 1e-3, np.copysign(1e-3, x), x)
 
 
 def fd_check(g: Graph, wrt=None, *, positive=(), shapes=None, ints=None, seed=0, directions=2,

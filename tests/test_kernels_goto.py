@@ -43,6 +43,28 @@ def test_the_same_bits_as_the_packed_panel_kernel_on_random_shapes(dtype: type) 
         assert np.all(Cp[:, :2] == 7) and np.all(Cp[:, N + 2:] == 7), (M, K, N)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_two_products_sharing_a_gives_the_bits_of_two(dtype: type) -> None:
+    """``gemm2`` (an LSTM's dW and dR with each block of daᵀ packed once) writes exactly what two
+    ``gemm`` calls write, and nothing beside its outputs; ``fits2`` bounds the columns."""
+    rng = np.random.default_rng(1)
+    buffers = jo.buffers(dtype)
+    for k, (M, K, N1, N2) in enumerate([(1, 1, 1, 1), (97, 1100, 40, 17), (200, 513, 256, 256), (13, 7, 16, 3),
+                                        (jo.MC + 7, 2 * jo.KC + 3, 70, 33)]):
+        A = _operand(rng, M, K, dtype, transposed=k % 2 == 0)
+        B1 = _operand(rng, K, N1, dtype, transposed=k == 3)
+        B2 = _operand(rng, K, N2, dtype, transposed=False)
+        P1, P2 = np.full((M, N1 + 4), 7, dtype), np.full((M, N2 + 4), 7, dtype)
+        C1, C2 = P1[:, 2: N1 + 2], P2[:, 2: N2 + 2]
+        jo.gemm2(A, B1, B2, C1, C2, *buffers)
+        for C, B, P, N in ((C1, B1, P1, N1), (C2, B2, P2, N2)):
+            want = np.empty((M, N), dtype)
+            jo.gemm(A, B, want, *buffers)
+            assert np.array_equal(C, want), (M, K, N1, N2)
+            assert np.all(P[:, :2] == 7) and np.all(P[:, N + 2:] == 7)
+    assert jo.fits2(256, 256, np.dtype(dtype)) and not jo.fits2(jo.NC, 1, np.dtype(dtype))
+
+
 def test_special_values_and_empty_reductions() -> None:
     a = np.zeros((8, 20), np.float32)
     a[0, 0], a[1, 1], a[2, 2] = np.inf, np.nan, -0.0

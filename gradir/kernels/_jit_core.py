@@ -41,7 +41,8 @@ from numba.extending import intrinsic
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning,
                         module=r".*(numba[./\\]core[./\\]ssa|gradir[./\\]kernels[./\\]_jit_\w+)$")
 
-__all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "LOG2E"]
+__all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "prefetch", "prefetch_span",
+           "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "LOG2E"]
 
 _COMMON = dict(cache=True, error_model="numpy", boundscheck=False)
 ELEMENTWISE = dict(nogil=True, fastmath={"nsz", "contract"}, **_COMMON)
@@ -49,6 +50,34 @@ REDUCTION = dict(nogil=True, fastmath={"nsz", "contract", "reassoc"}, **_COMMON)
 INLINE = dict(inline="always", fastmath={"nsz", "contract"}, **_COMMON)
 
 LOG2E = 1.0 / math.log(2.0)
+
+
+@intrinsic
+def prefetch(typingctx, arr, off):  # type: ignore[no-untyped-def]
+    """Asks for the cache line of ``arr``'s element ``off`` (counted from its data pointer,
+    whatever its strides) to be loaded, without waiting for it (``prefetcht0``)."""
+    if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        from numba.core import cgutils
+        data = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.intp), codegen
+
+
+@njit(**INLINE)
+def prefetch_span(arr, off, n):  # type: ignore[no-untyped-def]
+    """``prefetch`` for the ``n`` elements of ``arr`` from ``off`` (one per 64-byte line)."""
+    step = max(1, 64 // arr.itemsize)
+    for i in range(0, n, step):
+        prefetch(arr, off + i)
 
 
 @intrinsic

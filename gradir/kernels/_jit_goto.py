@@ -30,7 +30,7 @@ from numba.extending import intrinsic
 
 from ._jit_gemm import data, vectors
 
-__all__ = ["MR", "MC", "KC", "NC", "gemm", "buffers"]
+__all__ = ["MR", "MC", "KC", "NC", "gemm", "gemm2", "fits2", "buffers"]
 
 MR = 6  # rows per register tile
 MC = 96  # rows of A per packed block: 96 x KC x 4 bytes = 192 KB sits in L2 beside B's panel
@@ -42,8 +42,38 @@ _OPTS = dict(nogil=True, cache=True, boundscheck=False, error_model="numpy")
 def buffers(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Packing buffers for ``gemm`` in ``dtype``: A's block, B's block, one edge tile."""
     pw = 16 if np.dtype(dtype) == np.float32 else 8
-    return (np.empty((MC + MR - 1) // MR * MR * KC, dtype), np.empty((NC + pw - 1) // pw * pw * KC, dtype),
-            np.empty((MR, pw), dtype))
+    return (np.empty((MC + MR - 1) // MR * (MR * KC + _PAD), dtype),
+            np.empty((NC + pw - 1) // pw * (pw * KC + _PAD), dtype), np.empty((MR, pw), dtype))
+
+
+# Elements between packed tiles (and panels): without them every tile (panel) starts at a
+# multiple of 4 KB, so one k's 6 (16) values of all of them share one set of the L1 cache
+# (8 ways) and packing misses it all the time.  They also take the 2 values a tile's last
+# ``_copy8`` writes past it.
+_PAD = 16
+
+
+@intrinsic
+def _copy8(typingctx, dst, d_off, src, s_off):  # type: ignore[no-untyped-def]
+    """``dst[d_off : d_off+8] = src[s_off : s_off+8]`` (offsets in elements from the arrays' data
+    pointers, whatever their strides) as one unaligned vector load and store."""
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype
+            and dst.dtype in (types.float32, types.float64)):
+        return None
+    sig = types.void(dst, types.intp, src, types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        d_arr, d_off, s_arr, s_off = args
+        f32 = signature.args[0].dtype == types.float32
+        vec = ir.VectorType(ir.FloatType() if f32 else ir.DoubleType(), 8)
+        al = 4 if f32 else 8
+        d_data = data(context, builder, signature.args[0], d_arr)
+        s_data = data(context, builder, signature.args[2], s_arr)
+        v = builder.load(builder.bitcast(builder.gep(s_data, [s_off]), vec.as_pointer()), align=al)
+        builder.store(v, builder.bitcast(builder.gep(d_data, [d_off]), vec.as_pointer()), align=al)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @intrinsic
@@ -98,51 +128,82 @@ def _micro(typingctx, Ap, a_off, Bp, b_off, C, c_off, ldc, kc, acc):  # type: ig
 
 
 @njit(**_OPTS)
-def _pack_a(A, Ap3, mc, k0, kc):  # type: ignore[no-untyped-def]
-    """``Ap3[t, k, r] = A[6t + r, k0 + k]`` for the block's ``mc`` rows (zero rows past them)."""
+def _pack_a(A, Ap, mc, k0, kc, ts):  # type: ignore[no-untyped-def]
+    """``Ap[t·ts + 6k + r] = A[6t + r, k0 + k]`` for the block's ``mc`` rows (zero rows past them)."""
     mt = (mc + MR - 1) // MR
-    along_k = A.strides[1] <= A.strides[0]
-    for t in range(mt):
-        i = t * MR
-        if i + MR <= mc and along_k:  # each row read along k
+    full = mc // MR
+    if A.strides[0] == A.itemsize:
+        # A transposed: one k's values are adjacent, so each k's are read once, 8 at a time into
+        # a tile's 6 slots (the next k's copy overwrites the 2 extra; the last k's go into the
+        # tile's padding).  Tiles whose 8 would pass the block's rows are copied one by one.
+        lda = A.strides[1] // A.itemsize
+        nv = (mc - 8) // MR + 1 if mc >= 8 else 0
+        for k in range(kc):
+            src = (k0 + k) * lda
+            for t in range(nv):
+                _copy8(Ap, t * ts + k * MR, A, src + t * MR)
+            for t in range(nv, full):
+                for r in range(MR):
+                    Ap[t * ts + k * MR + r] = A[t * MR + r, k0 + k]
+    else:  # each row read along k
+        for t in range(full):
             for r in range(MR):
-                row = A[i + r, k0:k0 + kc]
+                row = A[t * MR + r, k0:k0 + kc]
                 for k in range(kc):
-                    Ap3[t, k, r] = row[k]
-        elif i + MR <= mc:  # a transposed A: the 6 values of one k are adjacent
-            for k in range(kc):
-                for r in range(MR):
-                    Ap3[t, k, r] = A[i + r, k0 + k]
-        else:
-            for k in range(kc):
-                for r in range(MR):
-                    Ap3[t, k, r] = A[i + r, k0 + k] if i + r < mc else 0
+                    Ap[t * ts + k * MR + r] = row[k]
+    for t in range(full, mt):  # the edge tile
+        for k in range(kc):
+            for r in range(MR):
+                i = t * MR + r
+                Ap[t * ts + k * MR + r] = A[i, k0 + k] if i < mc else 0
 
 
 @njit(**_OPTS)
-def _pack_b(B, Bp3, k0, kc, j0, nc):  # type: ignore[no-untyped-def]
-    """``Bp3[p, k, c] = B[k0 + k, j0 + p·PW + c]`` for the block's ``nc`` columns (zero past them)."""
-    pw = Bp3.shape[2]
+def _pack_b(B, Bp, k0, kc, j0, nc, pw, ps, p0):  # type: ignore[no-untyped-def]
+    """``Bp[(p0 + p)·ps + PW·k + c] = B[k0 + k, j0 + p·PW + c]`` for the block's ``nc`` columns
+    (zero past them)."""
     npan = (nc + pw - 1) // pw
     full = nc // pw
-    along_n = B.strides[1] <= B.strides[0]
-    if along_n:  # each row of B read once, across the panels
+    if B.strides[1] == B.itemsize:  # each row of B read once, across the panels, 8 values at a time
+        ldb = B.strides[0] // B.itemsize
         for k in range(kc):
-            row = B[k0 + k, j0:j0 + full * pw]
+            src = (k0 + k) * ldb + j0
             for p in range(full):
-                for c in range(pw):
-                    Bp3[p, k, c] = row[p * pw + c]
-    else:  # a transposed B: each column read along k
+                for c in range(0, pw, 8):
+                    _copy8(Bp, (p0 + p) * ps + k * pw + c, B, src + p * pw + c)
+    else:  # each column read along k
         for p in range(full):
             for c in range(pw):
                 col = B[k0:k0 + kc, j0 + p * pw + c]
                 for k in range(kc):
-                    Bp3[p, k, c] = col[k]
+                    Bp[(p0 + p) * ps + k * pw + c] = col[k]
     for p in range(full, npan):
         for k in range(kc):
             for c in range(pw):
                 j = p * pw + c
-                Bp3[p, k, c] = B[k0 + k, j0 + j] if j < nc else 0
+                Bp[(p0 + p) * ps + k * pw + c] = B[k0 + k, j0 + j] if j < nc else 0
+
+
+@njit(**_OPTS)
+def _tiles(Ap, ts, Bp, p_off, C, i0, mc, jj, ncols, kc, accf, tmp):  # type: ignore[no-untyped-def]
+    """The packed A block's tiles (rows ``i0 .. i0+mc-1``) times one packed panel of B (at
+    ``p_off``), into ``C``'s columns ``jj .. jj+ncols-1``."""
+    pw = tmp.shape[1]
+    ldc = C.strides[0] // C.itemsize
+    mt = (mc + MR - 1) // MR
+    for t in range(mt):
+        i = i0 + t * MR
+        rows = min(MR, mc - t * MR)
+        if ncols == pw and rows == MR:
+            _micro(Ap, t * ts, Bp, p_off, C, i * ldc + jj, ldc, kc, accf)
+            continue
+        for r in range(MR):  # an edge tile: through ``tmp``
+            for c in range(pw):
+                tmp[r, c] = C[i + r, jj + c] if accf and r < rows and c < ncols else 0
+        _micro(Ap, t * ts, Bp, p_off, tmp, 0, pw, kc, accf)
+        for r in range(rows):
+            for c in range(ncols):
+                C[i + r, jj + c] = tmp[r, c]
 
 
 # One machine-code variant per dtype, compiled (or loaded from numba's cache) at import: operands
@@ -157,31 +218,51 @@ def gemm(A, B, C, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     M, K = A.shape
     N = B.shape[1]
     pw = tmp.shape[1]
-    ldc = C.strides[0] // C.itemsize
     for j0 in range(0, N, NC):
         nc = min(NC, N - j0)
         npan = (nc + pw - 1) // pw
         for k0 in range(0, K, KC):
             kc = min(KC, K - k0)
             accf = 1 if k0 > 0 else 0
-            _pack_b(B, Bp[:npan * kc * pw].reshape((npan, kc, pw)), k0, kc, j0, nc)
+            ts, ps = kc * MR + _PAD, kc * pw + _PAD
+            _pack_b(B, Bp, k0, kc, j0, nc, pw, ps, 0)
             for i0 in range(0, M, MC):
                 mc = min(MC, M - i0)
-                mt = (mc + MR - 1) // MR
-                _pack_a(A[i0:i0 + mc], Ap[:mt * kc * MR].reshape((mt, kc, MR)), mc, k0, kc)
+                _pack_a(A[i0:i0 + mc], Ap, mc, k0, kc, ts)
                 for p in range(npan):
                     jj = j0 + p * pw
-                    ncols = min(pw, N - jj)
-                    for t in range(mt):
-                        i = i0 + t * MR
-                        rows = min(MR, mc - t * MR)
-                        if ncols == pw and rows == MR:
-                            _micro(Ap, t * kc * MR, Bp, p * kc * pw, C, i * ldc + jj, ldc, kc, accf)
-                            continue
-                        for r in range(MR):  # an edge tile: through ``tmp``
-                            for c in range(pw):
-                                tmp[r, c] = C[i + r, jj + c] if accf and r < rows and c < ncols else 0
-                        _micro(Ap, t * kc * MR, Bp, p * kc * pw, tmp, 0, pw, kc, accf)
-                        for r in range(rows):
-                            for c in range(ncols):
-                                C[i + r, jj + c] = tmp[r, c]
+                    _tiles(Ap, ts, Bp, p * ps, C, i0, mc, jj, min(pw, N - jj), kc, accf, tmp)
+
+
+_SIGS2 = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], {t}[:, ::1])"
+          for t in ("float32", "float64")]
+
+
+@njit(_SIGS2, **_OPTS)
+def gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
+    """``C1 = A·B1`` and ``C2 = A·B2`` with each block of ``A`` packed once for both (an LSTM's
+    ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm`` calls.  ``B1`` and
+    ``B2`` have at most ``NC`` columns together (``fits2``)."""
+    M, K = A.shape
+    N1, N2 = B1.shape[1], B2.shape[1]
+    pw = tmp.shape[1]
+    np1, np2 = (N1 + pw - 1) // pw, (N2 + pw - 1) // pw
+    for k0 in range(0, K, KC):
+        kc = min(KC, K - k0)
+        accf = 1 if k0 > 0 else 0
+        ts, ps = kc * MR + _PAD, kc * pw + _PAD
+        _pack_b(B1, Bp, k0, kc, 0, N1, pw, ps, 0)
+        _pack_b(B2, Bp, k0, kc, 0, N2, pw, ps, np1)
+        for i0 in range(0, M, MC):
+            mc = min(MC, M - i0)
+            _pack_a(A[i0:i0 + mc], Ap, mc, k0, kc, ts)
+            for p in range(np1):
+                _tiles(Ap, ts, Bp, p * ps, C1, i0, mc, p * pw, min(pw, N1 - p * pw), kc, accf, tmp)
+            for p in range(np2):
+                _tiles(Ap, ts, Bp, (np1 + p) * ps, C2, i0, mc, p * pw, min(pw, N2 - p * pw), kc, accf, tmp)
+
+
+def fits2(n1: int, n2: int, dtype: np.dtype) -> bool:
+    """Whether ``gemm2``'s two right operands (``n1`` and ``n2`` columns) fit one packed block."""
+    pw = 16 if np.dtype(dtype) == np.float32 else 8
+    return -(-n1 // pw) + -(-n2 // pw) <= (NC + pw - 1) // pw

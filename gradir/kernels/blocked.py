@@ -190,6 +190,16 @@ def warm(dtype: object) -> None:
             jit.load("goto")
 
 
+def goto_buffers(jo, dtype: np.dtype):  # type: ignore[no-untyped-def]
+    """The calling thread's packing buffers for ``_jit_goto`` (``jo``) in ``dtype``, kept for
+    its next products (8 MB in float32)."""
+    bufs = getattr(_goto_local, dtype.str, None)
+    if bufs is None:
+        bufs = jo.buffers(dtype)
+        setattr(_goto_local, dtype.str, bufs)
+    return bufs
+
+
 def _goto(jo, a2: np.ndarray, b2: np.ndarray, o2: np.ndarray) -> None:  # type: ignore[no-untyped-def]
     """``o2 = a2 · b2`` by ``_jit_goto``, one block per thread given: columns when B is the
     larger operand (each block packs all of A again), else rows (each packs all of B)."""
@@ -201,10 +211,7 @@ def _goto(jo, a2: np.ndarray, b2: np.ndarray, o2: np.ndarray) -> None:  # type: 
 
     def block(i: int) -> None:
         lo, hi = edges[i], edges[i + 1]
-        bufs = getattr(_goto_local, a2.dtype.str, None)
-        if bufs is None:
-            bufs = jo.buffers(a2.dtype)
-            setattr(_goto_local, a2.dtype.str, bufs)
+        bufs = goto_buffers(jo, a2.dtype)
         if cols:
             jo.gemm(ar, br[:, lo:hi], o2[:, lo:hi], *bufs)
         else:

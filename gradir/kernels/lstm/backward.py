@@ -49,6 +49,8 @@ def release_scratch() -> None:
 # Elements of ``da`` (steps x rows x 4H) per compiled call of the step loop (about 16 ms of work
 # per call at 100,64,256,256): between calls a Ctrl-C stops the loops.
 _BLOCK_ELEMENTS = 1 << 21
+# dX's rows computed by the step loops (False: one product afterwards; the same bits, tests)
+DX_IN_LOOP = True
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None,
@@ -123,6 +125,12 @@ def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
     firsts = [lengths - 1 if _rev(k, d) else np.zeros(nb, np.intp) for d in range(D)]
     lasts = [np.zeros(nb, np.intp) if _rev(k, d) else lengths - 1 for d in range(D)]
     Rp = [jg.pack(R[d]) for d in range(D)] if whole else []
+    # dX's rows too, step by step while da_t is in cache, where dX would be the packed-panel
+    # kernel's afterwards (the same kernel: the same bits)
+    dX = k.dX
+    k.dX_done = DX_IN_LOOP and whole and D == 1 and k.split and jg.FAST_LARGE and dX.flags.c_contiguous
+    Wp = jg.pack(view(k.W, (4 * h, k.I))) if k.dX_done else Rp[0] if whole else None
+    dXl = jit.readable(dX) if k.dX_done else dummy3
     # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
     block = max(1, _BLOCK_ELEMENTS // max(1, nb * 4 * h))
 
@@ -139,7 +147,8 @@ def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
                 for k0 in range(0, alive, block):
                     if stop.is_set():
                         return
-                    jl.bptt(rev, d, r0, k0, k0 + block, *args, Rp[d], da, dH, dC, dP, db, k.dH0, k.dC0)
+                    jl.bptt(rev, d, r0, k0, k0 + block, *args, Rp[d], da, dH, dC, dP, db, k.dH0, k.dC0,
+                            Wp, dXl, k.dX_done)
                 continue
             Rd = R[d]
             prev = -1
@@ -170,6 +179,40 @@ def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
     return view(db, (D * 4 * h,))
 
 
+def _weights_kernel(jl: Any, k: Grad, dW: np.ndarray, dR: np.ndarray):  # type: ignore[no-untyped-def]
+    """``_jit_goto`` when dW and dR should be one product (``_weights_goto``), else None."""
+    if jl is None or not (k.split and jl.gemm_module.FAST_LARGE and k.D == 1 and k.S >= 2):
+        return None
+    if not all(a.flags.c_contiguous and a.flags.aligned for a in (k.dab, k.X, k.HAll, dW, dR)):
+        return None
+    jo = jit.load("goto")
+    return jo if jo is not None and jo.fits2(k.I, k.h, k.dtype) else None
+
+
+def _weights_goto(jo: Any, k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray, dR2: np.ndarray) -> None:
+    """``dW = daᵀ·X`` and ``dR``'s sum over the steps whose ``H_{t-1}`` is a step,
+    ``Σ da_tᵀ·H_{t-1}``, as one product ``daᵀ·[X | H_{t-1}]`` (``_jit_goto.gemm2``: each block
+    of ``daᵀ`` packed once for both; the halves of the 4H rows on two threads when ``k.two``),
+    then dW's one remaining step.  One direction.  Where OpenBLAS computed them as two products
+    (17.5 and 17.7 ms at 100,64,256,256 on Zen 4, two cores), 33.7 ms; every element is one
+    fixed sum whatever the split (``_jit_goto``)."""
+    S, nb, h = k.S, k.nb, k.h
+    rev = _rev(k, 0)
+    lo, hi, shift = (0, S - 1, 1) if rev else (1, S, -1)
+    rest = S - 1 if rev else 0  # the step whose H_{t-1} is H0 (sum_dR adds it)
+    HA2 = jit.readable(view(k.HAll, (S * nb, h)))
+    a = da2[lo * nb: hi * nb].T
+    b1 = jit.readable(X2)[lo * nb: hi * nb]
+    b2 = HA2[(lo + shift) * nb: (hi + shift) * nb]
+    m = (a.shape[0] // 2 + jo.MR - 1) // jo.MR * jo.MR
+
+    def half(r0: int, r1: int) -> None:
+        jo.gemm2(a[r0:r1], b1, b2, dW2[r0:r1], dR2[r0:r1], *blocked.goto_buffers(jo, da2.dtype))
+
+    parallel.run_two(lambda stop: half(0, m), lambda stop: half(m, a.shape[0]), concurrent=k.two)
+    k.mm(da2[rest * nb: (rest + 1) * nb].T, X2[rest * nb: (rest + 1) * nb], dW2, np.empty_like(dW2))
+
+
 def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None = None,
               H0: np.ndarray | None = None, C0: np.ndarray | None = None,
               HAll: np.ndarray | None = None, CAll: np.ndarray | None = None,
@@ -193,9 +236,13 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
             ("dCFinal", dCFinal, (D, nb, h)), ("P", P, (D, 3 * h)))
     res = [result(out, j, shape, dt) for j, shape in enumerate(
         [(S, nb, I), (D, 4 * h, I), (D, 4 * h, h), (D, 8 * h), (D, nb, h), (D, nb, h), (D, 3 * h)])]
+    given = res[:3]
+    # dX, dW and dR into C-contiguous arrays, copied into given outputs that are not: the
+    # products' fast paths need them, and the bits must not depend on the outputs' strides
+    res[:3] = [r if r.flags.c_contiguous and r.flags.aligned else np.empty(r.shape, dt) for r in given]
     dX, dW, dR, dB, dH0, dC0, dP = res
     steps = Steps(seq_lengths("LSTMGrad", SL, S, nb), S, dt)
-    k = Grad(S=S, nb=nb, I=I, h=h, D=D, dtype=dt, direction=direction, steps=steps, X=X, R=R,
+    k = Grad(S=S, nb=nb, I=I, h=h, D=D, dtype=dt, direction=direction, steps=steps, X=X, W=W, R=R, dX=dX,
               H0=H0, C0=C0, HAll=HAll, CAll=CAll, iofc=iofc, dHAll=dHAll, dHFinal=dHFinal,
               dCFinal=dCFinal, P=P, dR=dR, dH0=dH0, dC0=dC0, chunk_bytes=_CHUNK_BYTES,
               copy_bytes=_COPY_BYTES,
@@ -229,16 +276,27 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
                 dP[d] = view(direc.dP, (3 * h,))
         da2 = view(k.dab, (S * nb, D * 4 * h))
         dX2 = view(dX, (S * nb, I))
-        if k.split and jl is not None and jl.gemm_module.FAST_LARGE and dX2.strides[1] == dt.itemsize:
+        if getattr(k, "dX_done", False):  # by the step loops; steps no row reaches have da = 0
+            if steps.alive < S:
+                jl.gemm_module.gemm(da2[steps.alive * nb:], jl.gemm_module.pack(view(W, (4 * h, I))),
+                                    dX2[steps.alive * nb:])
+        elif k.split and jl is not None and jl.gemm_module.FAST_LARGE and dX2.strides[1] == dt.itemsize:
             _packed_halves(jl.gemm_module, da2, view(W, (D * 4 * h, I)), dX2, k.two)  # W packed once
         else:
             k.mm(da2, view(W, (D * 4 * h, I)), dX2)  # sums both directions
-        k.mm(da2.T, view(X, (S * nb, I)), view(dW, (D * 4 * h, I)))
+        jo = _weights_kernel(jl, k, dW, dR)
+        if jo is not None:
+            _weights_goto(jo, k, da2, view(X, (S * nb, I)), view(dW, (4 * h, I)), view(dR, (4 * h, h)))
+        else:
+            k.mm(da2.T, view(X, (S * nb, I)), view(dW, (D * 4 * h, I)))
         if jl is None:
             # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
             db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
         for d in range(D):
-            sum_dR(k, d, _rev(k, d))
+            sum_dR(k, d, _rev(k, d), steps_done=jo is not None)
             dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
             dB[d, 4 * h:] = db[d * 4 * h: (d + 1) * 4 * h]
-    return dX, dW, dR, dB, dH0, dC0, dP
+    for g, r in zip(given, (dX, dW, dR)):
+        if g is not r:
+            g[...] = r
+    return (*given, dB, dH0, dC0, dP)

@@ -197,8 +197,9 @@ class Direction:
         return out
 
 
-def sum_dR(k: Grad, d: int, rev: bool) -> None:
-    """``dR[d] = Σ_t da_tᵀ·H_{t-1}`` as a few large GEMMs, with no scratch that grows with S.
+def sum_dR(k: Grad, d: int, rev: bool, steps_done: bool = False) -> None:
+    """``dR[d] = Σ_t da_tᵀ·H_{t-1}`` as a few large GEMMs, with no scratch that grows with S;
+    only the first step's ``H0`` term when ``steps_done`` (the rest is in ``dR`` already).
 
     Runs last: when D = 2 it overwrites parts of direction ``d``'s ``da`` it no longer needs."""
     S, nb, h, D = k.S, k.nb, k.h, k.D
@@ -214,7 +215,7 @@ def sum_dR(k: Grad, d: int, rev: bool) -> None:
         else:
             start = np.full(nb, S - 1, np.intp)
         first_da = da[start, np.arange(nb)]  # a copy
-    first = True
+    first = not steps_done
     tmp = None
 
     def acc(t0: int, t1: int, hb: np.ndarray) -> None:
@@ -232,7 +233,9 @@ def sum_dR(k: Grad, d: int, rev: bool) -> None:
     # Steps whose predecessor is a step: t = 1..S-1 (forward) or 0..S-2 (reverse).
     lo, hi = (1, S) if not rev else (0, S - 1)
     shift = -1 if not rev else 1
-    if hi > lo and D == 1:
+    if steps_done:
+        pass
+    elif hi > lo and D == 1:
         acc(lo, hi, HA[lo + shift: hi + shift])
     elif hi > lo:
         # HAll[:, d] is not a 2-D view when D = 2, so H_{t-1} is copied, in chunks, into the first
