@@ -17,7 +17,11 @@ columns in memory) and both operands are large, so here (``gemm``):
 Measured on Zen 4 (one core, float32): ``Hᵀ·dY`` at 4096x512 by 512x1024 ran at 111 GFLOP/s
 against OpenBLAS's 99-100, ``Xᵀ·dZ`` at 1024x512 by 512x4096 at 110 against 98-104; on two cores,
 one half each, 211 and 208 against 189-190 GFLOP/s for OpenBLAS's single-threaded halves.
-The buffers (``MC x KC`` and ``KC x NC``) are the caller's, reused from call to call.
+The buffers (``MC x KC`` and ``KC x NC``) are the caller's, reused from call to call.  Tiles and
+panels are packed ``_PAD`` elements apart (at multiples of 4 KB, one ``k``'s values of every tile
+shared one L1 set: packing A for one LSTM half went from 1.55 to 0.89 ms), with 8-wide vector
+copies where the source is contiguous.  ``gemm2`` computes two products of one ``A`` (an LSTM's
+``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``), packing each block of ``A`` once for both.
 """
 
 from __future__ import annotations

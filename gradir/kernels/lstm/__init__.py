@@ -16,7 +16,10 @@ How the sequence kernels are made fast (docs/performance.md; measured by ``bench
   first fills that buffer with the factors that do not depend on the carried gradients
   (``τ·o(1-o)``, ``c̃·i(1-i)``, ...) using a few bulk ufuncs, then runs the step loop,
   which multiplies them in place by ``dH``/``dC`` and does one GEMM ``da·R`` per step
-  (7 ufuncs).  ``dX``, ``dW``, ``dR`` and ``dB`` are large GEMMs over all steps afterwards.
+  (7 ufuncs).  ``dX``, ``dW``, ``dR`` and ``dB`` are large GEMMs over all steps afterwards
+  (on the packed-kernel path of large problems, one direction: dX's rows by the step loops
+  while each ``da_t`` is in cache, and dW and dR as one product ``daᵀ·[X | H_{t-1}]``,
+  ``_jit_goto.gemm2``).
 * Not done, because it was measured not to pay here: splitting the batch rows over
   threads (two threads issuing many small ufuncs serialize on the GIL) and running the
   bulk work on a helper thread beside the step loop (both slowed ~2×).
