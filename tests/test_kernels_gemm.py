@@ -87,6 +87,11 @@ def test_each_row_is_one_fixed_sum(dtype: type) -> None:
         part = np.empty((hi - lo, N), dtype)
         jg.gemm(A[lo:hi], Bp, part)
         assert np.array_equal(part, full[lo:hi])
+    # every row count, so every mix of 6-, 5- and smaller tiles (32 = 2·6 + 4·5, 8 = 4 + 4)
+    for m in range(1, M + 1):
+        part = np.empty((m, N), dtype)
+        jg.gemm(A[:m], Bp, part)
+        assert np.array_equal(part, full[:m]), m
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -63,6 +63,15 @@ def test_two_products_sharing_a_gives_the_bits_of_two(dtype: type) -> None:
             assert np.array_equal(C, want), (M, K, N1, N2)
             assert np.all(P[:, :2] == 7) and np.all(P[:, N + 2:] == 7)
     assert jo.fits2(256, 256, np.dtype(dtype)) and not jo.fits2(jo.NC, 1, np.dtype(dtype))
+    # what the compiled loop would trust: refused with a clear error, nothing written
+    A, B = np.ones((6, 4), dtype), np.ones((4, 16), dtype)
+    P = np.zeros((6, 32), dtype)
+    wide = np.ones((4, jo.NC), dtype)
+    for args in ((A, B, B, P[:, ::2], np.zeros((6, 16), dtype)), (A, wide, B, np.zeros((6, jo.NC), dtype), P[:, :16]),
+                 (A, B[:3], B, P[:, :16], P[:, 16:])):
+        with pytest.raises(ValueError, match="gemm2"):
+            jo.gemm2(*args, *buffers)
+    assert not P.any()
 
 
 def test_special_values_and_empty_reductions() -> None:

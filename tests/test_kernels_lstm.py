@@ -805,7 +805,8 @@ def test_ctrl_c_stops_both_step_loops(monkeypatch):
 @pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the step loops compute dX only where the packed kernels "
                     "are used (_jit_gemm.FAST_LARGE)")
 @pytest.mark.parametrize("with_sl", [False, True])
-def test_dx_in_the_step_loops_has_the_bits_of_one_product_after(monkeypatch, with_sl):
+@pytest.mark.parametrize("direction, dtype", [("forward", np.float32), ("reverse", np.float64)])
+def test_dx_in_the_step_loops_has_the_bits_of_one_product_after(monkeypatch, with_sl, direction, dtype):
     """The two half-batch loops compute each step's rows of dX while da_t is in cache, by the
     kernel that would compute dX over all steps afterwards: the same bits either way, the steps
     no row reaches (SL) included; and dW/dR as one product (``gemm2``) agree with the others."""
@@ -813,21 +814,21 @@ def test_dx_in_the_step_loops_has_the_bits_of_one_product_after(monkeypatch, wit
     monkeypatch.setattr(jit, "_on", True)
     rng = np.random.default_rng(21)
     H = 9
-    ops = make_layer(rng, 7, 6, 5, H, "forward", with_sl=with_sl, with_p=True, with_h0=True, dtype=np.float32)
+    ops = make_layer(rng, 7, 6, 5, H, direction, with_sl=with_sl, with_p=True, with_h0=True, dtype=dtype)
     if with_sl:
         ops["SL"] = np.array([5, 2, 4, 1, 3, 5], np.int64)  # steps 5, 6 valid for no row
-    up = upstream(rng, 7, 6, H, 1, "all", dtype=np.float32)
-    fwd = run_forward(ops, H, "forward")
+    up = upstream(rng, 7, 6, H, 1, "all", dtype=dtype)
+    fwd = run_forward(ops, H, direction)
     calls = []
     weights = lstm_backward._weights_goto
     monkeypatch.setattr(lstm_backward, "_weights_goto", lambda *a: calls.append(1) or weights(*a))
-    inloop = run_grad(ops, fwd, up, H, "forward")
+    inloop = run_grad(ops, fwd, up, H, direction)
     assert calls
     monkeypatch.setattr(lstm_backward, "DX_IN_LOOP", False)
-    after = run_grad(ops, fwd, up, H, "forward")
+    after = run_grad(ops, fwd, up, H, direction)
     np.testing.assert_array_equal(inloop[0], after[0])
     monkeypatch.setattr(jit_gemm, "FAST_LARGE", False)  # every product by BLAS
-    blas = run_grad(ops, fwd, up, H, "forward")
+    blas = run_grad(ops, fwd, up, H, direction)
     for a, b in zip(inloop, blas):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)  # (BLAS: other bits)
 

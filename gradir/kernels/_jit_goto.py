@@ -17,7 +17,7 @@ columns in memory) and both operands are large, so here (``gemm``):
 Measured on Zen 4 (one core, float32): ``Hᵀ·dY`` at 4096x512 by 512x1024 ran at 111 GFLOP/s
 against OpenBLAS's 99-100, ``Xᵀ·dZ`` at 1024x512 by 512x4096 at 110 against 98-104; on two cores,
 one half each, 211 and 208 against 189-190 GFLOP/s for OpenBLAS's single-threaded halves.
-The buffers (``MC x KC`` and ``KC x NC``) are the caller's, reused from call to call.  Tiles and
+The buffers (``MC x KC`` and ``KC x NC``, with padding) are the caller's, reused from call to call.  Tiles and
 panels are packed ``_PAD`` elements apart (at multiples of 4 KB, one ``k``'s values of every tile
 shared one L1 set: packing A for one LSTM half went from 1.55 to 0.89 ms), with 8-wide vector
 copies where the source is contiguous.  ``gemm2`` computes two products of one ``A`` (an LSTM's
@@ -149,6 +149,11 @@ def _pack_a(A, Ap, mc, k0, kc, ts):  # type: ignore[no-untyped-def]
             for t in range(nv, full):
                 for r in range(MR):
                     Ap[t * ts + k * MR + r] = A[t * MR + r, k0 + k]
+    elif A.strides[1] > A.strides[0]:  # transposed, spaced out: still one k's values at a time
+        for k in range(kc):
+            for t in range(full):
+                for r in range(MR):
+                    Ap[t * ts + k * MR + r] = A[t * MR + r, k0 + k]
     else:  # each row read along k
         for t in range(full):
             for r in range(MR):
@@ -175,6 +180,11 @@ def _pack_b(B, Bp, k0, kc, j0, nc, pw, ps, p0):  # type: ignore[no-untyped-def]
             for p in range(full):
                 for c in range(0, pw, 8):
                     _copy8(Bp, (p0 + p) * ps + k * pw + c, B, src + p * pw + c)
+    elif B.strides[1] <= B.strides[0]:  # rows with spaced-out columns: still row by row
+        for k in range(kc):
+            for p in range(full):
+                for c in range(pw):
+                    Bp[(p0 + p) * ps + k * pw + c] = B[k0 + k, j0 + p * pw + c]
     else:  # each column read along k
         for p in range(full):
             for c in range(pw):
@@ -242,11 +252,23 @@ _SIGS2 = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[::1]
           for t in ("float32", "float64")]
 
 
-@njit(_SIGS2, **_OPTS)
-def gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
+def gemm2(A: np.ndarray, B1: np.ndarray, B2: np.ndarray, C1: np.ndarray, C2: np.ndarray, Ap: np.ndarray,
+          Bp: np.ndarray, tmp: np.ndarray) -> None:
     """``C1 = A·B1`` and ``C2 = A·B2`` with each block of ``A`` packed once for both (an LSTM's
-    ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm`` calls.  ``B1`` and
-    ``B2`` have at most ``NC`` columns together (``fits2``)."""
+    ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm`` calls.  ``C1`` and ``C2``
+    need unit column strides and ``B1`` and ``B2`` at most ``NC`` columns together (``fits2``):
+    checked here, since the compiled loop trusts them."""
+    (M, K), (K1, N1), (K2, N2) = A.shape, B1.shape, B2.shape
+    if (K1 != K or K2 != K or C1.shape != (M, N1) or C2.shape != (M, N2) or not fits2(N1, N2, A.dtype)
+            or any(c.strides[1] != c.itemsize for c in (C1, C2) if c.shape[1] > 1)):
+        raise ValueError(f"gemm2: shapes {A.shape}, {B1.shape}, {B2.shape} -> {C1.shape}, {C2.shape} "
+                         "(or output strides) it does not take")
+    _gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp)
+
+
+@njit(_SIGS2, **_OPTS)
+def _gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
+    """``gemm2``'s loop."""
     M, K = A.shape
     N1, N2 = B1.shape[1], B2.shape[1]
     pw = tmp.shape[1]

@@ -7,8 +7,9 @@ carried ``dH``/``dC`` (``tanh(C_t)`` included), updates ``dC`` and accumulates `
 that GEMM done by ``_jit_gemm.gemm`` against ``R`` packed once (single-threaded: small
 problems, and the two half-batch loops of large ones, one per core); ``bptt_step`` does one
 step's element-wise work and leaves the GEMM to the caller (large batches on one loop:
-NumPy's threaded BLAS).  The two half-batch loops of large problems also compute their steps' rows
-of dX (``has_dX``), and prefetch the next step's operands while the GEMMs run.
+NumPy's threaded BLAS).  ``bptt`` asks for the next step's operands (prefetch) before a step's
+GEMMs, and the two half-batch loops of large problems on the packed path also compute their
+steps' rows of dX there (``has_dX``: ``dX`` ``[S, B, I]``, ``Wp = pack(W[d])``).
 
 Operand conventions (everything C-contiguous, one dtype, float32 or float64):
 ``G`` ``[S, D, B, 4H]`` post-activation gates (i, o, f, c̃), ``CA`` ``[S, D, B, H]``,

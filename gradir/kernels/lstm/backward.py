@@ -42,7 +42,8 @@ def _scratch(shape: tuple, dtype: np.dtype) -> np.ndarray:
 
 
 def release_scratch() -> None:
-    """Free the LSTMGrad scratch buffer kept by the calling thread."""
+    """Free the LSTMGrad scratch buffer kept by the calling thread (the products' packing
+    buffers, a fixed 8 MB per thread, are ``blocked.release_goto_buffers``'s)."""
     _scratch_local.buf = None
 
 
@@ -129,7 +130,7 @@ def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
     # kernel's afterwards (the same kernel: the same bits)
     dX = k.dX
     k.dX_done = DX_IN_LOOP and whole and D == 1 and k.split and jg.FAST_LARGE and dX.flags.c_contiguous
-    Wp = jg.pack(view(k.W, (4 * h, k.I))) if k.dX_done else Rp[0] if whole else None
+    Wp = k.Wp = jg.pack(view(k.W, (4 * h, k.I))) if k.dX_done else Rp[0] if whole else None
     dXl = jit.readable(dX) if k.dX_done else dummy3
     # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
     block = max(1, _BLOCK_ELEMENTS // max(1, nb * 4 * h))
@@ -278,8 +279,7 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         dX2 = view(dX, (S * nb, I))
         if getattr(k, "dX_done", False):  # by the step loops; steps no row reaches have da = 0
             if steps.alive < S:
-                jl.gemm_module.gemm(da2[steps.alive * nb:], jl.gemm_module.pack(view(W, (4 * h, I))),
-                                    dX2[steps.alive * nb:])
+                jl.gemm_module.gemm(da2[steps.alive * nb:], k.Wp, dX2[steps.alive * nb:])
         elif k.split and jl is not None and jl.gemm_module.FAST_LARGE and dX2.strides[1] == dt.itemsize:
             _packed_halves(jl.gemm_module, da2, view(W, (D * 4 * h, I)), dX2, k.two)  # W packed once
         else:
