@@ -129,6 +129,29 @@ def test_core_stamp_empties_a_stale_kernel_cache(tmp_path: Any, monkeypatch: pyt
     assert not index._load_index() and stamp.read_text().strip() == "0" * 64
 
 
+def test_eager_kernels_compile_after_the_stamp_check(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module that compiles its variants up front (``compile_eager``, as _jit_goto) is
+    compiled after the stamp check: compiled at import, its fresh cache would be emptied by the
+    check on a new machine, and the next process would compile it all again (10 s for
+    _jit_goto)."""
+    import importlib
+
+    (tmp_path / "_jit_eagermod.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef twice(x):\n    return 2 * x\n\n"
+        "def compile_eager():\n    twice.compile('float64(float64)')\n    twice.disable_compile()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from types import SimpleNamespace
+    monkeypatch.setattr(jit, "importlib", SimpleNamespace(import_module=lambda name: importlib.import_module(
+        "_jit_eagermod" if name.endswith("_jit_eagermod") else name)))
+    monkeypatch.delitem(jit._modules, "eagermod", raising=False)
+    mod = jit._import("eagermod")
+    assert mod is not None and mod.twice(2.0) == 4.0
+    index = mod.twice._cache._cache_file
+    assert index._load_index()  # the variant compiled after the check is still cached
+    assert len(mod.twice.signatures) == 1
+    assert mod.twice(3) == 6 and len(mod.twice.signatures) == 1  # an int takes the one variant
+
+
 def test_disabled_blocks_overlapping_across_threads() -> None:
     import threading
 

@@ -220,12 +220,12 @@ def _tiles(Ap, ts, Bp, p_off, C, i0, mc, jj, ncols, kc, accf, tmp):  # type: ign
                 C[i + r, jj + c] = tmp[r, c]
 
 
-# One machine-code variant per dtype, compiled (or loaded from numba's cache) at import: operands
-# of any layout (transposed views, column slices) all take it, so no run compiles a new one.
+# One machine-code variant per dtype (``compile_eager``): operands of any layout (transposed
+# views, column slices) all take it, so no run compiles a new one.
 _SIGS = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], {t}[:, ::1])" for t in ("float32", "float64")]
 
 
-@njit(_SIGS, **_OPTS)
+@njit(**_OPTS)
 def gemm(A, B, C, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     """``C = A·B``: ``A`` ``[M, K]`` and ``B`` ``[K, N]`` with any strides, ``C`` ``[M, N]`` with
     unit column stride, one dtype; ``Ap``, ``Bp``, ``tmp`` from ``buffers``."""
@@ -266,7 +266,7 @@ def gemm2(A: np.ndarray, B1: np.ndarray, B2: np.ndarray, C1: np.ndarray, C2: np.
     _gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp)
 
 
-@njit(_SIGS2, **_OPTS)
+@njit(**_OPTS)
 def _gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     """``gemm2``'s loop."""
     M, K = A.shape
@@ -286,6 +286,17 @@ def _gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
                 _tiles(Ap, ts, Bp, p * ps, C1, i0, mc, p * pw, min(pw, N1 - p * pw), kc, accf, tmp)
             for p in range(np2):
                 _tiles(Ap, ts, Bp, (np1 + p) * ps, C2, i0, mc, p * pw, min(pw, N2 - p * pw), kc, accf, tmp)
+
+
+def compile_eager() -> None:
+    """Compile (or load from numba's cache) ``gemm``'s and ``gemm2``'s one variant per dtype, and
+    allow no other.  ``jit.load`` calls it after checking the cache's stamp: compiled at import,
+    the variants would be written to a cache that the check then empties when it finds no
+    stamp, so the first two processes on a new machine would each compile them (10 s)."""
+    for f, sigs in ((gemm, _SIGS), (_gemm2, _SIGS2)):
+        for sig in sigs:
+            f.compile(sig)
+        f.disable_compile()
 
 
 def fits2(n1: int, n2: int, dtype: np.dtype) -> bool:

@@ -80,6 +80,9 @@ def _import(name: str) -> ModuleType | None:
                 mod = importlib.import_module(f"gradir.kernels._jit_{name}")
                 if name not in ("core", "gemm"):
                     _check_core_stamp(mod)
+                eager = getattr(mod, "compile_eager", None)
+                if eager is not None:  # after the stamp check, which may empty the cache
+                    eager()
                 _modules[name] = mod
             except Exception as exc:  # numba/llvmlite missing or broken, no writable cache, ...
                 _modules[name] = None

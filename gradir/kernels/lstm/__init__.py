@@ -81,8 +81,11 @@ def _warm_layers(dtype: Any) -> None:
     both of its compiled paths (the whole loop and the per-step one), so numba builds or loads
     all their machine code."""
     dt = np.dtype(dtype)
-    if dt not in (np.float32, np.float64) or jit.load("lstm") is None:
+    jl = jit.load("lstm")
+    if dt not in (np.float32, np.float64) or jl is None:
         return
+    if jl.gemm_module.FAST_LARGE:
+        jit.load("goto")  # LSTMGrad's dW and dR on large problems (``_jit_goto.gemm2``)
     S, nb, I, h = 2, 1, 1, 1
     X = np.full((S, nb, I), 0.5, dt)
     W, R = np.full((1, 4 * h, I), 0.5, dt), np.full((1, 4 * h, h), 0.5, dt)
