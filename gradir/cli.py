@@ -232,7 +232,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if len(stdin) > 1 or any(w not in ("FILE",) for w in stdin):
             raise UsageError("only FILE may be '-' (standard input), and only once"
                              + (f"; {stdin[-1]} reads a file" if stdin[-1] != "FILE" else ""))
-        check_output_paths(inputs, _paths(args, _OUTPUT_OPTIONS))
+        check_output_paths(inputs, _paths(args, _OUTPUT_OPTIONS),
+                           hint="gradir fmt -i FILE rewrites it in place" if args.command == "fmt" else None)
         status = int(args.func(args) or 0)
         sys.stdout.flush()
         return status

@@ -53,11 +53,13 @@ def _special(path: str) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
-def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tuple[str, str]]) -> None:
+def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tuple[str, str]],
+                       hint: Optional[str] = None) -> None:
     """Refuse output paths that are the same file as an input or as another output.
 
     ``inputs`` and ``outputs`` are ``(what, path)`` pairs (``what`` names the option,
-    for the message); ``-`` (standard input or output) is never compared.
+    for the message); ``-`` (standard input or output) is never compared.  ``hint`` replaces
+    the advice for an output that is an input (``fmt``: its ``-i``).
     """
     ins = [(w, p) for w, p in inputs if p and p != "-"]
     # a device or FIFO (-o /dev/null) is written through, never replaced: it may take several outputs
@@ -68,7 +70,7 @@ def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tupl
             if _same_file(po, pi):
                 same = "" if os.path.abspath(po) == os.path.abspath(pi) else f" ({pi})"
                 problems.append(Diagnostic(f"{wo} {po} is the same file as {wi}{same}; refusing to overwrite "
-                                           f"an input (choose another output path)", filename=po))
+                                           f"an input ({hint or 'choose another output path'})", filename=po))
                 break
         else:
             for wp, pp in outs[:k]:

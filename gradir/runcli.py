@@ -199,6 +199,34 @@ def _disabled_passes(args: argparse.Namespace) -> list[str]:
     return disable
 
 
+# Seconds of compiling after which ``run``/``plan`` say why nothing is printed yet: the first
+# process on a machine builds the compiled kernels (numba, ~30 s), later ones load them.
+SLOW_COMPILE_NOTICE = 2.0
+
+
+def _compile_with_notice(compile_fn, graph: Graph, **kw: object) -> "Executable":  # type: ignore[no-untyped-def]
+    """``compile_fn(graph, **kw)``, with a line on stderr if it takes longer than
+    ``SLOW_COMPILE_NOTICE`` seconds (building the compiled kernels on a new machine), when
+    stderr is a terminal (scripts that read it get only results and errors)."""
+    import threading
+    if not sys.stderr.isatty():
+        return compile_fn(graph, **kw)
+    done = threading.Event()
+
+    def notice() -> None:
+        if not done.wait(SLOW_COMPILE_NOTICE):
+            print("gradir: building the compiled kernels for this machine (once: later runs load them "
+                  "from numba's cache) ...", file=sys.stderr, flush=True)
+
+    t = threading.Thread(target=notice, daemon=True)
+    t.start()
+    try:
+        return compile_fn(graph, **kw)
+    finally:
+        done.set()
+        t.join()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .runtime import compile
     from .syntax import load
@@ -212,7 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     disable = _disabled_passes(args)
     check_run_arguments(args, graph := load(args.file))  # --shard's placements: refused before any input
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
-    exe = compile(graph, threads=args.threads, disable=disable, backend=args.backend)
+    exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable, backend=args.backend)
     if not args.inputs and not args.input:
         inputs, generated = complete_inputs(graph, {}, args.seed)
         print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
@@ -289,7 +317,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return print_placements(args)
     disable = _disabled_passes(args)
     graph = load(args.file)
-    exe = compile(graph, threads=args.threads, disable=disable)
+    exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable)
     p = exe.program
     optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name)
     optimized.types = p.types

@@ -216,3 +216,35 @@ def test_pyproject_ships_every_subpackage():
         if "__init__.py" in files:
             found.add(os.path.relpath(dirpath, ROOT).replace(os.sep, "."))
     assert found | {"gradir.grammar"} == listed
+
+
+def test_a_slow_compile_says_why_on_a_terminal(monkeypatch, capsys):
+    """The first process on a machine builds the compiled kernels (~30 s): on a terminal,
+    ``run`` and ``plan`` say so instead of staying silent; a quick compile says nothing, and
+    neither does a compile whose stderr is not a terminal."""
+    import time
+
+    from gradir import runcli
+
+    def slow(graph, **kw):
+        time.sleep(0.3)
+        return ("compiled", graph, kw)
+
+    monkeypatch.setattr(runcli, "SLOW_COMPILE_NOTICE", 0.05)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert runcli._compile_with_notice(slow, "g", threads=2) == ("compiled", "g", {"threads": 2})
+    assert "building the compiled kernels for this machine" in capsys.readouterr().err
+    assert runcli._compile_with_notice(lambda graph, **kw: graph, "g") == "g"
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert runcli._compile_with_notice(slow, "g") == ("compiled", "g", {})
+    assert capsys.readouterr().err == ""
+
+
+def test_fmt_onto_its_own_file_points_at_in_place(tmp_path, capsys):
+    src = tmp_path / "a.gir"
+    src.write_text(GOOD)
+    assert main(["fmt", str(src), "-o", str(src)]) == 1
+    err = capsys.readouterr().err
+    assert "refusing to overwrite an input (gradir fmt -i FILE rewrites it in place)" in err
+    assert src.read_text() == GOOD
