@@ -31,6 +31,7 @@ import warnings
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic
 
@@ -60,7 +61,6 @@ def prefetch(typingctx, arr, off):  # type: ignore[no-untyped-def]
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        from numba.core import cgutils
         data = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0]).data
         ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
         i32 = ir.IntType(32)

@@ -229,23 +229,10 @@ _SIGS = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], {t}[:, ::1]
 def gemm(A, B, C, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     """``C = A·B``: ``A`` ``[M, K]`` and ``B`` ``[K, N]`` with any strides, ``C`` ``[M, N]`` with
     unit column stride, one dtype; ``Ap``, ``Bp``, ``tmp`` from ``buffers``."""
-    M, K = A.shape
     N = B.shape[1]
-    pw = tmp.shape[1]
-    for j0 in range(0, N, NC):
-        nc = min(NC, N - j0)
-        npan = (nc + pw - 1) // pw
-        for k0 in range(0, K, KC):
-            kc = min(KC, K - k0)
-            accf = 1 if k0 > 0 else 0
-            ts, ps = kc * MR + _PAD, kc * pw + _PAD
-            _pack_b(B, Bp, k0, kc, j0, nc, pw, ps, 0)
-            for i0 in range(0, M, MC):
-                mc = min(MC, M - i0)
-                _pack_a(A[i0:i0 + mc], Ap, mc, k0, kc, ts)
-                for p in range(npan):
-                    jj = j0 + p * pw
-                    _tiles(Ap, ts, Bp, p * ps, C, i0, mc, jj, min(pw, N - jj), kc, accf, tmp)
+    for j0 in range(0, N, NC):  # blocks of NC columns: ``_products`` with no second product
+        j1 = min(N, j0 + NC)
+        _products(A, B[:, j0:j1], B[:, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp)
 
 
 _SIGS2 = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], {t}[:, ::1])"
@@ -263,12 +250,13 @@ def gemm2(A: np.ndarray, B1: np.ndarray, B2: np.ndarray, C1: np.ndarray, C2: np.
             or any(c.strides[1] != c.itemsize for c in (C1, C2) if c.shape[1] > 1)):
         raise ValueError(f"gemm2: shapes {A.shape}, {B1.shape}, {B2.shape} -> {C1.shape}, {C2.shape} "
                          "(or output strides) it does not take")
-    _gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp)
+    _products(A, B1, B2, C1, C2, Ap, Bp, tmp)
 
 
 @njit(**_OPTS)
-def _gemm2(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
-    """``gemm2``'s loop."""
+def _products(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
+    """``C1 = A·B1`` and ``C2 = A·B2`` for at most ``NC`` columns together: the loop of ``gemm``
+    (per block of columns, with an empty ``B2``) and ``gemm2``."""
     M, K = A.shape
     N1, N2 = B1.shape[1], B2.shape[1]
     pw = tmp.shape[1]
@@ -293,7 +281,7 @@ def compile_eager() -> None:
     allow no other.  ``jit.load`` calls it after checking the cache's stamp: compiled at import,
     the variants would be written to a cache that the check then empties when it finds no
     stamp, so the first two processes on a new machine would each compile them (10 s)."""
-    for f, sigs in ((gemm, _SIGS), (_gemm2, _SIGS2)):
+    for f, sigs in ((gemm, _SIGS), (_products, _SIGS2)):
         for sig in sigs:
             f.compile(sig)
         f.disable_compile()

@@ -200,11 +200,6 @@ def goto_buffers(jo, dtype: np.dtype):  # type: ignore[no-untyped-def]
     return bufs
 
 
-def release_goto_buffers() -> None:
-    """Free the calling thread's ``goto_buffers``."""
-    _goto_local.__dict__.clear()
-
-
 def _goto(jo, a2: np.ndarray, b2: np.ndarray, o2: np.ndarray) -> None:  # type: ignore[no-untyped-def]
     """``o2 = a2 · b2`` by ``_jit_goto``, one block per thread given: columns when B is the
     larger operand (each block packs all of A again), else rows (each packs all of B)."""

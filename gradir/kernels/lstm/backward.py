@@ -42,8 +42,8 @@ def _scratch(shape: tuple, dtype: np.dtype) -> np.ndarray:
 
 
 def release_scratch() -> None:
-    """Free the LSTMGrad scratch buffer kept by the calling thread (the products' packing
-    buffers, a fixed 8 MB per thread, are ``blocked.release_goto_buffers``'s)."""
+    """Free the LSTMGrad scratch buffer kept by the calling thread (not the products' packing
+    buffers, a fixed 8 MB per thread: ``blocked.goto_buffers``)."""
     _scratch_local.buf = None
 
 
@@ -246,7 +246,7 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     k = Grad(S=S, nb=nb, I=I, h=h, D=D, dtype=dt, direction=direction, steps=steps, X=X, W=W, R=R, dX=dX,
               H0=H0, C0=C0, HAll=HAll, CAll=CAll, iofc=iofc, dHAll=dHAll, dHFinal=dHFinal,
               dCFinal=dCFinal, P=P, dR=dR, dH0=dH0, dC0=dC0, chunk_bytes=_CHUNK_BYTES,
-              copy_bytes=_COPY_BYTES,
+              copy_bytes=_COPY_BYTES, dX_done=False, Wp=None,
               dab=_scratch((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
 
     jl = jit.load("lstm")
@@ -277,7 +277,7 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
                 dP[d] = view(direc.dP, (3 * h,))
         da2 = view(k.dab, (S * nb, D * 4 * h))
         dX2 = view(dX, (S * nb, I))
-        if getattr(k, "dX_done", False):  # by the step loops; steps no row reaches have da = 0
+        if k.dX_done:  # by the step loops; steps no row reaches have da = 0
             if steps.alive < S:
                 jl.gemm_module.gemm(da2[steps.alive * nb:], k.Wp, dX2[steps.alive * nb:])
         elif k.split and jl is not None and jl.gemm_module.FAST_LARGE and dX2.strides[1] == dt.itemsize:

@@ -233,11 +233,9 @@ def sum_dR(k: Grad, d: int, rev: bool, steps_done: bool = False) -> None:
     # Steps whose predecessor is a step: t = 1..S-1 (forward) or 0..S-2 (reverse).
     lo, hi = (1, S) if not rev else (0, S - 1)
     shift = -1 if not rev else 1
-    if steps_done:
-        pass
-    elif hi > lo and D == 1:
+    if hi > lo and D == 1 and not steps_done:
         acc(lo, hi, HA[lo + shift: hi + shift])
-    elif hi > lo:
+    elif hi > lo and not steps_done:
         # HAll[:, d] is not a 2-D view when D = 2, so H_{t-1} is copied, in chunks, into the first
         # H columns of da rows (uniform stride) that are no longer needed: for the second
         # direction, all of the first one's; for the first, those of its own steps already
