@@ -139,6 +139,27 @@ def test_pack_layout() -> None:
     assert np.array_equal(jg.pack(B.T.copy().T), P)  # any strides in
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pack_row_by_row_and_into_a_given_array(dtype: type) -> None:
+    """Row-major operands (and transposed views) are packed by compiled loops that read them in
+    order; the layout is the transposing copy's, for every width (edge panels zero-padded), into
+    ``out`` too; an ``out`` of the wrong shape, dtype or layout is refused."""
+    rng = np.random.default_rng(5)
+    for K, N in [(1, 1), (3, 20), (17, 16), (64, 33), (1024, 256)]:
+        B = rng.standard_normal((K, N)).astype(dtype)
+        wide = np.zeros((K, 2 * N), dtype)
+        wide[:, ::2] = B
+        want = jg.pack(wide[:, ::2])  # strides that take the copy
+        assert np.array_equal(jg.pack(B), want), (K, N)
+        assert np.array_equal(jg.pack(B.T.copy().T), want), (K, N)  # a transposed view: column by column
+        out = np.full(want.shape, np.nan, dtype)
+        assert jg.pack(B, out=out) is out and np.array_equal(out, want), (K, N)
+    B = np.ones((4, 20), dtype)
+    for bad in (np.empty((2, 4, 8), dtype), np.empty((2, 4, 16), np.float16), np.empty((2, 16, 4), dtype).transpose(0, 2, 1)):
+        with pytest.raises(ValueError, match="pack"):
+            jg.pack(B, out=bad)
+
+
 def test_kernel_caches_follow_the_gemm_file_too() -> None:
     """The LSTM kernels inline the GEMM micro-kernel: an edit of _jit_gemm.py must change
     the stamp that empties their numba caches (see test_core_stamp_empties_a_stale_kernel_cache)."""

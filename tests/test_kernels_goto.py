@@ -74,6 +74,27 @@ def test_two_products_sharing_a_gives_the_bits_of_two(dtype: type) -> None:
     assert not P.any()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_second_product_over_two_operands_is_one_over_their_rows(dtype: type) -> None:
+    """``gemm2(..., B2y=...)``: the second product's rows are ``B2``'s then ``B2y``'s (an LSTM's
+    ``H0`` beside ``HAll``), with every split against the blocks of k: the bits of one product
+    over the two stacked; the rows must add up to A's columns."""
+    rng = np.random.default_rng(3)
+    buffers = jo.buffers(dtype)
+    M, K, N1, N2 = 20, 2 * jo.KC + 70, 40, 33
+    A = _operand(rng, M, K, dtype, transposed=True)
+    B1 = _operand(rng, K, N1, dtype, transposed=False)
+    B2 = rng.standard_normal((K, N2)).astype(dtype)
+    for cut in (0, 1, 64, jo.KC - 1, jo.KC, jo.KC + 1, K - 64, K):
+        C1, C2 = np.empty((M, N1), dtype), np.empty((M, N2), dtype)
+        jo.gemm2(A, B1, B2[:cut], C1, C2, *buffers, B2y=B2[cut:])
+        W1, W2 = np.empty((M, N1), dtype), np.empty((M, N2), dtype)
+        jo.gemm2(A, B1, B2, W1, W2, *buffers)
+        assert np.array_equal(C1, W1) and np.array_equal(C2, W2), cut
+    with pytest.raises(ValueError, match="gemm2"):
+        jo.gemm2(A, B1, B2[:64], C1, C2, *buffers, B2y=B2[65:])
+
+
 def test_special_values_and_empty_reductions() -> None:
     a = np.zeros((8, 20), np.float32)
     a[0, 0], a[1, 1], a[2, 2] = np.inf, np.nan, -0.0

@@ -748,15 +748,15 @@ def test_lstm_grad_survives_the_switch_turned_off_during_a_call(monkeypatch):
     expected = run_grad(ops, fwd, up, H, "bidirectional")
     steps = lstm_backward._compiled_steps
 
-    def switched_off_meanwhile(jl, k):
+    def switched_off_meanwhile(jl, k, *rest):
         jit.set_enabled(False)  # as another thread's jit.disabled() would
         try:
-            return steps(jl, k)
+            return steps(jl, k, *rest)
         finally:
             jit.set_enabled(True)
 
-    def off_after_steps(jl, k):
-        r = steps(jl, k)
+    def off_after_steps(jl, k, *rest):
+        r = steps(jl, k, *rest)
         jit.set_enabled(False)
         return r
 
@@ -832,3 +832,58 @@ def test_dx_in_the_step_loops_has_the_bits_of_one_product_after(monkeypatch, wit
     for a, b in zip(inloop, blas):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)  # (BLAS: other bits)
 
+
+
+@pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="dW and dR are one product only where the packed kernels "
+                    "are used (_jit_gemm.FAST_LARGE)")
+@pytest.mark.parametrize("where", ["loops", "product"])
+def test_a_failure_in_one_chain_neither_hangs_nor_hides(monkeypatch, where):
+    """The two half-batch chains meet twice (after packing R and W, after the loops: then each
+    computes its half of dW and dR).  A failure on one side, in its loops or in its product,
+    breaks the meeting: LSTMGrad raises that error, and the other side does not wait forever.
+    Without a failure the products run one on each thread."""
+    import threading
+
+    force_path(monkeypatch, "halves")
+    monkeypatch.setattr(jit, "_on", True)
+    if parallel.threads_here() < 2:
+        pytest.skip("the chains run side by side only with two cores")
+    jl, jo = jit.load("lstm"), jit.load("goto")
+    ops, up, fwd = f32_layer(16, 6, 8, 5, 7, "forward")
+    expected = run_grad(ops, fwd, up, 7, "forward")
+    main = threading.get_ident()
+    seen: list = []
+    real = jo.gemm2 if where == "product" else jl.bptt
+
+    def failing(*args, **kw):
+        seen.append(threading.get_ident())
+        if threading.get_ident() != main:
+            raise RuntimeError("boom on the helper")
+        return real(*args, **kw)
+
+    def spy(*args, **kw):
+        seen.append(threading.get_ident())
+        return real_gemm2(*args, **kw)
+
+    real_gemm2 = jo.gemm2
+    monkeypatch.setattr(jo, "gemm2", spy)
+    again = run_grad(ops, fwd, up, 7, "forward")
+    assert len(set(seen)) == 2 and main in seen  # one product half on each thread
+    for a, b in zip(again, expected):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(jo if where == "product" else jl, "gemm2" if where == "product" else "bptt", failing)
+    result = []
+
+    def call():
+        nonlocal main
+        main = threading.get_ident()  # the calling thread's chain runs here, the other on the pool
+        try:
+            run_grad(ops, fwd, up, 7, "forward")
+        except RuntimeError as e:
+            result.append(e)
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive(), "LSTMGrad waited forever for the failed chain"
+    assert len(result) == 1 and "boom on the helper" in str(result[0])

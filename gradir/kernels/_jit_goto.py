@@ -168,9 +168,10 @@ def _pack_a(A, Ap, mc, k0, kc, ts):  # type: ignore[no-untyped-def]
 
 
 @njit(**_OPTS)
-def _pack_b(B, Bp, k0, kc, j0, nc, pw, ps, p0):  # type: ignore[no-untyped-def]
-    """``Bp[(p0 + p)·ps + PW·k + c] = B[k0 + k, j0 + p·PW + c]`` for the block's ``nc`` columns
-    (zero past them)."""
+def _pack_b(B, Bp, k0, kc, j0, nc, pw, ps, p0, kd):  # type: ignore[no-untyped-def]
+    """``Bp[(p0 + p)·ps + PW·(kd + k) + c] = B[k0 + k, j0 + p·PW + c]`` for the block's ``nc``
+    columns (zero past them)."""
+    Bp = Bp[kd * pw:]
     npan = (nc + pw - 1) // pw
     full = nc // pw
     if B.strides[1] == B.itemsize:  # each row of B read once, across the panels, 8 values at a time
@@ -232,41 +233,50 @@ def gemm(A, B, C, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     N = B.shape[1]
     for j0 in range(0, N, NC):  # blocks of NC columns: ``_products`` with no second product
         j1 = min(N, j0 + NC)
-        _products(A, B[:, j0:j1], B[:, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp)
+        _products(A, B[:, j0:j1], B[:, j0:j0], B[:0, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp)
 
 
-_SIGS2 = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], {t}[:, ::1])"
-          for t in ("float32", "float64")]
+_SIGS2 = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], "
+          f"{t}[:, ::1])" for t in ("float32", "float64")]
 
 
 def gemm2(A: np.ndarray, B1: np.ndarray, B2: np.ndarray, C1: np.ndarray, C2: np.ndarray, Ap: np.ndarray,
-          Bp: np.ndarray, tmp: np.ndarray) -> None:
+          Bp: np.ndarray, tmp: np.ndarray, B2y: np.ndarray | None = None) -> None:
     """``C1 = A·B1`` and ``C2 = A·B2`` with each block of ``A`` packed once for both (an LSTM's
-    ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm`` calls.  ``C1`` and ``C2``
-    need unit column strides and ``B1`` and ``B2`` at most ``NC`` columns together (``fits2``):
-    checked here, since the compiled loop trusts them."""
+    ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm`` calls.  With ``B2y``,
+    ``B2``'s rows are those of ``B2`` then those of ``B2y`` (an LSTM's ``H0`` beside ``HAll``,
+    with no copy).  ``C1`` and ``C2`` need unit column strides and ``B1`` and ``B2`` at most
+    ``NC`` columns together (``fits2``): checked here, since the compiled loop trusts them."""
+    if B2y is None:
+        B2y = B2[:0]
     (M, K), (K1, N1), (K2, N2) = A.shape, B1.shape, B2.shape
-    if (K1 != K or K2 != K or C1.shape != (M, N1) or C2.shape != (M, N2) or not fits2(N1, N2, A.dtype)
+    if (K1 != K or K2 + B2y.shape[0] != K or B2y.shape[1] != N2 or C1.shape != (M, N1) or C2.shape != (M, N2)
+            or not fits2(N1, N2, A.dtype)
             or any(c.strides[1] != c.itemsize for c in (C1, C2) if c.shape[1] > 1)):
-        raise ValueError(f"gemm2: shapes {A.shape}, {B1.shape}, {B2.shape} -> {C1.shape}, {C2.shape} "
-                         "(or output strides) it does not take")
-    _products(A, B1, B2, C1, C2, Ap, Bp, tmp)
+        raise ValueError(f"gemm2: shapes {A.shape}, {B1.shape}, {B2.shape} + {B2y.shape} -> {C1.shape}, "
+                         f"{C2.shape} (or output strides) it does not take")
+    _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp)
 
 
 @njit(**_OPTS)
-def _products(A, B1, B2, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
-    """``C1 = A·B1`` and ``C2 = A·B2`` for at most ``NC`` columns together: the loop of ``gemm``
-    (per block of columns, with an empty ``B2``) and ``gemm2``."""
+def _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
+    """``C1 = A·B1`` and ``C2 = A·[B2; B2y]`` for at most ``NC`` columns together: the loop of
+    ``gemm`` (per block of columns, with an empty second product) and ``gemm2``."""
     M, K = A.shape
     N1, N2 = B1.shape[1], B2.shape[1]
+    K2 = B2.shape[0]
     pw = tmp.shape[1]
     np1, np2 = (N1 + pw - 1) // pw, (N2 + pw - 1) // pw
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
         accf = 1 if k0 > 0 else 0
         ts, ps = kc * MR + _PAD, kc * pw + _PAD
-        _pack_b(B1, Bp, k0, kc, 0, N1, pw, ps, 0)
-        _pack_b(B2, Bp, k0, kc, 0, N2, pw, ps, np1)
+        _pack_b(B1, Bp, k0, kc, 0, N1, pw, ps, 0, 0)
+        if k0 < K2:
+            _pack_b(B2, Bp, k0, min(kc, K2 - k0), 0, N2, pw, ps, np1, 0)
+        if k0 + kc > K2:
+            s0 = max(k0, K2)
+            _pack_b(B2y, Bp, s0 - K2, k0 + kc - s0, 0, N2, pw, ps, np1, s0 - k0)
         for i0 in range(0, M, MC):
             mc = min(MC, M - i0)
             _pack_a(A[i0:i0 + mc], Ap, mc, k0, kc, ts)

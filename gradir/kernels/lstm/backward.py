@@ -97,8 +97,11 @@ def _rev(k: Grad, d: int) -> bool:
     return k.direction == "reverse" or d == 1
 
 
-def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
-    """The step loops of every direction by the compiled kernels; returns dB's 4H sums ``[D·4H]``."""
+def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
+    """The step loops of every direction by the compiled kernels; returns dB's 4H sums ``[D·4H]``.
+    When the two half-batch chains run side by side (``k.two``), ``then``'s two functions run
+    right after them, one on each (the halves of the weight gradients' product, which need
+    every step's ``da``: each chain waits for the other there, rather than both returning)."""
     jg = jl.gemm_module
     S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
     dummy = np.zeros((1, 1, 1, 1), dt)
@@ -125,20 +128,30 @@ def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
              and not getattr(this_thread, "per_step", False))
     firsts = [lengths - 1 if _rev(k, d) else np.zeros(nb, np.intp) for d in range(D)]
     lasts = [np.zeros(nb, np.intp) if _rev(k, d) else lengths - 1 for d in range(D)]
-    Rp = [jg.pack(R[d]) for d in range(D)] if whole else []
     # dX's rows too, step by step while da_t is in cache, where dX would be the packed-panel
     # kernel's afterwards (the same kernel: the same bits)
     dX = k.dX
     k.dX_done = DX_IN_LOOP and whole and D == 1 and k.split and jg.FAST_LARGE and dX.flags.c_contiguous
-    Wp = k.Wp = jg.pack(view(k.W, (4 * h, k.I))) if k.dX_done else Rp[0] if whole else None
     dXl = jit.readable(dX) if k.dX_done else dummy3
+    # R (and W) packed: by the two chains, one each, when they run side by side
+    Rp: list = [None] * D if whole else []
+    Wp: list = [None]
+    packs = [(Rp, d, R[d]) for d in range(D)] if whole else []
+    if k.dX_done:
+        packs.append((Wp, 0, view(k.W, (4 * h, k.I))))
+    meet = threading.Barrier(2) if k.split and k.two else None
+    if meet is None:
+        for dst, i, b in packs:
+            dst[i] = jg.pack(b)
     # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
     block = max(1, _BLOCK_ELEMENTS // max(1, nb * 4 * h))
 
-    def chain(r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event) -> None:
-        """Backward through time of batch rows r0..r1-1 (independent of the other rows)."""
+    def loops(r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event) -> bool:
+        """Backward through time of batch rows r0..r1-1 (independent of the other rows); False
+        when stopped."""
         dH = np.empty((r1 - r0, h), dt)
         dC = np.empty((r1 - r0, h), dt)
+        wp = Wp[0] if k.dX_done else Rp[0] if whole else None
         for d in range(D):
             rev, first = _rev(k, d), firsts[d]
             args = (iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, lasts[d])
@@ -147,15 +160,15 @@ def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
             if whole:
                 for k0 in range(0, alive, block):
                     if stop.is_set():
-                        return
+                        return False
                     jl.bptt(rev, d, r0, k0, k0 + block, *args, Rp[d], da, dH, dC, dP, db, k.dH0, k.dC0,
-                            Wp, dXl, k.dX_done)
+                            wp, dXl, k.dX_done)
                 continue
             Rd = R[d]
             prev = -1
             for n in range(alive):
                 if stop.is_set():
-                    return
+                    return False
                 t = n if rev else alive - 1 - n
                 tp = t + 1 if rev else t - 1
                 if tp < 0 or tp >= S:
@@ -166,18 +179,44 @@ def _compiled_steps(jl: Any, k: Grad) -> np.ndarray:
             rows = first[r0:r1] == prev
             k.dH0[d, r0:r1][rows] = dH[rows]
             k.dC0[d, r0:r1][rows] = dC[rows]
+        return True
 
-    if not k.split:
-        chain(0, nb, dP, db, threading.Event())
+    def chain(half: int, r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event) -> None:
+        """``loops``; side by side, first this chain's share of the packing, and after the
+        loops its function of ``then``, each time once both chains got there (``meet``)."""
+        if meet is None:
+            loops(r0, r1, dP, db, stop)
+            return
+        try:
+            for dst, i, b in packs[half::2]:
+                dst[i] = jg.pack(b)
+            meet.wait()
+            if not loops(r0, r1, dP, db, stop):
+                meet.abort()
+                return
+            if then is not None:
+                meet.wait()
+                then[half]()
+        except threading.BrokenBarrierError:
+            return  # the other chain stopped or failed: run_two raises its error
+        except BaseException:
+            meet.abort()
+            raise
+
+    try:
+        if not k.split:
+            chain(0, 0, nb, dP, db, threading.Event())
+            return view(db, (D * 4 * h,))
+        # Two chains of half the batch rows each (see lstm_grad).
+        m = nb // 2
+        dP1, db1 = np.zeros_like(dP), np.zeros_like(db)
+        parallel.run_two(lambda stop: chain(0, 0, m, dP, db, stop), lambda stop: chain(1, m, nb, dP1, db1, stop),
+                         concurrent=k.two)
+        dP += dP1
+        db += db1
         return view(db, (D * 4 * h,))
-    # Two chains of half the batch rows each (see lstm_grad).
-    m = nb // 2
-    dP1, db1 = np.zeros_like(dP), np.zeros_like(db)
-    parallel.run_two(lambda stop: chain(0, m, dP, db, stop), lambda stop: chain(m, nb, dP1, db1, stop),
-                     concurrent=k.two)
-    dP += dP1
-    db += db1
-    return view(db, (D * 4 * h,))
+    finally:
+        k.Wp = Wp[0]
 
 
 def _weights_kernel(jl: Any, k: Grad, dW: np.ndarray, dR: np.ndarray):  # type: ignore[no-untyped-def]
@@ -190,27 +229,41 @@ def _weights_kernel(jl: Any, k: Grad, dW: np.ndarray, dR: np.ndarray):  # type: 
     return jo if jo is not None and jo.fits2(k.I, k.h, k.dtype) else None
 
 
-def _weights_goto(jo: Any, k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray, dR2: np.ndarray) -> None:
-    """``dW = daᵀ·X`` and ``dR``'s sum over the steps whose ``H_{t-1}`` is a step,
-    ``Σ da_tᵀ·H_{t-1}``, as one product ``daᵀ·[X | H_{t-1}]`` (``_jit_goto.gemm2``: each block
-    of ``daᵀ`` packed once for both; the halves of the 4H rows on two threads when ``k.two``),
-    then dW's one remaining step.  One direction.  Where OpenBLAS computed them as two products
-    (17.5 and 17.7 ms at 100,64,256,256 on Zen 4, two cores), 33.7 ms; every element is one
-    fixed sum whatever the split (``_jit_goto``)."""
+def _weights_goto(jo: Any, k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray,
+                  dR2: np.ndarray) -> tuple[tuple, bool]:
+    """``dW = daᵀ·X`` and ``dR = Σ_t da_tᵀ·H_{t∓1}`` as one product ``daᵀ·[X | H_{t∓1}]``
+    (``_jit_goto.gemm2``: each block of ``daᵀ`` packed once for both), as two functions that
+    compute the halves of the 4H rows (for two threads), and whether that is all of dW and
+    dR.  One direction.  Where every row's first step is the same one (forward, or reverse with
+    all sequences full), that step's ``H_{t∓1}`` is ``H0`` (or zeros), given beside ``HAll``
+    with no copy, so the product is the whole of both; otherwise it leaves out that step
+    (``_weights_rest`` adds dW's term, ``sum_dR`` the ``H0`` terms).  Where OpenBLAS computed dW
+    and dR as two products (17.5 and 17.7 ms at 100,64,256,256 on Zen 4, two cores), 33.7 ms;
+    every element is one fixed sum whatever the split (``_jit_goto``)."""
     S, nb, h = k.S, k.nb, k.h
     rev = _rev(k, 0)
-    lo, hi, shift = (0, S - 1, 1) if rev else (1, S, -1)
-    rest = S - 1 if rev else 0  # the step whose H_{t-1} is H0 (sum_dR adds it)
+    lengths = k.steps.lengths
+    whole = not rev or lengths is None or bool(np.all(lengths == S))
     HA2 = jit.readable(view(k.HAll, (S * nb, h)))
-    a = da2[lo * nb: hi * nb].T
-    b1 = jit.readable(X2)[lo * nb: hi * nb]
-    b2 = HA2[(lo + shift) * nb: (hi + shift) * nb]
+    X2r = jit.readable(X2)
+    b2y = None
+    if whole:  # the first step's H_{t∓1} is H0
+        h0 = jit.readable(np.ascontiguousarray(k.H0[0])) if k.H0 is not None else np.zeros((nb, h), k.dtype)
+        a, b1 = da2.T, X2r
+        b2, b2y = (HA2[nb:], h0) if rev else (h0, HA2[: (S - 1) * nb])
+    else:  # reverse with sequence lengths: the steps whose H_{t+1} is a step
+        a, b1, b2 = da2[: (S - 1) * nb].T, X2r[: (S - 1) * nb], HA2[nb:]
     m = (a.shape[0] // 2 + jo.MR - 1) // jo.MR * jo.MR
 
     def half(r0: int, r1: int) -> None:
-        jo.gemm2(a[r0:r1], b1, b2, dW2[r0:r1], dR2[r0:r1], *blocked.goto_buffers(jo, da2.dtype))
+        jo.gemm2(a[r0:r1], b1, b2, dW2[r0:r1], dR2[r0:r1], *blocked.goto_buffers(jo, da2.dtype), B2y=b2y)
 
-    parallel.run_two(lambda stop: half(0, m), lambda stop: half(m, a.shape[0]), concurrent=k.two)
+    return (lambda: half(0, m), lambda: half(m, a.shape[0])), whole
+
+
+def _weights_rest(k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray) -> None:
+    """dW's term of the step that ``_weights_goto`` left out (reverse with sequence lengths)."""
+    rest, nb = k.S - 1, k.nb
     k.mm(da2[rest * nb: (rest + 1) * nb].T, X2[rest * nb: (rest + 1) * nb], dW2, np.empty_like(dW2))
 
 
@@ -267,16 +320,21 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         k.split = blas.ok
         k.two = k.split and blas.threads >= 2
         k.mm = _matmul_halves(k.two) if k.split else _matmul_blocks
+        da2 = view(k.dab, (S * nb, D * 4 * h))
+        dX2 = view(dX, (S * nb, I))
+        X2, dW2, dR2 = view(X, (S * nb, I)), view(dW, (D * 4 * h, I)), view(dR, (D * 4 * h, h))
+        jo = _weights_kernel(jl, k, dW, dR)
+        halves, dR_done = _weights_goto(jo, k, da2, X2, dW2, dR2) if jo is not None else (None, False)
+        # with the two chains side by side, each goes on to its half of dW and dR
+        after = halves is not None and k.split and k.two
         if jl is not None:
-            db = _compiled_steps(jl, k)
+            db = _compiled_steps(jl, k, halves if after else None)
             dP[...] = view(k.dP2, (D, 3 * h))
         else:
             for d in range(D):
                 direc = Direction(k, d)
                 direc.run()
                 dP[d] = view(direc.dP, (3 * h,))
-        da2 = view(k.dab, (S * nb, D * 4 * h))
-        dX2 = view(dX, (S * nb, I))
         if k.dX_done:  # by the step loops; steps no row reaches have da = 0
             if steps.alive < S:
                 jl.gemm_module.gemm(da2[steps.alive * nb:], k.Wp, dX2[steps.alive * nb:])
@@ -284,16 +342,19 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
             _packed_halves(jl.gemm_module, da2, view(W, (D * 4 * h, I)), dX2, k.two)  # W packed once
         else:
             k.mm(da2, view(W, (D * 4 * h, I)), dX2)  # sums both directions
-        jo = _weights_kernel(jl, k, dW, dR)
-        if jo is not None:
-            _weights_goto(jo, k, da2, view(X, (S * nb, I)), view(dW, (4 * h, I)), view(dR, (4 * h, h)))
+        if halves is not None:
+            if not after:
+                parallel.run_two(lambda stop: halves[0](), lambda stop: halves[1](), concurrent=k.two)
+            if not dR_done:
+                _weights_rest(k, da2, X2, dW2)
         else:
-            k.mm(da2.T, view(X, (S * nb, I)), view(dW, (D * 4 * h, I)))
+            k.mm(da2.T, X2, dW2)
         if jl is None:
             # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
             db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
         for d in range(D):
-            sum_dR(k, d, _rev(k, d), steps_done=jo is not None)
+            if not dR_done:
+                sum_dR(k, d, _rev(k, d), steps_done=jo is not None)
             dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
             dB[d, 4 * h:] = db[d * 4 * h: (d + 1) * 4 * h]
     for g, r in zip(given, (dX, dW, dR)):
