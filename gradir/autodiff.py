@@ -102,10 +102,7 @@ def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
         if not isinstance(w, str):
             problems.append(f"wrt entries are input names like 't0', got {shown(w)}")
         elif w not in types:
-            shown_inputs = [i.name if i.label is None else f"{i.name} ({label_text(i.label).strip()})"
-                            for i in graph.inputs]
-            problems.append(f"wrt: {w} is not an input of the graph, by name or label (its inputs are "
-                            f"{', '.join(shown_inputs) or 'none'})")
+            problems.append(_not_an_input(graph, w))
         elif not types[w].dtype.is_float:
             problems.append(f"wrt: {w} has type {types[w]}; only floating-point inputs have gradients")
         elif w in names[:k]:
@@ -114,8 +111,25 @@ def parse_wrt(graph: Graph, wrt: Optional[Iterable[str]]) -> list[str]:
         problems.append("wrt is empty: name at least one input")
     if problems:
         name = graph.source.filename if graph.source else None
-        raise AutodiffError([Diagnostic(p, filename=name) for p in problems])
+        raise AutodiffError([p if isinstance(p, Diagnostic) else Diagnostic(p, filename=name) for p in problems])
     return names
+
+
+def _not_an_input(graph: Graph, w: str) -> Union[str, Diagnostic]:
+    """Why ``w`` (a ``wrt`` entry, neither an input's name nor its label) cannot be differentiated with respect
+    to: a value the graph computes is pointed at where it is computed; a name that is nothing gets the
+    inputs it may have meant (close matches first, then at most ``SHOWN_NAMES`` of them)."""
+    from .names import close_matches, computed_diagnostic, did_you_mean, name_list
+    shown_inputs = [i.name if i.label is None else f"{i.name} ({label_text(i.label).strip()})" for i in graph.inputs]
+    located = computed_diagnostic(graph, w, "wrt", ", not an input; gradients are with respect to the graph's "
+                                  f"inputs, {name_list(shown_inputs)}")
+    if located is not None:
+        return located
+    keys = {i.name: i.name for i in graph.inputs}
+    keys.update((i.label, f"{i.label} ({i.name})") for i in graph.inputs if i.label is not None)
+    hint = did_you_mean([keys[m] for m in close_matches(w, list(keys))])
+    return (f"wrt: the graph has no value {w}, by name or label; {hint + ' ' if hint else ''}"
+            f"the graph's inputs are {name_list(shown_inputs)}")
 
 
 def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Derivation:

@@ -139,20 +139,39 @@ def save_outputs(path: str, outputs: dict[str, np.ndarray], what: str = "outputs
         raise InputError(Diagnostic(f"cannot write {what}: {e.strerror or e}", filename=path)) from None
 
 
+def _stats(a: np.ndarray) -> tuple[list[str], int]:
+    """min, max, mean and L2 norm of ``a``'s values that are not NaN (Inf counts: it shows as inf), and
+    how many NaNs were left out; every value NaN gives ``nan`` for each."""
+    if not a.size or a.dtype.kind not in "fiub":
+        return ["-"] * 4, 0
+    f = a.astype(np.float64, copy=False).ravel()
+    nans = int(np.count_nonzero(np.isnan(f))) if a.dtype.kind == "f" else 0
+    if nans:
+        f = f[~np.isnan(f)]
+        if not f.size:
+            return ["nan"] * 4, nans
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in the mean is nan, as it should be
+        return [f"{f.min():.6g}", f"{f.max():.6g}", f"{f.mean():.6g}", f"{np.sqrt(np.sum(f * f)):.6g}"], nans
+
+
 def _stats_table(outputs: dict[str, np.ndarray]) -> str:
-    rows = [("output", "dtype", "shape", "min", "max", "mean", "L2 norm")]
+    """One row per output; the statistics skip NaNs, and a ``NaNs`` column (only when some output holds
+    one) says how many each output holds, so that none is hidden."""
+    from .types import format_shape
+    rows = [["output", "dtype", "shape", "min", "max", "mean", "L2 norm"]]
+    counts = []
     for name, a in outputs.items():
-        from .types import format_shape
         try:
             dt = DType.from_numpy(a.dtype).value
         except ValueError:
             dt = str(a.dtype)
-        if a.size and a.dtype.kind in "fiub":
-            f = a.astype(np.float64, copy=False)
-            stats = [f"{f.min():.6g}", f"{f.max():.6g}", f"{f.mean():.6g}", f"{np.sqrt(np.sum(f * f)):.6g}"]
-        else:
-            stats = ["-"] * 4
-        rows.append((name, dt, format_shape(a.shape), *stats))
+        stats, nans = _stats(a)
+        rows.append([name, dt, format_shape(a.shape), *stats])
+        counts.append(nans)
+    if any(counts):
+        rows[0].append("NaNs")
+        for r, n, a in zip(rows[1:], counts, outputs.values()):
+            r.append(("all " if n == a.size else "") + str(n) if n else "0")
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     lines = []
     for j, r in enumerate(rows):
@@ -176,7 +195,7 @@ def _fmt_time(s: float) -> str:
 
 
 def _warn_non_finite(outputs: dict[str, np.ndarray]) -> None:
-    """One line on stderr when outputs hold NaN or Inf (the table's min/max would say nan or inf)."""
+    """One line on stderr when outputs hold NaN or Inf (the table's statistics leave NaNs out and count them)."""
     parts = []
     for name, a in outputs.items():
         if a.dtype.kind == "f" and a.size:
@@ -363,7 +382,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = add_command(sub, "run", help="compile and run a graph; print a summary of the outputs",
                     description="Compile FILE and run it. Inputs come from --inputs/--input; with none, every "
                                 "input is generated from --seed (a demo run, said on stderr). Prints each "
-                                "output's dtype, shape, min, max, mean and L2 norm, and the time.",
+                                "output's dtype, shape, min, max, mean and L2 norm (NaNs left out, and "
+                                "counted), and the time.",
                     examples=["gradir run samples/lstm_bptt.gir",
                               "gradir run samples/mlp_forward.gir --save-inputs in.npz -o out.npz",
                               "gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz",

@@ -187,7 +187,7 @@ class Executable:
                 arrays[name] = a if a.flags.c_contiguous else np.array(a, order="C")
             else:
                 return arrays, self._concrete_types(arrays)
-        problems: list[tuple[str, Optional[str]]] = []  # (message, input it is about)
+        problems: list[tuple[Union[str, Diagnostic], Optional[str]]] = []  # (message, input it is about)
         missing = [n for n in self.input_names if n not in inputs]
         unexpected = [n for n in inputs if n not in self._input_types]
         from .labels import label_text
@@ -195,11 +195,11 @@ class Executable:
         for n in missing:
             problems.append((f"missing input {shown[n]} ({self._input_types[n]})", n))
         if unexpected:
-            computed = {r for op in self.graph.ops for r in op.results}
-            for n in unexpected:
-                why = (f"{n} is computed by the graph, not an input" if n in computed else
-                       f"the graph's inputs are {', '.join(shown[n] for n in self.input_names)}")
-                problems.append((f"unexpected input {n} ({why})", None))
+            from .names import computed_values, name_list
+            computed = computed_values(self.graph)
+            listed = name_list([shown[n] for n in self.input_names])
+            for k, n in enumerate(unexpected):  # close matches for the first few keys (a big archive's are slow)
+                problems.append((self._unexpected(n, shown, computed, listed, suggest=k < 8), None))
         arrays: dict[str, np.ndarray] = {}
         for name in self.input_names:
             if name not in inputs:
@@ -235,9 +235,28 @@ class Executable:
         if problems:
             spans = {i.name: i.span for i in self.graph.inputs}
             src = self.graph.source
-            raise InputError([Diagnostic(msg, spans.get(n) if n else None, src if n and spans.get(n) else None,
+            raise InputError([msg if isinstance(msg, Diagnostic) else
+                              Diagnostic(msg, spans.get(n) if n else None, src if n and spans.get(n) else None,
                                          filename=self._file) for msg, n in problems])
         return arrays, self._concrete_types(arrays)
+
+    def _unexpected(self, key: Any, shown: Mapping[str, str], computed: dict, listed: str,
+                    suggest: bool = True) -> Union[str, Diagnostic]:
+        """Why ``key`` is not an input: a value the graph computes is pointed at where it is computed; for any
+        other key, the inputs it may have meant (close matches, then ``listed``: at most ``SHOWN_NAMES`` inputs)."""
+        from .names import close_matches, computed_diagnostic, did_you_mean
+        hint = ""
+        if isinstance(key, str):
+            located = computed_diagnostic(self.graph, key, f"unexpected input {key}",
+                                          " and cannot be given as an input", computed)
+            if located is not None:
+                located.filename = self._file
+                return located
+            if suggest:
+                keys = {i.name: shown[i.name] for i in self.graph.inputs}
+                keys.update((i.label, shown[i.name]) for i in self.graph.inputs if i.label is not None)
+                hint = did_you_mean(list(dict.fromkeys(keys[m] for m in close_matches(key, list(keys)))))
+        return f"unexpected input {key} ({hint + ' ' if hint else ''}the graph's inputs are {listed})"
 
     def _check_input_numerics(self, arrays: Mapping[str, np.ndarray]) -> None:
         """--check-numerics: a NaN or Inf in an input is the input's, not the first op's that passes it on."""

@@ -195,7 +195,8 @@ def test_generate_missing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--wrt", "t1,t9"], "wrt: t9 is not an input of the graph, by name or label (its inputs are t0, t1, t2, t3, t4)"),
+    (["--wrt", "t1,t9"], "14:1: error: wrt: t9 is computed here (by Add), not an input; gradients are with respect to the graph's inputs, t0, t1, t2, t3, t4"),
+    (["--wrt", "t1,t99"], "error: wrt: the graph has no value t99, by name or label; the graph's inputs are t0, t1, t2, t3, t4"),
     (["--wrt", "t1,t1"], "wrt: t1 is listed twice"),
     (["--inputs", "{d}/wrong.npz"], "6:7: error: input t1: expected Float64 [16, 32], got Float64 [16, 5]"),
     (["--inputs", "{d}/nope.npz"], "--inputs: no such file"),

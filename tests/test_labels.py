@@ -305,6 +305,6 @@ def test_wrt_names_inputs_by_label_or_by_name() -> None:
 
 def test_wrt_unknown_name_lists_the_inputs_with_their_labels() -> None:
     g = gradir.parse('input t0 "x" : Float32 [3]\nt1 = Neg(t0) : Float32 [3]\noutput t1\n')
-    with pytest.raises(gradir.GradirError, match=r'wrt: z is not an input of the graph, by name or label '
-                                                 r'\(its inputs are t0 \("x"\)\)'):
+    with pytest.raises(gradir.GradirError, match=r'wrt: the graph has no value z, by name or label; '
+                                                 r'the graph\'s inputs are t0 \("x"\)'):
         grad(g, wrt=["z"])
