@@ -468,9 +468,9 @@ def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
     side_by_side = []
     run_two = parallel.run_two
 
-    def spy(first, second, concurrent):
+    def spy(first, second, concurrent, on_stop=None):
         side_by_side.append(concurrent)
-        run_two(first, second, concurrent)
+        run_two(first, second, concurrent, on_stop)
 
     monkeypatch.setattr(parallel, "run_two", spy)
     rng = np.random.default_rng(5)
@@ -887,3 +887,85 @@ def test_a_failure_in_one_chain_neither_hangs_nor_hides(monkeypatch, where):
     t.join(timeout=120)
     assert not t.is_alive(), "LSTMGrad waited forever for the failed chain"
     assert len(result) == 1 and "boom on the helper" in str(result[0])
+
+
+
+@pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the chains meet only on the packed-kernel path "
+                    "(_jit_gemm.FAST_LARGE)")
+@pytest.mark.parametrize("where", ["before the chain", "packing"])
+def test_a_failure_before_the_first_meeting_does_not_hang(monkeypatch, where):
+    """A Ctrl-C on the calling thread before its chain even started (``run_two`` then breaks
+    the meeting for the helper), or a failure while packing R or W: LSTMGrad raises it at
+    once, and the next call gives the same bits as before."""
+    import threading
+
+    force_path(monkeypatch, "halves")
+    monkeypatch.setattr(jit, "_on", True)
+    if parallel.threads_here() < 2:
+        pytest.skip("the chains run side by side only with two cores")
+    ops, up, fwd = f32_layer(17, 7, 6, 5, 7, "forward")
+    expected = run_grad(ops, fwd, up, 7, "forward")
+    if where == "before the chain":
+        real_run_two = parallel.run_two
+
+        def interrupted(first, second, concurrent, on_stop=None):
+            def first_interrupted(stop):
+                raise KeyboardInterrupt("Ctrl-C before the chain started")
+            monkeypatch.setattr(parallel, "run_two", real_run_two)
+            return real_run_two(first_interrupted, second, concurrent, on_stop)
+
+        monkeypatch.setattr(parallel, "run_two", interrupted)
+        error = KeyboardInterrupt
+    else:
+        jg = jit.load("lstm").gemm_module
+        real_pack = jg.pack
+
+        def failing_pack(b):
+            if threading.get_ident() != threading.main_thread().ident:
+                raise MemoryError("no memory for the helper's panels")
+            return real_pack(b)
+
+        monkeypatch.setattr(jg, "pack", failing_pack)
+        error = MemoryError
+    result = []
+
+    def call():
+        try:
+            run_grad(ops, fwd, up, 7, "forward")
+        except BaseException as e:  # noqa: BLE001 - what LSTMGrad raised is the result
+            result.append(e)
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive(), "LSTMGrad waited forever at the chains' meeting"
+    assert len(result) == 1 and isinstance(result[0], error)
+    monkeypatch.undo()
+    force_path(monkeypatch, "halves")
+    monkeypatch.setattr(jit, "_on", True)
+    for a, b in zip(run_grad(ops, fwd, up, 7, "forward"), expected):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="dW and dR are one product only where the packed kernels "
+                    "are used (_jit_gemm.FAST_LARGE)")
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_no_h0_and_a_non_finite_first_step_make_no_nans_in_dr(monkeypatch, direction):
+    """Without H0 the product multiplies the first step's da by zeros; where that da is not
+    finite (inf times 0 is NaN), dR is computed again without that step, as the NumPy path
+    computes it: the same NaNs (none here) and the same finite values."""
+    force_path(monkeypatch, "halves")
+    monkeypatch.setattr(jit, "_on", True)
+    rng = np.random.default_rng(23)
+    S, B, I, H = 6, 8, 5, 7
+    ops = make_layer(rng, S, B, I, H, direction, dtype=np.float64)
+    up = upstream(rng, S, B, H, 1, "all", dtype=np.float64)
+    first = 0 if direction == "forward" else S - 1
+    up["dHAll"][first, 0, 3, 2] = np.inf
+    fwd = run_forward(ops, H, direction)
+    with np.errstate(all="ignore"):  # dX, dW, dB and dC0 are not finite: as the NumPy path's
+        got = run_grad(ops, fwd, up, H, direction)
+        with jit.disabled():
+            want = run_grad(ops, fwd, up, H, direction)
+    assert not np.isnan(want[2]).any() and not np.isnan(got[2]).any()
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=1e-12)

@@ -33,6 +33,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .jit import readable
+
 __all__ = ["ROWS", "FAST_LARGE", "panel_width", "pack", "gemm", "gemm_rows"]
 
 
@@ -75,21 +77,17 @@ def panel_width(dtype: np.dtype) -> int:
     return 16 if np.dtype(dtype) == np.float32 else 8
 
 
-def pack(B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``B`` ``[K, N]`` (any strides, float32 or float64) as zero-padded panels ``[P, K, PW]``
-    (into ``out`` when given: a C-contiguous array of that shape and dtype)."""
+def pack(B: np.ndarray) -> np.ndarray:
+    """``B`` ``[K, N]`` (any strides, float32 or float64) as zero-padded panels ``[P, K, PW]``."""
     K, N = B.shape
     pw = panel_width(B.dtype)
     npan = -(-N // pw)
-    if out is None:
-        out = np.empty((npan, K, pw), B.dtype)
-    elif out.shape != (npan, K, pw) or out.dtype != B.dtype or not out.flags.c_contiguous:
-        raise ValueError(f"pack: out {out.shape} {out.dtype} for B {B.shape} {B.dtype}")
-    if B.flags.aligned and (B.strides[1] == B.itemsize or B.strides[0] == B.itemsize):
+    out = np.empty((npan, K, pw), B.dtype)
+    if B.flags.aligned and B.dtype.isnative and (B.strides[1] == B.itemsize or B.strides[0] == B.itemsize):
         # B read in the order of its memory (row by row, or column by column for a transposed
         # view): from memory, NumPy's copy panel by panel waited on it (0.5 against 0.13 ms for
-        # an LSTM's 1 MB R at the start of LSTMGrad)
-        _pack(B, out, B.strides[1] != B.itemsize)
+        # an LSTM's 1 MB R at the start of LSTMGrad).  Compiled variants: row-major and any, per dtype.
+        _pack(readable(B), out, B.strides[1] != B.itemsize)
         return out
     full = N // pw
     if full:
@@ -100,7 +98,8 @@ def pack(B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-@njit(**_OPTS)
+@njit([f"void({t}[{lay}], {t}[:, :, ::1], boolean)" for t in ("float32", "float64") for lay in (":, ::1", ":, :")],
+      **_OPTS)
 def _pack(B, out, by_cols):  # type: ignore[no-untyped-def]
     """``pack``'s compiled copy: row by row, or column by column (``by_cols``: a transposed view)."""
     K, N = B.shape
@@ -111,12 +110,10 @@ def _pack(B, out, by_cols):  # type: ignore[no-untyped-def]
                 out[j // pw, k, j % pw] = B[k, j] if j < N else 0
         return
     for k in range(K):
-        row = B[k]
         for p in range(npan):
-            dst = out[p, k]
             for c in range(pw):
                 j = p * pw + c
-                dst[c] = row[j] if j < N else 0
+                out[p, k, c] = B[k, j] if j < N else 0
 
 
 def vectors(builder: Any, f32: bool) -> tuple[ir.VectorType, int, int, Any]:

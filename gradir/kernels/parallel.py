@@ -290,12 +290,19 @@ def _wait(future: Future) -> None:
 
 
 def run_two(first: Callable[[threading.Event], None], second: Callable[[threading.Event], None],
-            concurrent: bool) -> None:
+            concurrent: bool, on_stop: Callable[[], None] | None = None) -> None:
     """Run ``second`` on the pool beside ``first`` on this thread (``concurrent``), or one after
     the other.  Each gets a shared ``threading.Event`` that is set when the other failed (or
-    Ctrl-C reached this thread), so a long body can stop early; the first error is raised, and
+    Ctrl-C reached this thread), so a long body can stop early; ``on_stop`` (if given) is called
+    then too, e.g. to break a barrier the two bodies meet at.  The first error is raised, and
     never before both have finished (nothing writes into the caller's buffers afterwards)."""
     stop = threading.Event()
+
+    def stopped() -> None:
+        stop.set()
+        if on_stop is not None:
+            on_stop()
+
     if not concurrent:
         first(stop)
         second(stop)
@@ -307,22 +314,24 @@ def run_two(first: Callable[[threading.Event], None], second: Callable[[threadin
             try:
                 second(stop)
             except BaseException:
-                stop.set()
+                stopped()
                 raise
 
     with pinned():
-        future = _get_pool().submit(body)
-        _let_helpers_start()
-        try:
+        future = None
+        try:  # a Ctrl-C anywhere from here on stops the helper too
+            future = _get_pool().submit(body)
+            _let_helpers_start()
             first(stop)
         except BaseException:
-            stop.set()
-            _wait(future)
+            stopped()
+            if future is not None:
+                _wait(future)
             raise
         try:
             future.result()  # the helper's error, if it had one
         except KeyboardInterrupt:  # Ctrl-C while waiting for the helper
-            stop.set()
+            stopped()
             _wait(future)
             raise
 

@@ -211,7 +211,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
         m = nb // 2
         dP1, db1 = np.zeros_like(dP), np.zeros_like(db)
         parallel.run_two(lambda stop: chain(0, 0, m, dP, db, stop), lambda stop: chain(1, m, nb, dP1, db1, stop),
-                         concurrent=k.two)
+                         concurrent=k.two, on_stop=None if meet is None else meet.abort)
         dP += dP1
         db += db1
         return view(db, (D * 4 * h,))
@@ -229,41 +229,49 @@ def _weights_kernel(jl: Any, k: Grad, dW: np.ndarray, dR: np.ndarray):  # type: 
     return jo if jo is not None and jo.fits2(k.I, k.h, k.dtype) else None
 
 
-def _weights_goto(jo: Any, k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray,
-                  dR2: np.ndarray) -> tuple[tuple, bool]:
+def _weights_goto(jo: Any, k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray, dR2: np.ndarray,
+                  fold: bool = True) -> tuple[tuple, int | None]:
     """``dW = daᵀ·X`` and ``dR = Σ_t da_tᵀ·H_{t∓1}`` as one product ``daᵀ·[X | H_{t∓1}]``
     (``_jit_goto.gemm2``: each block of ``daᵀ`` packed once for both), as two functions that
-    compute the halves of the 4H rows (for two threads), and whether that is all of dW and
-    dR.  One direction.  Where every row's first step is the same one (forward, or reverse with
-    all sequences full), that step's ``H_{t∓1}`` is ``H0`` (or zeros), given beside ``HAll``
-    with no copy, so the product is the whole of both; otherwise it leaves out that step
-    (``_weights_rest`` adds dW's term, ``sum_dR`` the ``H0`` terms).  Where OpenBLAS computed dW
-    and dR as two products (17.5 and 17.7 ms at 100,64,256,256 on Zen 4, two cores), 33.7 ms;
-    every element is one fixed sum whatever the split (``_jit_goto``)."""
+    compute the halves of the 4H rows (for two threads), and the step the product leaves out
+    (None: none).  One direction.  Where every row's first step is the same one (forward, or
+    reverse without sequence lengths) and ``fold``, that step's ``H_{t∓1}`` is ``H0`` (or zeros),
+    given beside ``HAll`` with no copy, so the product is the whole of both; otherwise it leaves
+    out that step (``_weights_rest`` adds dW's term, ``sum_dR`` the ``H0`` terms).  Where
+    OpenBLAS computed dW and dR as two products (17.5 and 17.7 ms at 100,64,256,256 on Zen 4,
+    two cores), 33.0-33.4 ms; every element is one fixed sum whatever the split (``_jit_goto``)."""
     S, nb, h = k.S, k.nb, k.h
     rev = _rev(k, 0)
-    lengths = k.steps.lengths
-    whole = not rev or lengths is None or bool(np.all(lengths == S))
     HA2 = jit.readable(view(k.HAll, (S * nb, h)))
     X2r = jit.readable(X2)
-    b2y = None
-    if whole:  # the first step's H_{t∓1} is H0
+    b2y, rest = None, None
+    if fold and (not rev or k.steps.lengths is None):  # the first step's H_{t∓1} is H0
         h0 = jit.readable(np.ascontiguousarray(k.H0[0])) if k.H0 is not None else np.zeros((nb, h), k.dtype)
         a, b1 = da2.T, X2r
         b2, b2y = (HA2[nb:], h0) if rev else (h0, HA2[: (S - 1) * nb])
-    else:  # reverse with sequence lengths: the steps whose H_{t+1} is a step
-        a, b1, b2 = da2[: (S - 1) * nb].T, X2r[: (S - 1) * nb], HA2[nb:]
+    elif rev:  # the steps whose H_{t+1} is a step
+        a, b1, b2, rest = da2[: (S - 1) * nb].T, X2r[: (S - 1) * nb], HA2[nb:], S - 1
+    else:  # the steps whose H_{t-1} is a step
+        a, b1, b2, rest = da2[nb:].T, X2r[nb:], HA2[: (S - 1) * nb], 0
     m = (a.shape[0] // 2 + jo.MR - 1) // jo.MR * jo.MR
 
     def half(r0: int, r1: int) -> None:
         jo.gemm2(a[r0:r1], b1, b2, dW2[r0:r1], dR2[r0:r1], *blocked.goto_buffers(jo, da2.dtype), B2y=b2y)
 
-    return (lambda: half(0, m), lambda: half(m, a.shape[0])), whole
+    return (lambda: half(0, m), lambda: half(m, a.shape[0])), rest
 
 
-def _weights_rest(k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray) -> None:
-    """dW's term of the step that ``_weights_goto`` left out (reverse with sequence lengths)."""
-    rest, nb = k.S - 1, k.nb
+def _first_step_finite(k: Grad, da2: np.ndarray) -> bool:
+    """Whether every row's ``da`` at its first step (where a missing ``H0`` is zeros) is finite:
+    folded into the product, a non-finite one times those zeros would make NaNs in dR that the
+    other paths (which leave the term out) do not make."""
+    t = k.S - 1 if _rev(k, 0) else 0
+    return bool(np.isfinite(da2[t * k.nb: (t + 1) * k.nb]).all())
+
+
+def _weights_rest(k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray, rest: int) -> None:
+    """dW's term of the step ``rest`` that ``_weights_goto`` left out."""
+    nb = k.nb
     k.mm(da2[rest * nb: (rest + 1) * nb].T, X2[rest * nb: (rest + 1) * nb], dW2, np.empty_like(dW2))
 
 
@@ -324,9 +332,9 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         dX2 = view(dX, (S * nb, I))
         X2, dW2, dR2 = view(X, (S * nb, I)), view(dW, (D * 4 * h, I)), view(dR, (D * 4 * h, h))
         jo = _weights_kernel(jl, k, dW, dR)
-        halves, dR_done = _weights_goto(jo, k, da2, X2, dW2, dR2) if jo is not None else (None, False)
+        halves, rest = _weights_goto(jo, k, da2, X2, dW2, dR2) if jo is not None else (None, None)
         # with the two chains side by side, each goes on to its half of dW and dR
-        after = halves is not None and k.split and k.two
+        after = halves is not None and k.two
         if jl is not None:
             db = _compiled_steps(jl, k, halves if after else None)
             dP[...] = view(k.dP2, (D, 3 * h))
@@ -345,15 +353,19 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         if halves is not None:
             if not after:
                 parallel.run_two(lambda stop: halves[0](), lambda stop: halves[1](), concurrent=k.two)
-            if not dR_done:
-                _weights_rest(k, da2, X2, dW2)
+            if rest is None and k.H0 is None and not _first_step_finite(k, da2):
+                # zeros for the missing H0 times a non-finite da: again without that step
+                halves, rest = _weights_goto(jo, k, da2, X2, dW2, dR2, False)
+                parallel.run_two(lambda stop: halves[0](), lambda stop: halves[1](), concurrent=k.two)
+            if rest is not None:
+                _weights_rest(k, da2, X2, dW2, rest)
         else:
             k.mm(da2.T, X2, dW2)
         if jl is None:
             # Column sums of da (dB): a GEMV with ones is ~2x faster than np.sum on large buffers.
             db = np.matmul(np.ones(S * nb, dt), da2) if S * nb >= 1024 else np.add.reduce(da2, axis=0)
         for d in range(D):
-            if not dR_done:
+            if halves is None or rest is not None:
                 sum_dR(k, d, _rev(k, d), steps_done=jo is not None)
             dB[d, : 4 * h] = db[d * 4 * h: (d + 1) * 4 * h]
             dB[d, 4 * h:] = db[d * 4 * h: (d + 1) * 4 * h]
