@@ -969,3 +969,38 @@ def test_no_h0_and_a_non_finite_first_step_make_no_nans_in_dr(monkeypatch, direc
             want = run_grad(ops, fwd, up, H, direction)
     assert not np.isnan(want[2]).any() and not np.isnan(got[2]).any()
     np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the step loops stream da only on the packed-kernel path "
+                    "(_jit_gemm.FAST_LARGE)")
+@pytest.mark.parametrize("direction, dtype, H", [("forward", np.float32, 8), ("reverse", np.float64, 7),
+                                                 ("bidirectional", np.float32, 6), ("forward", np.float32, 7)])
+def test_da_streamed_from_a_ring_has_the_bits_of_da_written_in_place(monkeypatch, direction, dtype, H):
+    """The two half-batch loops make each step's da in a ring that stays in cache and stream it
+    to ``da`` with non-temporal stores (rows 32-byte aligned: not for float32 with an odd H):
+    every result has the bits of da written in place, with sequence lengths too."""
+    force_path(monkeypatch, "halves")
+    monkeypatch.setattr(jit, "_on", True)
+    jl = jit.load("lstm")
+    bptt = jl.bptt
+    streamed = []
+    monkeypatch.setattr(jl, "bptt", lambda *a: streamed.append(a[-1]) or bptt(*a))
+    rng = np.random.default_rng(24)
+    S, B, I = 7, 8, 5
+    D = 2 if direction == "bidirectional" else 1
+    for with_sl in (False, True):
+        ops = make_layer(rng, S, B, I, H, direction, with_sl=with_sl, with_p=True, with_h0=True, dtype=dtype)
+        if with_sl:
+            ops["SL"] = np.array([7, 2, 4, 1, 3, 5, 6, 2], np.int64)
+        up = upstream(rng, S, B, H, D, "all", dtype=dtype)
+        fwd = run_forward(ops, H, direction)
+        streamed.clear()
+        got = run_grad(ops, fwd, up, H, direction)
+        assert streamed and all(streamed) == (4 * H * np.dtype(dtype).itemsize % 32 == 0)
+        monkeypatch.setattr(lstm_backward, "STREAM", False)
+        streamed.clear()
+        want = run_grad(ops, fwd, up, H, direction)
+        assert streamed and not any(streamed)
+        monkeypatch.setattr(lstm_backward, "STREAM", True)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)

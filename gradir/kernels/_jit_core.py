@@ -42,7 +42,7 @@ from numba.extending import intrinsic
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning,
                         module=r".*(numba[./\\]core[./\\]ssa|gradir[./\\]kernels[./\\]_jit_\w+)$")
 
-__all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "prefetch", "prefetch_span",
+__all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "prefetch", "prefetch_span", "stream32", "store_fence", "vector_copy",
            "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "LOG2E"]
 
 _COMMON = dict(cache=True, error_model="numpy", boundscheck=False)
@@ -78,6 +78,55 @@ def prefetch_span(arr, off, n):  # type: ignore[no-untyped-def]
     step = max(1, 64 // arr.itemsize)
     for i in range(0, n, step):
         prefetch(arr, off + i)
+
+
+def vector_copy(lanes32: int, lanes64: int, nontemporal: bool):  # type: ignore[no-untyped-def]
+    """An intrinsic ``copy(dst, d_off, src, s_off)``: ``dst[d_off:] = src[s_off:]`` for ``lanes32``
+    float32 or ``lanes64`` float64 values (offsets in elements from the arrays' data pointers,
+    whatever their strides) as one vector load and store; unaligned, or with ``nontemporal`` a
+    non-temporal store (the line goes to memory without being read first and without taking a
+    place in the caches; ``dst`` must then be aligned to the vector there, and the stores are
+    weakly ordered: ``store_fence`` before other threads read them)."""
+    def typer(typingctx, dst, d_off, src, s_off):  # type: ignore[no-untyped-def]
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype
+                and dst.dtype in (types.float32, types.float64)):
+            return None
+        sig = types.void(dst, types.intp, src, types.intp)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            d_arr, d_off, s_arr, s_off = args
+            f32 = signature.args[0].dtype == types.float32
+            lanes = lanes32 if f32 else lanes64
+            vec = ir.VectorType(ir.FloatType() if f32 else ir.DoubleType(), lanes)
+            al = 4 if f32 else 8
+            d_data = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=d_arr).data
+            s_data = cgutils.create_struct_proxy(signature.args[2])(context, builder, value=s_arr).data
+            v = builder.load(builder.bitcast(builder.gep(s_data, [s_off]), vec.as_pointer()), align=al)
+            st = builder.store(v, builder.bitcast(builder.gep(d_data, [d_off]), vec.as_pointer()),
+                               align=lanes * al if nontemporal else al)
+            if nontemporal:
+                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    typer.__name__ = f"copy_{lanes32}_{lanes64}{'_nt' if nontemporal else ''}"
+    return intrinsic(typer)
+
+
+# 32 bytes, streamed past the caches (``dst`` 32-byte aligned there)
+stream32 = vector_copy(8, 4, nontemporal=True)
+
+
+@intrinsic
+def store_fence(typingctx):  # type: ignore[no-untyped-def]
+    """A full memory fence (``mfence`` on x86): every store before it, non-temporal ones included,
+    is visible to other threads before any memory access after it."""
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
 
 
 @intrinsic

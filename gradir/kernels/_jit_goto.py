@@ -32,7 +32,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._jit_core import prefetch_span
+from ._jit_core import prefetch_span, vector_copy
 from ._jit_gemm import data, vectors
 
 __all__ = ["MR", "MC", "KC", "NC", "gemm", "gemm2", "fits2", "buffers"]
@@ -63,27 +63,8 @@ _AHEAD = 16
 _PAD = 16
 
 
-@intrinsic
-def _copy8(typingctx, dst, d_off, src, s_off):  # type: ignore[no-untyped-def]
-    """``dst[d_off : d_off+8] = src[s_off : s_off+8]`` (offsets in elements from the arrays' data
-    pointers, whatever their strides) as one unaligned vector load and store."""
-    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype
-            and dst.dtype in (types.float32, types.float64)):
-        return None
-    sig = types.void(dst, types.intp, src, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        d_arr, d_off, s_arr, s_off = args
-        f32 = signature.args[0].dtype == types.float32
-        vec = ir.VectorType(ir.FloatType() if f32 else ir.DoubleType(), 8)
-        al = 4 if f32 else 8
-        d_data = data(context, builder, signature.args[0], d_arr)
-        s_data = data(context, builder, signature.args[2], s_arr)
-        v = builder.load(builder.bitcast(builder.gep(s_data, [s_off]), vec.as_pointer()), align=al)
-        builder.store(v, builder.bitcast(builder.gep(d_data, [d_off]), vec.as_pointer()), align=al)
-        return context.get_dummy_value()
-
-    return sig, codegen
+# ``_copy8(dst, d_off, src, s_off)``: 8 values as one unaligned vector load and store
+_copy8 = vector_copy(8, 8, nontemporal=False)
 
 
 @intrinsic

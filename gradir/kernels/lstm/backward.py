@@ -31,20 +31,26 @@ _SCRATCH_MAX_BYTES = 256 << 20
 _scratch_local = threading.local()
 
 
-def _scratch(shape: tuple, dtype: np.dtype) -> np.ndarray:
+def _scratch(shape: tuple, dtype: np.dtype, name: str = "buf") -> np.ndarray:
+    """A ``shape`` array of the calling thread's buffer ``name`` (kept for its next call), at a
+    64-byte boundary (the step loops' non-temporal stores need rows 32-byte aligned)."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > _SCRATCH_MAX_BYTES:
-        return np.empty(shape, dtype)
-    buf = getattr(_scratch_local, "buf", None)
-    if buf is None or buf.nbytes < nbytes:
-        buf = _scratch_local.buf = np.empty(nbytes, np.uint8)
-    return view(buf[:nbytes].view(dtype), shape)
+        buf = np.empty(nbytes + 64, np.uint8)
+    else:
+        buf = getattr(_scratch_local, name, None)
+        if buf is None or buf.nbytes < nbytes + 64:
+            buf = np.empty(nbytes + 64, np.uint8)
+            setattr(_scratch_local, name, buf)
+    off = -buf.ctypes.data % 64
+    return view(buf[off: off + nbytes].view(dtype), shape)
 
 
 def release_scratch() -> None:
-    """Free the LSTMGrad scratch buffer kept by the calling thread (not the products' packing
-    buffers, a fixed 8 MB per thread: ``blocked.goto_buffers``)."""
+    """Free the LSTMGrad scratch buffers kept by the calling thread (``da`` and the step loops'
+    rings; not the products' packing buffers, a fixed 8 MB per thread: ``blocked.goto_buffers``)."""
     _scratch_local.buf = None
+    _scratch_local.ring = None
 
 
 # Elements of ``da`` (steps x rows x 4H) per compiled call of the step loop (about 16 ms of work
@@ -52,6 +58,9 @@ def release_scratch() -> None:
 _BLOCK_ELEMENTS = 1 << 21
 # dX's rows computed by the step loops (False: one product afterwards; the same bits, tests)
 DX_IN_LOOP = True
+# da streamed to memory from a ring in cache by the step loops (False: written in place; the
+# same bits, tests)
+STREAM = True
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None,
@@ -140,13 +149,17 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
     if k.dX_done:
         packs.append((Wp, 0, view(k.W, (4 * h, k.I))))
     meet = threading.Barrier(2) if k.split and k.two else None
+    # each step's da made in a ring that stays in cache, then streamed to ``da`` (``_jit_lstm.bptt``)
+    stream = (STREAM and whole and k.split and jg.FAST_LARGE and 4 * h * dt.itemsize % 32 == 0
+              and da.ctypes.data % 32 == 0)
+    rings = _scratch((2, nb, D, 4 * h), dt, "ring") if stream else np.zeros((2, 1, 1, 1), dt)
     if meet is None:
         for dst, i, b in packs:
             dst[i] = jg.pack(b)
     # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
     block = max(1, _BLOCK_ELEMENTS // max(1, nb * 4 * h))
 
-    def loops(r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event) -> bool:
+    def loops(r0: int, r1: int, dP: np.ndarray, db: np.ndarray, stop: threading.Event, ring: np.ndarray) -> bool:
         """Backward through time of batch rows r0..r1-1 (independent of the other rows); False
         when stopped."""
         dH = np.empty((r1 - r0, h), dt)
@@ -162,7 +175,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
                     if stop.is_set():
                         return False
                     jl.bptt(rev, d, r0, k0, k0 + block, *args, Rp[d], da, dH, dC, dP, db, k.dH0, k.dC0,
-                            wp, dXl, k.dX_done)
+                            wp, dXl, k.dX_done, ring, stream)
                 continue
             Rd = R[d]
             prev = -1
@@ -185,13 +198,13 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
         """``loops``; side by side, first this chain's share of the packing, and after the
         loops its function of ``then``, each time once both chains got there (``meet``)."""
         if meet is None:
-            loops(r0, r1, dP, db, stop)
+            loops(r0, r1, dP, db, stop, rings[half])
             return
         try:
             for dst, i, b in packs[half::2]:
                 dst[i] = jg.pack(b)
             meet.wait()
-            if not loops(r0, r1, dP, db, stop):
+            if not loops(r0, r1, dP, db, stop, rings[half]):
                 meet.abort()
                 return
             if then is not None:
