@@ -9,7 +9,8 @@ problems, and the two half-batch loops of large ones, one per core); ``bptt_step
 step's element-wise work and leaves the GEMM to the caller (large batches on one loop:
 NumPy's threaded BLAS).  ``bptt`` asks for the next step's operands (prefetch) before a step's
 GEMMs, and the two half-batch loops of large problems on the packed path also compute their
-steps' rows of dX there (``has_dX``: ``dX`` ``[S, B, I]``, ``Wp = pack(W[d])``).
+steps' rows of dX there (``has_dX``: ``dX`` ``[S, B, I]``, ``Wp = pack(W[d])``) and make each
+step's ``da`` in a ring that stays in cache, streamed to ``da`` after the step's GEMMs (``stream``).
 
 Operand conventions (everything C-contiguous, one dtype, float32 or float64):
 ``G`` ``[S, D, B, 4H]`` post-activation gates (i, o, f, c̃), ``CA`` ``[S, D, B, H]``,
