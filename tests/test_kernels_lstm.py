@@ -846,8 +846,7 @@ def test_a_failure_in_one_chain_neither_hangs_nor_hides(monkeypatch, where):
 
     force_path(monkeypatch, "halves")
     monkeypatch.setattr(jit, "_on", True)
-    if parallel.threads_here() < 2:
-        pytest.skip("the chains run side by side only with two cores")
+    monkeypatch.setattr(parallel, "_threads", max(2, parallel._threads))  # side by side, whatever the machine
     jl, jo = jit.load("lstm"), jit.load("goto")
     ops, up, fwd = f32_layer(16, 6, 8, 5, 7, "forward")
     expected = run_grad(ops, fwd, up, 7, "forward")
@@ -901,8 +900,7 @@ def test_a_failure_before_the_first_meeting_does_not_hang(monkeypatch, where):
 
     force_path(monkeypatch, "halves")
     monkeypatch.setattr(jit, "_on", True)
-    if parallel.threads_here() < 2:
-        pytest.skip("the chains run side by side only with two cores")
+    monkeypatch.setattr(parallel, "_threads", max(2, parallel._threads))  # side by side, whatever the machine
     ops, up, fwd = f32_layer(17, 7, 6, 5, 7, "forward")
     expected = run_grad(ops, fwd, up, 7, "forward")
     if where == "before the chain":
