@@ -142,20 +142,16 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
     dX = k.dX
     k.dX_done = DX_IN_LOOP and whole and D == 1 and k.split and jg.FAST_LARGE and dX.flags.c_contiguous
     dXl = jit.readable(dX) if k.dX_done else dummy3
-    # R (and W) packed: by the two chains, one each, when they run side by side
-    Rp: list = [None] * D if whole else []
-    Wp: list = [None]
-    packs = [(Rp, d, R[d]) for d in range(D)] if whole else []
-    if k.dX_done:
-        packs.append((Wp, 0, view(k.W, (4 * h, k.I))))
+    # R[d] (and W) packed: by the two chains, one each, when they run side by side
+    sources = ([R[d] for d in range(D)] if whole else []) + ([view(k.W, (4 * h, k.I))] if k.dX_done else [])
+    packed: list = [None] * len(sources)
     meet = threading.Barrier(2) if k.split and k.two else None
     # each step's da made in a ring that stays in cache, then streamed to ``da`` (``_jit_lstm.bptt``)
     stream = (STREAM and whole and k.split and jg.FAST_LARGE and 4 * h * dt.itemsize % 32 == 0
               and da.ctypes.data % 32 == 0)
     rings = _scratch((2, nb, D, 4 * h), dt, "ring") if stream else np.zeros((2, 1, 1, 1), dt)
     if meet is None:
-        for dst, i, b in packs:
-            dst[i] = jg.pack(b)
+        packed[:] = [jg.pack(b) for b in sources]
     # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
     block = max(1, _BLOCK_ELEMENTS // max(1, nb * 4 * h))
 
@@ -164,7 +160,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
         when stopped."""
         dH = np.empty((r1 - r0, h), dt)
         dC = np.empty((r1 - r0, h), dt)
-        wp = Wp[0] if k.dX_done else Rp[0] if whole else None
+        wp = packed[D] if k.dX_done else packed[0] if whole else None
         for d in range(D):
             rev, first = _rev(k, d), firsts[d]
             args = (iofc, CAll, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, lasts[d])
@@ -174,7 +170,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
                 for k0 in range(0, alive, block):
                     if stop.is_set():
                         return False
-                    jl.bptt(rev, d, r0, k0, k0 + block, *args, Rp[d], da, dH, dC, dP, db, k.dH0, k.dC0,
+                    jl.bptt(rev, d, r0, k0, k0 + block, *args, packed[d], da, dH, dC, dP, db, k.dH0, k.dC0,
                             wp, dXl, k.dX_done, ring, stream)
                 continue
             Rd = R[d]
@@ -201,8 +197,8 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
             loops(r0, r1, dP, db, stop, rings[half])
             return
         try:
-            for dst, i, b in packs[half::2]:
-                dst[i] = jg.pack(b)
+            for i in range(half, len(sources), 2):
+                packed[i] = jg.pack(sources[i])
             meet.wait()
             if not loops(r0, r1, dP, db, stop, rings[half]):
                 meet.abort()
@@ -229,7 +225,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
         db += db1
         return view(db, (D * 4 * h,))
     finally:
-        k.Wp = Wp[0]
+        k.Wp = packed[D] if k.dX_done else None
 
 
 def _weights_kernel(jl: Any, k: Grad, dW: np.ndarray, dR: np.ndarray):  # type: ignore[no-untyped-def]
@@ -364,12 +360,15 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         else:
             k.mm(da2, view(W, (D * 4 * h, I)), dX2)  # sums both directions
         if halves is not None:
+            def both(fs: tuple) -> None:
+                parallel.run_two(lambda stop: fs[0](), lambda stop: fs[1](), concurrent=k.two)
+
             if not after:
-                parallel.run_two(lambda stop: halves[0](), lambda stop: halves[1](), concurrent=k.two)
+                both(halves)
             if rest is None and k.H0 is None and not _first_step_finite(k, da2):
                 # zeros for the missing H0 times a non-finite da: again without that step
                 halves, rest = _weights_goto(jo, k, da2, X2, dW2, dR2, False)
-                parallel.run_two(lambda stop: halves[0](), lambda stop: halves[1](), concurrent=k.two)
+                both(halves)
             if rest is not None:
                 _weights_rest(k, da2, X2, dW2, rest)
         else:
