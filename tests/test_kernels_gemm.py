@@ -160,9 +160,10 @@ def test_pack_reads_in_memory_order_with_one_compiled_variant(dtype: type) -> No
 
 
 def test_kernel_caches_follow_the_gemm_file_too() -> None:
-    """The LSTM kernels inline the GEMM micro-kernel: an edit of _jit_gemm.py must change
-    the stamp that empties their numba caches (see test_core_stamp_empties_a_stale_kernel_cache)."""
+    """The LSTM kernels inline the GEMM micro-kernel, and the packing of ``da`` (``_jit_goto``):
+    an edit of _jit_gemm.py or _jit_goto.py must change the stamp that empties their numba
+    caches (see test_core_stamp_empties_a_stale_kernel_cache)."""
     here = Path(jit.__file__).parent
-    sha = hashlib.sha256((here / "_jit_core.py").read_bytes() + (here / "_jit_gemm.py").read_bytes())
+    sha = hashlib.sha256(b"".join((here / f).read_bytes() for f in ("_jit_core.py", "_jit_gemm.py", "_jit_goto.py")))
     assert jit.core_digest() == sha.hexdigest()
     assert jit.core_digest() != hashlib.sha256((here / "_jit_core.py").read_bytes()).hexdigest()

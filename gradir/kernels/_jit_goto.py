@@ -21,7 +21,9 @@ The buffers (``MC x KC`` and ``KC x NC``, with padding) are the caller's, reused
 panels are packed ``_PAD`` elements apart (at multiples of 4 KB, one ``k``'s values of every tile
 shared one L1 set: packing A for one LSTM half went from 1.55 to 0.89 ms), with 8-wide vector
 copies where the source is contiguous.  ``gemm2`` computes two products of one ``A`` (an LSTM's
-``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``), packing each block of ``A`` once for both.
+``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``), packing each block of ``A`` once for both, or none of
+it when ``A`` was packed ahead (``Apre``, ``prepacked_size``): an LSTM's step loops write each
+step's ``da`` straight into that layout (``stream_packed``), and the product only reads it.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._jit_core import prefetch_span, vector_copy
+from ._jit_core import INLINE, prefetch_span, stream32, vector_copy
 from ._jit_gemm import data, vectors
 
-__all__ = ["MR", "MC", "KC", "NC", "gemm", "gemm2", "fits2", "buffers"]
+__all__ = ["MR", "MC", "KC", "NC", "gemm", "gemm2", "fits2", "buffers", "prepacked_size", "stream_packed",
+           "unpacked"]
 
 MR = 6  # rows per register tile
 MC = 96  # rows of A per packed block: 96 x KC x 4 bytes = 192 KB sits in L2 beside B's panel
@@ -63,8 +66,112 @@ _AHEAD = 16
 _PAD = 16
 
 
+def prepacked_size(M: int, K: int) -> int:
+    """Elements of an ``[M, K]`` left operand packed ahead (``gemm2``'s ``Apre``): for each
+    block of ``KC`` values of ``k`` (the last one shorter), the ``nt = ceil(M/6)`` tiles of the
+    block one after the other, ``6·kc`` elements each (tile ``T`` of block ``b``, ``kc`` wide, at
+    ``6·(b·nt·KC + T·kc)``; its ``k``-th 6 values at ``6k`` within), zeros for rows past ``M``:
+    ``6·nt·K``, at most ``5K`` more than ``A``.  (No padding between tiles: it is read one tile
+    after the other, never across them as ``_pack_a`` writes.)"""
+    return MR * ((M + MR - 1) // MR) * K
+
+
+def unpacked(pk: np.ndarray, M: int, K: int, k0: int, k1: int) -> np.ndarray:
+    """Values ``k0 .. k1-1`` of ``k`` of an ``[M, K]`` operand packed ahead (``prepacked_size``),
+    as the rows of a new ``[k1-k0, M]`` array (the operand's transpose)."""
+    nt = (M + MR - 1) // MR
+    out = np.empty((k1 - k0, nt * MR), pk.dtype)
+    k = k0
+    while k < k1:
+        kb, kk = divmod(k, KC)
+        kc = min(KC, K - kb * KC)
+        n = min(k1 - k, kc - kk)
+        base = kb * nt * MR * KC
+        blk = pk[base: base + nt * MR * kc].reshape(nt, MR * kc)[:, MR * kk: MR * (kk + n)]
+        out[k - k0: k - k0 + n] = blk.reshape(nt, n, MR).transpose(1, 0, 2).reshape(n, nt * MR)
+        k += n
+    return out[:, :M]
+
+
 # ``_copy8(dst, d_off, src, s_off)``: 8 values as one unaligned vector load and store
 _copy8 = vector_copy(8, 8, nontemporal=False)
+
+
+def _joined(first: int):  # type: ignore[no-untyped-def]
+    """An intrinsic ``join(dst, d_off, src, o1, o2)``: the 32-byte vector whose first ``first``
+    values are ``src[o1:]``'s and the rest ``src[o2:]``'s (at the same places: two unaligned
+    loads and a blend), stored to ``dst[d_off:]`` by a non-temporal store (32-byte aligned)."""
+    def typer(typingctx, dst, d_off, src, o1, o2):  # type: ignore[no-untyped-def]
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype
+                and dst.dtype in (types.float32, types.float64)):
+            return None
+        sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            d_arr, d_off, s_arr, o1, o2 = args
+            f32 = signature.args[0].dtype == types.float32
+            lanes = 8 if f32 else 4
+            vec = ir.VectorType(ir.FloatType() if f32 else ir.DoubleType(), lanes)
+            al = 4 if f32 else 8
+            d_data, s_data = data(context, builder, signature.args[0], d_arr), data(context, builder,
+                                                                                  signature.args[2], s_arr)
+            a, b = (builder.load(builder.bitcast(builder.gep(s_data, [o]), vec.as_pointer()), align=al)
+                    for o in (o1, o2))
+            f = min(first, lanes)  # (float64's join4 and join6 are typed, never run)
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [*range(f), *range(lanes + f, 2 * lanes)])
+            st = builder.store(builder.shuffle_vector(a, b, mask),
+                               builder.bitcast(builder.gep(d_data, [d_off]), vec.as_pointer()), align=32)
+            st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    typer.__name__ = f"join{first}"
+    return intrinsic(typer)
+
+
+_join2, _join4, _join6 = _joined(2), _joined(4), _joined(6)
+
+
+@njit(**INLINE)
+def stream_packed(rows, m, k, src, M, pk, K, nt, u0, u1):  # type: ignore[no-untyped-def]
+    """Rows ``rows .. rows+m-1`` of ``src`` (``[*, 1, L >= M]``: an LSTM step's ``da``, in cache) as
+    values ``k .. k+m-1`` of ``k`` of the packed left operand ``pk`` (``[M, K]`` transposed,
+    ``prepacked_size``'s layout, ``nt`` tiles), for the tiles ``8·u0 .. 8·u1-1``, by
+    non-temporal stores: each tile's piece (``6m`` values, contiguous) is written in order, a
+    32-byte vector at a time, each vector made in registers from two rows (four rows' 6 values
+    are three float32 vectors, six float64 ones).  Reads past a row's end land in the next
+    row, and before one in the one before it (their values unused).  ``pk`` 32-byte aligned,
+    ``k`` and ``m`` multiples of 4 (so is every piece of every tile, ``KC`` being one)."""
+    L = src.shape[2]
+    full = M // MR
+    for t in range(8 * u0, min(nt, 8 * u1)):
+        c = t * MR
+        r = 0
+        while r < m:  # the rows' values of k by block of KC
+            kb, kk = (k + r) // KC, (k + r) % KC
+            n = min(m - r, KC - kk)
+            d = MR * (kb * nt * KC + t * min(KC, K - kb * KC) + kk)
+            if t < full:
+                for g in range(r, r + n, 4):
+                    s = (rows + g) * L + c
+                    if pk.itemsize == 4:
+                        _join6(pk, d, src, s, s + L - 6)
+                        _join4(pk, d + 8, src, s + L + 2, s + 2 * L - 4)
+                        _join2(pk, d + 16, src, s + 2 * L + 4, s + 3 * L - 2)
+                    else:
+                        stream32(pk, d, src, s)
+                        _join2(pk, d + 4, src, s + 4, s + L - 2)
+                        stream32(pk, d + 8, src, s + L + 2)
+                        stream32(pk, d + 12, src, s + 2 * L)
+                        _join2(pk, d + 16, src, s + 2 * L + 4, s + 3 * L - 2)
+                        stream32(pk, d + 20, src, s + 3 * L + 2)
+                    d += 4 * MR
+            else:  # the last tile, part of it past M: value by value, zeros there
+                for q in range(n):
+                    for j in range(MR):
+                        pk[d + MR * q + j] = src[rows + r + q, 0, c + j] if c + j < M else 0
+            r += n
 
 
 @intrinsic
@@ -224,35 +331,46 @@ def gemm(A, B, C, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     N = B.shape[1]
     for j0 in range(0, N, NC):  # blocks of NC columns: ``_products`` with no second product
         j1 = min(N, j0 + NC)
-        _products(A, B[:, j0:j1], B[:, j0:j0], B[:0, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp)
+        _products(A, B[:, j0:j1], B[:, j0:j0], B[:0, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp, Ap[:0], 0, 0)
 
 
 _SIGS2 = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], "
-          f"{t}[:, ::1])" for t in ("float32", "float64")]
+          f"{t}[:, ::1], {t}[::1], intp, intp)" for t in ("float32", "float64")]
 
 
 def gemm2(A: np.ndarray, B1: np.ndarray, B2: np.ndarray, C1: np.ndarray, C2: np.ndarray, Ap: np.ndarray,
-          Bp: np.ndarray, tmp: np.ndarray, B2y: np.ndarray | None = None) -> None:
+          Bp: np.ndarray, tmp: np.ndarray, B2y: np.ndarray | None = None, Apre: np.ndarray | None = None,
+          nt: int = 0, t0: int = 0) -> None:
     """``C1 = A·B1`` and ``C2 = A·B2`` with each block of ``A`` packed once for both (an LSTM's
     ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm`` calls.  With ``B2y``,
     ``B2``'s rows are those of ``B2`` then those of ``B2y`` (an LSTM's ``H0`` beside ``HAll``,
     with no copy).  ``C1`` and ``C2`` need unit column strides and ``B1`` and ``B2`` at most
-    ``NC`` columns together (``fits2``): checked here, since the compiled loop trusts them."""
+    ``NC`` columns together (``fits2``): checked here, since the compiled loop trusts them.
+    With ``Apre``, ``A`` is not read (only its shape is used): its blocks are already packed in
+    ``Apre`` (``prepacked_size``'s layout for a left operand of ``nt`` tiles), ``A``'s rows
+    being that operand's from tile ``t0`` on."""
     if B2y is None:
         B2y = B2[:0]
+    if Apre is None:
+        Apre, nt, t0 = Bp[:0], 0, 0
+    elif (Apre.dtype != A.dtype or t0 < 0 or (t0 + (A.shape[0] + MR - 1) // MR > nt)
+          or Apre.size < prepacked_size(nt * MR, A.shape[1])):
+        raise ValueError(f"gemm2: a packed operand of {Apre.size} elements, {nt} tiles from {t0}, does not "
+                         f"hold A {A.shape}")
     (M, K), (K1, N1), (K2, N2) = A.shape, B1.shape, B2.shape
     if (K1 != K or K2 + B2y.shape[0] != K or B2y.shape[1] != N2 or C1.shape != (M, N1) or C2.shape != (M, N2)
             or not fits2(N1, N2, A.dtype)
-            or any(c.strides[1] != c.itemsize for c in (C1, C2) if c.shape[1] > 1)):
+            or any(c.strides[1] != c.itemsize for c in (C1, C2) if c.shape[1] > 1 and c.shape[0])):
         raise ValueError(f"gemm2: shapes {A.shape}, {B1.shape}, {B2.shape} + {B2y.shape} -> {C1.shape}, "
                          f"{C2.shape} (or output strides) it does not take")
-    _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp)
+    _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp, Apre, nt, t0)
 
 
 @njit(**_OPTS)
-def _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
+def _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp, Apre, nt, t0):  # type: ignore[no-untyped-def]
     """``C1 = A·B1`` and ``C2 = A·[B2; B2y]`` for at most ``NC`` columns together: the loop of
-    ``gemm`` (per block of columns, with an empty second product) and ``gemm2``."""
+    ``gemm`` (per block of columns, with an empty second product) and ``gemm2`` (``A``'s blocks
+    taken from ``Apre`` when it is not empty)."""
     M, K = A.shape
     N1, N2 = B1.shape[1], B2.shape[1]
     K2 = B2.shape[0]
@@ -270,11 +388,17 @@ def _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp):  # type: ignore[no-untyped-d
             _pack_b(B2y, Bp, s0 - K2, k0 + kc - s0, 0, N2, pw, ps, np1, s0 - k0)
         for i0 in range(0, M, MC):
             mc = min(MC, M - i0)
-            _pack_a(A[i0:i0 + mc], Ap, mc, k0, kc, ts)
+            if Apre.size:
+                ta = kc * MR
+                Ab = Apre[k0 * nt * MR + (t0 + i0 // MR) * ta:]
+            else:
+                ta = ts
+                _pack_a(A[i0:i0 + mc], Ap, mc, k0, kc, ts)
+                Ab = Ap
             for p in range(np1):
-                _tiles(Ap, ts, Bp, p * ps, C1, i0, mc, p * pw, min(pw, N1 - p * pw), kc, accf, tmp)
+                _tiles(Ab, ta, Bp, p * ps, C1, i0, mc, p * pw, min(pw, N1 - p * pw), kc, accf, tmp)
             for p in range(np2):
-                _tiles(Ap, ts, Bp, (np1 + p) * ps, C2, i0, mc, p * pw, min(pw, N2 - p * pw), kc, accf, tmp)
+                _tiles(Ab, ta, Bp, (np1 + p) * ps, C2, i0, mc, p * pw, min(pw, N2 - p * pw), kc, accf, tmp)
 
 
 def compile_eager() -> None:

@@ -15,7 +15,7 @@ tests, which check both implementations against the same references).
 ``None`` when the switch is off or numba is missing; the NumPy path is then taken.
 
 numba's on-disk cache is keyed on the file a kernel is defined in, but the kernels
-inline code from the building blocks ``_jit_core.py`` and ``_jit_gemm.py``: ``load``
+inline code from the building blocks ``_jit_core.py``, ``_jit_gemm.py`` and ``_jit_goto.py``: ``load``
 therefore keeps a stamp of those files' SHA-256 beside each module's cache and empties the
 module's cache index when the stamp differs, so an edited building block never runs stale
 machine code.
@@ -90,11 +90,12 @@ def _import(name: str) -> ModuleType | None:
         return _modules[name]
 
 
-_BLOCKS = ("_jit_core.py", "_jit_gemm.py")  # building blocks the kernel modules inline
+_BLOCKS = ("_jit_core.py", "_jit_gemm.py", "_jit_goto.py")  # building blocks the kernel modules inline
 
 
 def core_digest() -> str:
-    """SHA-256 of the building blocks (``_jit_core.py``, ``_jit_gemm.py``) the compiled kernels inline."""
+    """SHA-256 of the building blocks (``_jit_core.py``, ``_jit_gemm.py``, ``_jit_goto.py``) the
+    compiled kernels inline."""
     sha = hashlib.sha256()
     for name in _BLOCKS:
         sha.update(Path(__file__).with_name(name).read_bytes())

@@ -61,6 +61,10 @@ DX_IN_LOOP = True
 # da streamed to memory from a ring in cache by the step loops (False: written in place; the
 # same bits, tests)
 STREAM = True
+# and, where the weight gradients' product takes it whole (one direction, B a multiple of 8, no
+# step past every row's length), not to ``da`` but straight into that product's packed form
+# (False: ``da`` packed by the product; the same bits, tests)
+PREPACK = True
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None,
@@ -149,7 +153,12 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
     # each step's da made in a ring that stays in cache, then streamed to ``da`` (``_jit_lstm.bptt``)
     stream = (STREAM and whole and k.split and jg.FAST_LARGE and 4 * h * dt.itemsize % 32 == 0
               and da.ctypes.data % 32 == 0)
-    rings = _scratch((2, nb, D, 4 * h), dt, "ring") if stream else np.zeros((2, 1, 1, 1), dt)
+    # (rows 64 bytes longer than 4H: 4 KB apart, the rows of a step all fall in one set of the
+    # L1 cache, and reading them across, as the packing does, misses it every time)
+    rings = _scratch((2, nb, D, 4 * h + 64 // dt.itemsize), dt, "ring") if stream else np.zeros((2, 1, 1, 1), dt)
+    # ... or into the weight gradients' product's packed left operand (``lstm_grad`` made it)
+    k.pk_used = stream and k.pk is not None
+    pk, nt = (k.pk, (4 * h + 5) // 6) if k.pk_used else (np.zeros(0, dt), 0)
     if meet is None:
         packed[:] = [jg.pack(b) for b in sources]
     # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
@@ -171,7 +180,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
                     if stop.is_set():
                         return False
                     jl.bptt(rev, d, r0, k0, k0 + block, *args, packed[d], da, dH, dC, dP, db, k.dH0, k.dC0,
-                            wp, dXl, k.dX_done, ring, stream)
+                            wp, dXl, k.dX_done, ring, stream, pk, nt)
                 continue
             Rd = R[d]
             prev = -1
@@ -265,7 +274,9 @@ def _weights_goto(jo: Any, k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.nda
     m = (a.shape[0] // 2 + jo.MR - 1) // jo.MR * jo.MR
 
     def half(r0: int, r1: int) -> None:
-        jo.gemm2(a[r0:r1], b1, b2, dW2[r0:r1], dR2[r0:r1], *blocked.goto_buffers(jo, da2.dtype), B2y=b2y)
+        # daᵀ already packed by the step loops (``PREPACK``) when it is the whole operand
+        pre = dict(Apre=k.pk, nt=(4 * h + jo.MR - 1) // jo.MR, t0=r0 // jo.MR) if k.pk_used and fold else {}
+        jo.gemm2(a[r0:r1], b1, b2, dW2[r0:r1], dR2[r0:r1], *blocked.goto_buffers(jo, da2.dtype), B2y=b2y, **pre)
 
     return (lambda: half(0, m), lambda: half(m, a.shape[0])), rest
 
@@ -275,7 +286,16 @@ def _first_step_finite(k: Grad, da2: np.ndarray) -> bool:
     folded into the product, a non-finite one times those zeros would make NaNs in dR that the
     other paths (which leave the term out) do not make."""
     t = k.S - 1 if _rev(k, 0) else 0
-    return bool(np.isfinite(da2[t * k.nb: (t + 1) * k.nb]).all())
+    return bool(np.isfinite(_da_rows(k, da2, t * k.nb, (t + 1) * k.nb)).all())
+
+
+def _da_rows(k: Grad, da2: np.ndarray, r0: int, r1: int) -> np.ndarray:
+    """Rows ``r0 .. r1-1`` of ``da`` (``[S·B, 4H]``): from the product's packed operand where the
+    step loops wrote ``da`` only there (``PREPACK``)."""
+    if not k.pk_used:
+        return da2[r0:r1]
+    jo = jit.load("goto")
+    return jo.unpacked(k.pk, 4 * k.h, k.S * k.nb, r0, r1)
 
 
 def _weights_rest(k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray, rest: int) -> None:
@@ -313,11 +333,16 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     res[:3] = [r if r.flags.c_contiguous and r.flags.aligned else np.empty(r.shape, dt) for r in given]
     dX, dW, dR, dB, dH0, dC0, dP = res
     steps = Steps(seq_lengths("LSTMGrad", SL, S, nb), S, dt)
+    # every step's da (the one S-sized scratch), or in its place (``PREPACK``: one direction)
+    # the weight gradients' packed operand, at most 5·S·B elements more
+    jo = jit.load("goto") if D == 1 and PREPACK else None
+    n_da, n_pk = S * nb * D * 4 * h, jo.prepacked_size(4 * h, S * nb) if jo is not None else 0
+    flat = _scratch((max(n_da, n_pk),), dt)
     k = Grad(S=S, nb=nb, I=I, h=h, D=D, dtype=dt, direction=direction, steps=steps, X=X, W=W, R=R, dX=dX,
               H0=H0, C0=C0, HAll=HAll, CAll=CAll, iofc=iofc, dHAll=dHAll, dHFinal=dHFinal,
               dCFinal=dCFinal, P=P, dR=dR, dH0=dH0, dC0=dC0, chunk_bytes=_CHUNK_BYTES,
-              copy_bytes=_COPY_BYTES, dX_done=False, Wp=None,
-              dab=_scratch((S, nb, D, 4 * h), dt))  # every step's da (the one S-sized scratch)
+              copy_bytes=_COPY_BYTES, dX_done=False, Wp=None, pk=None, pk_used=False,
+              dab=view(flat[:n_da], (S, nb, D, 4 * h)))
 
     jl = jit.load("lstm")
     # Large problems on the compiled path (B >= common.SPLIT_MIN_ROWS) run as two halves: the batch
@@ -342,6 +367,8 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         X2, dW2, dR2 = view(X, (S * nb, I)), view(dW, (D * 4 * h, I)), view(dR, (D * 4 * h, h))
         jo = _weights_kernel(jl, k, dW, dR)
         halves, rest = _weights_goto(jo, k, da2, X2, dW2, dR2) if jo is not None else (None, None)
+        if PREPACK and halves is not None and rest is None and nb % 8 == 0 and steps.alive == S:
+            k.pk = flat[:n_pk]  # (da is then not written)
         # with the two chains side by side, each goes on to its half of dW and dR
         after = halves is not None and k.two
         if jl is not None:
@@ -365,8 +392,11 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
 
             if not after:
                 both(halves)
-            if rest is None and k.H0 is None and not _first_step_finite(k, da2):
+            # (dB's sums of every da are finite only if every da is: then no need to look)
+            if rest is None and k.H0 is None and not (np.isfinite(db).all() or _first_step_finite(k, da2)):
                 # zeros for the missing H0 times a non-finite da: again without that step
+                da2[...] = _da_rows(k, da2, 0, S * nb)
+                k.pk_used = False
                 halves, rest = _weights_goto(jo, k, da2, X2, dW2, dR2, False)
                 both(halves)
             if rest is not None:
