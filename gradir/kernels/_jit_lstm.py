@@ -150,17 +150,16 @@ def _elementwise(t, tp, d, r0, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_d
         cp = c0[d, b] if t == first[b] else CA[tp, d, b]
         _row(G[t, d, b], ct, cp, dh, dc, P[d], a, h)
         # The sums in loops of their own: with them in _row's loop, LLVM gives up vectorizing
-        # (too many possible aliasings to check).
-        pacc = dP[d]
+        # (too many possible aliasings to check).  Indexed in place, not through row views:
+        # 14.4 instead of 15.4 us per step of 32 rows at H = 256 (in cache), the same bits.
         for j in range(h):
-            pacc[j] += a[j] * cp[j]
+            dP[d, j] += da[b, d, j] * cp[j]
         for j in range(h):
-            pacc[h + j] += a[h + j] * ct[j]
+            dP[d, h + j] += da[b, d, h + j] * ct[j]
         for j in range(h):
-            pacc[2 * h + j] += a[2 * h + j] * cp[j]
-        bacc = db[d]
+            dP[d, 2 * h + j] += da[b, d, 2 * h + j] * cp[j]
         for j in range(4 * h):
-            bacc[j] += a[j]
+            db[d, j] += da[b, d, j]
 
 
 @njit(**ELEMENTWISE)
