@@ -131,3 +131,26 @@ def test_a_non_finite_first_step_with_da_only_packed_is_redone_from_it(monkeypat
     assert not np.isnan(got[2]).any()
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the step loops stream da only on the packed-kernel path "
+                    "(_jit_gemm.FAST_LARGE)")
+def test_dx_after_the_loops_keeps_da_in_row_order(monkeypatch):
+    """dX as one product after the loops (``DX_IN_LOOP`` off) reads ``da``: the loops then write
+    ``da`` itself, not the packed operand, and every result has the bits of the in-loop dX."""
+    force_path(monkeypatch, "halves")
+    monkeypatch.setattr(jit, "_on", True)
+    calls = _prepacked_calls(monkeypatch)
+    rng = np.random.default_rng(12)
+    S, nb, I, H = 7, 8, 5, 8
+    ops = make_layer(rng, S, nb, I, H, "forward", dtype=np.float32)
+    up = upstream(rng, S, nb, H, 1, "all", dtype=np.float32)
+    fwd = run_forward(ops, H, "forward")
+    want = run_grad(ops, fwd, up, H, "forward")
+    assert calls == [True, True]
+    monkeypatch.setattr(lstm_backward, "DX_IN_LOOP", False)
+    calls.clear()
+    got = run_grad(ops, fwd, up, H, "forward")
+    assert calls == [False, False]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

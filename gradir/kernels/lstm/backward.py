@@ -157,7 +157,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
     # L1 cache, and reading them across, as the packing does, misses it every time)
     rings = _scratch((2, nb, D, 4 * h + 64 // dt.itemsize), dt, "ring") if stream else np.zeros((2, 1, 1, 1), dt)
     # ... or into the weight gradients' product's packed left operand (``lstm_grad`` made it)
-    k.pk_used = stream and k.pk is not None
+    k.pk_used = stream and k.pk is not None and k.dX_done  # (dX after the loops would read da)
     pk, nt = (k.pk, (4 * h + 5) // 6) if k.pk_used else (np.zeros(0, dt), 0)
     if meet is None:
         packed[:] = [jg.pack(b) for b in sources]
@@ -294,8 +294,7 @@ def _da_rows(k: Grad, da2: np.ndarray, r0: int, r1: int) -> np.ndarray:
     step loops wrote ``da`` only there (``PREPACK``)."""
     if not k.pk_used:
         return da2[r0:r1]
-    jo = jit.load("goto")
-    return jo.unpacked(k.pk, 4 * k.h, k.S * k.nb, r0, r1)
+    return k.jo.unpacked(k.pk, 4 * k.h, k.S * k.nb, r0, r1)
 
 
 def _weights_rest(k: Grad, da2: np.ndarray, X2: np.ndarray, dW2: np.ndarray, rest: int) -> None:
@@ -335,13 +334,13 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
     steps = Steps(seq_lengths("LSTMGrad", SL, S, nb), S, dt)
     # every step's da (the one S-sized scratch), or in its place (``PREPACK``: one direction)
     # the weight gradients' packed operand, at most 5·S·B elements more
-    jo = jit.load("goto") if D == 1 and PREPACK else None
-    n_da, n_pk = S * nb * D * 4 * h, jo.prepacked_size(4 * h, S * nb) if jo is not None else 0
+    jo_pk = jit.load("goto") if D == 1 and PREPACK else None
+    n_da, n_pk = S * nb * D * 4 * h, jo_pk.prepacked_size(4 * h, S * nb) if jo_pk is not None else 0
     flat = _scratch((max(n_da, n_pk),), dt)
     k = Grad(S=S, nb=nb, I=I, h=h, D=D, dtype=dt, direction=direction, steps=steps, X=X, W=W, R=R, dX=dX,
               H0=H0, C0=C0, HAll=HAll, CAll=CAll, iofc=iofc, dHAll=dHAll, dHFinal=dHFinal,
               dCFinal=dCFinal, P=P, dR=dR, dH0=dH0, dC0=dC0, chunk_bytes=_CHUNK_BYTES,
-              copy_bytes=_COPY_BYTES, dX_done=False, Wp=None, pk=None, pk_used=False,
+              copy_bytes=_COPY_BYTES, dX_done=False, Wp=None, pk=None, pk_used=False, jo=None,
               dab=view(flat[:n_da], (S, nb, D, 4 * h)))
 
     jl = jit.load("lstm")
@@ -367,8 +366,8 @@ def lstm_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, SL: np.ndarray | None
         X2, dW2, dR2 = view(X, (S * nb, I)), view(dW, (D * 4 * h, I)), view(dR, (D * 4 * h, h))
         jo = _weights_kernel(jl, k, dW, dR)
         halves, rest = _weights_goto(jo, k, da2, X2, dW2, dR2) if jo is not None else (None, None)
-        if PREPACK and halves is not None and rest is None and nb % 8 == 0 and steps.alive == S:
-            k.pk = flat[:n_pk]  # (da is then not written)
+        if n_pk and halves is not None and rest is None and nb % 8 == 0 and steps.alive == S:
+            k.pk, k.jo = flat[:n_pk], jo_pk  # (da is then not written)
         # with the two chains side by side, each goes on to its half of dW and dR
         after = halves is not None and k.two
         if jl is not None:
