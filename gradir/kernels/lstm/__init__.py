@@ -19,7 +19,8 @@ How the sequence kernels are made fast (docs/performance.md; measured by ``bench
   (7 ufuncs).  ``dX``, ``dW``, ``dR`` and ``dB`` are large GEMMs over all steps afterwards
   (on the packed-kernel path of large problems, one direction: dX's rows by the step loops
   while each ``da_t`` is in cache, and dW and dR as one product ``daᵀ·[X | H_{t-1}]``,
-  ``_jit_goto.gemm2``).
+  ``_jit_goto.gemm2``; there the loops write each step's ``da`` straight into that product's
+  packed layout, in the same buffer, at most ``5·S·B`` elements larger, instead of ``da``).
 * Not done, because it was measured not to pay here: splitting the batch rows over
   threads (two threads issuing many small ufuncs serialize on the GIL) and running the
   bulk work on a helper thread beside the step loop (both slowed ~2×).
