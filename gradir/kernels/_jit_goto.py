@@ -134,18 +134,19 @@ _join2, _join4, _join6 = _joined(2), _joined(4), _joined(6)
 
 
 @njit(**INLINE)
-def stream_packed(rows, m, k, src, M, pk, K, nt, u0, u1):  # type: ignore[no-untyped-def]
-    """Rows ``rows .. rows+m-1`` of ``src`` (``[*, 1, L >= M]``: an LSTM step's ``da``, in cache) as
-    values ``k .. k+m-1`` of ``k`` of the packed left operand ``pk`` (``[M, K]`` transposed,
-    ``prepacked_size``'s layout, ``nt`` tiles), for the tiles ``8·u0 .. 8·u1-1``, by
-    non-temporal stores: each tile's piece (``6m`` values, contiguous) is written in order, a
-    32-byte vector at a time, each vector made in registers from two rows (four rows' 6 values
-    are three float32 vectors, six float64 ones).  Reads past a row's end land in the next
-    row, and before one in the one before it (their values unused).  ``pk`` 32-byte aligned,
-    ``k`` and ``m`` multiples of 4 (so is every piece of every tile, ``KC`` being one)."""
+def stream_packed(rows, m, k, src, M, pk, K, nt):  # type: ignore[no-untyped-def]
+    """Rows ``rows .. rows+m-1`` of ``src`` (``[*, 1, L]``, ``L >= M``: an LSTM step's ``da``,
+    in cache) as values ``k .. k+m-1`` of ``k`` of the packed left operand ``pk`` (``[M, K]``
+    transposed, ``prepacked_size``'s layout, ``nt`` tiles), by non-temporal stores: each tile's
+    piece (``6m`` values, contiguous) is written in order, a 32-byte vector at a time, each
+    vector made in registers from two rows (four rows' 6 values are three float32 vectors, six
+    float64 ones).  Reads go up to 6 values past a row's first ``M`` and 6 before a row's start
+    (into the row's tail or the next row, and the previous row's tail; the values are unused).
+    ``pk`` 32-byte aligned, ``k`` and ``m`` multiples of 4 (so is every piece of every tile,
+    ``KC`` being one)."""
     L = src.shape[2]
     full = M // MR
-    for t in range(8 * u0, min(nt, 8 * u1)):
+    for t in range(nt):
         c = t * MR
         r = 0
         while r < m:  # the rows' values of k by block of KC

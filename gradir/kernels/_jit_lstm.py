@@ -207,12 +207,12 @@ def _prefetch_step(t, rev, d, r0, m, G, CA, dHA, has_dHA, da, pda, dX, has_dX): 
 
 
 @njit(**INLINE)
-def _stream_rows(t, d, r0, ring, da, u0, u1):  # type: ignore[no-untyped-def]
-    """Step ``t``'s rows ``r0+u0 .. r0+u1-1`` of ``da`` from ``ring`` by non-temporal stores (32
-    bytes each; ``da``'s rows 32-byte aligned)."""
+def _stream_rows(t, d, r0, m, ring, da):  # type: ignore[no-untyped-def]
+    """Step ``t``'s rows ``r0 .. r0+m-1`` of ``da`` from ``ring`` by non-temporal stores (32 bytes
+    each; ``da``'s rows 32-byte aligned)."""
     B, D, h4, L = da.shape[1], da.shape[2], da.shape[3], ring.shape[2]
     vw = 32 // da.itemsize
-    for r in range(u0, u1):
+    for r in range(m):
         dst = ((t * B + r0 + r) * D + d) * h4
         src = ((r0 + r) * D + d) * L
         for j in range(0, h4, vw):
@@ -260,9 +260,9 @@ def bptt(rev, d, r0, k0, k1, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF
         if has_dX:
             gemm(a, Wp, dX[t, r0:r0 + m])
         if stream and pk.size:
-            stream_packed(r0, m, t * G.shape[2] + r0, ring, G.shape[3], pk, S * G.shape[2], nt, 0, (nt + 7) // 8)
+            stream_packed(r0, m, t * G.shape[2] + r0, ring, G.shape[3], pk, S * G.shape[2], nt)
         elif stream:
-            _stream_rows(t, d, r0, ring, da, 0, m)
+            _stream_rows(t, d, r0, m, ring, da)
         _extract(t, d, r0, first, dH, dC, dH0, dC0)
     if stream:
         store_fence()  # the streamed rows visible to the thread that reads da next
