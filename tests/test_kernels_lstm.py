@@ -982,7 +982,7 @@ def test_da_streamed_from_a_ring_has_the_bits_of_da_written_in_place(monkeypatch
     jl = jit.load("lstm")
     bptt = jl.bptt
     streamed = []
-    monkeypatch.setattr(jl, "bptt", lambda *a: streamed.append(a[-3]) or bptt(*a))  # (..., stream, pk, nt)
+    monkeypatch.setattr(jl, "bptt", lambda *a: streamed.append(a[-2]) or bptt(*a))  # (..., stream, pk)
     rng = np.random.default_rng(24)
     S, B, I = 7, 8, 5
     D = 2 if direction == "bidirectional" else 1

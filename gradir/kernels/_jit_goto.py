@@ -134,10 +134,10 @@ _join2, _join4, _join6 = _joined(2), _joined(4), _joined(6)
 
 
 @njit(**INLINE)
-def stream_packed(rows, m, k, src, M, pk, K, nt):  # type: ignore[no-untyped-def]
+def stream_packed(rows, m, k, src, M, pk, K):  # type: ignore[no-untyped-def]
     """Rows ``rows .. rows+m-1`` of ``src`` (``[*, 1, L]``, ``L >= M``: an LSTM step's ``da``,
     in cache) as values ``k .. k+m-1`` of ``k`` of the packed left operand ``pk`` (``[M, K]``
-    transposed, ``prepacked_size``'s layout, ``nt`` tiles), by non-temporal stores: each tile's
+    transposed, ``prepacked_size``'s layout), by non-temporal stores: each tile's
     piece (``6m`` values, contiguous) is written in order, a 32-byte vector at a time, each
     vector made in registers from two rows (four rows' 6 values are three float32 vectors, six
     float64 ones).  Reads go up to 6 values past a row's first ``M`` and 6 before a row's start
@@ -145,7 +145,7 @@ def stream_packed(rows, m, k, src, M, pk, K, nt):  # type: ignore[no-untyped-def
     ``pk`` 32-byte aligned, ``k`` and ``m`` multiples of 4 (so is every piece of every tile,
     ``KC`` being one)."""
     L = src.shape[2]
-    full = M // MR
+    nt, full = (M + MR - 1) // MR, M // MR
     for t in range(nt):
         c = t * MR
         r = 0

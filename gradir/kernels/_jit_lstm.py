@@ -221,7 +221,7 @@ def _stream_rows(t, d, r0, m, ring, da):  # type: ignore[no-untyped-def]
 
 @njit(**ELEMENTWISE)
 def bptt(rev, d, r0, k0, k1, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF, P, lengths, first, last,
-         Rp, da, dH, dC, dP, db, dH0, dC0, Wp, dX, has_dX, ring, stream, pk, nt):  # type: ignore[no-untyped-def]
+         Rp, da, dH, dC, dP, db, dH0, dC0, Wp, dX, has_dX, ring, stream, pk):  # type: ignore[no-untyped-def]
     """Visits ``k0 .. k1-1`` of the step loop of direction ``d`` (visit ``k`` is step
     ``alive-1-k``, or ``k`` when ``rev``) for the batch rows from ``r0`` (as in
     ``_elementwise``), GEMMs included: ``dH_{t-1} = da_t·R[d]`` by ``_jit_gemm.gemm`` with
@@ -236,7 +236,7 @@ def bptt(rev, d, r0, k0, k1, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF
     prefetches 0.47 instead of 0.7, the stores 0.45).  Calls for consecutive ranges continue
     the same loop (``dH``/``dC`` carry the gradients).  With ``stream`` and a non-empty ``pk``
     (one direction), ``da`` is streamed not to ``da`` but to ``pk``, packed for the weight
-    gradients' product (``_jit_goto.stream_packed``: ``daᵀ``, ``[4H, S·B]``, in ``nt`` tiles),
+    gradients' product (``_jit_goto.stream_packed``: ``daᵀ``, ``[4H, S·B]``, in 6-row tiles),
     which then packs nothing of it (at 100,64,256,256: the stores 0.6-0.8 instead of 0.4-0.45
     ms per thread, the product 0.7-1.0 ms shorter)."""
     S = G.shape[0]
@@ -260,7 +260,7 @@ def bptt(rev, d, r0, k0, k1, G, CA, dHA, has_dHA, c0, dHF, has_dHF, dCF, has_dCF
         if has_dX:
             gemm(a, Wp, dX[t, r0:r0 + m])
         if stream and pk.size:
-            stream_packed(r0, m, t * G.shape[2] + r0, ring, G.shape[3], pk, S * G.shape[2], nt)
+            stream_packed(r0, m, t * G.shape[2] + r0, ring, G.shape[3], pk, S * G.shape[2])
         elif stream:
             _stream_rows(t, d, r0, m, ring, da)
         _extract(t, d, r0, first, dH, dC, dH0, dC0)

@@ -158,7 +158,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
     rings = _scratch((2, nb, D, 4 * h + 64 // dt.itemsize), dt, "ring") if stream else np.zeros((2, 1, 1, 1), dt)
     # ... or into the weight gradients' product's packed left operand (``lstm_grad`` made it)
     k.pk_used = stream and k.pk is not None and k.dX_done  # (dX after the loops would read da)
-    pk, nt = (k.pk, (4 * h + 5) // 6) if k.pk_used else (np.zeros(0, dt), 0)
+    pk = k.pk if k.pk_used else np.zeros(0, dt)
     if meet is None:
         packed[:] = [jg.pack(b) for b in sources]
     # visits per compiled call: a Ctrl-C (``stop``) is seen between calls
@@ -180,7 +180,7 @@ def _compiled_steps(jl: Any, k: Grad, then: tuple | None = None) -> np.ndarray:
                     if stop.is_set():
                         return False
                     jl.bptt(rev, d, r0, k0, k0 + block, *args, packed[d], da, dH, dC, dP, db, k.dH0, k.dC0,
-                            wp, dXl, k.dX_done, ring, stream, pk, nt)
+                            wp, dXl, k.dX_done, ring, stream, pk)
                 continue
             Rd = R[d]
             prev = -1
