@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,7 +118,8 @@ def test_core_stamp_empties_a_stale_kernel_cache(tmp_path: Any, monkeypatch: pyt
     index = mod.twice._cache._cache_file
     assert mod.twice(3) == 6
     assert index._load_index()  # cached
-    stamp = tmp_path / "__pycache__" / "stampmod.core-sha256"
+    # beside numba's cache: the module's __pycache__, or NUMBA_CACHE_DIR's tree where that is set
+    stamp = Path(mod.twice._cache._cache_path) / "stampmod.core-sha256"
     jit._check_core_stamp(mod)  # no stamp yet: the cache may predate it, so it is emptied
     assert not index._load_index() and stamp.read_text().strip() == jit.core_digest()
     mod.twice.recompile()
