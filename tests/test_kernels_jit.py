@@ -303,7 +303,9 @@ print(before, after)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     before, after = (json.loads(part) for part in out.stdout.strip().replace("] [", "]\n[").split("\n"))
-    # the LSTM kernels: one machine-code variant each, built by compile (the whole forward loop two:
-    # contiguous results and one direction's strided view of them); the GEMM may also hold
-    # the variants its compiled callers built (when they were compiled rather than loaded)
-    assert before[:7] == [1] * 7 and before[7] == 2 and before[8] >= 1 and after == before, out.stdout
+    # Every LSTM kernel and the GEMM hold a machine-code variant once compile returns, and the runs
+    # add none.  How many each holds depends on the cache's state, not on gradir: a variant compiled
+    # now for a contiguous array and then called with a strided one compiles a second variant, while
+    # one loaded from a full cache for the strided call first also serves the contiguous call (numba
+    # converts the argument's layout), so a fresh cache can show 2 where a warm one shows 1.
+    assert min(before) >= 1 and after == before, out.stdout

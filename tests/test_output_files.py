@@ -166,20 +166,41 @@ def test_ctrl_c_while_importing_is_not_a_traceback():
     assert p.stderr == "gradir: interrupted\n"
 
 
-def test_a_real_ctrl_c_during_start_up(tmp_path):
-    exe = os.path.join(os.path.dirname(sys.executable), "gradir")
-    # the installed console script, or the same entry point run as a module
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir_entry"]
-    # A Ctrl-C while the interpreter itself starts (site, .pth files) is CPython's, before any gradir code
-    # runs: send it after a bare interpreter would have started (measured now: it varies with the load).
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
-    python_start = time.perf_counter() - t
-    for delay in (python_start * 1.5 + 0.05, python_start * 1.5 + 0.2):
-        p = subprocess.Popen([*cmd, "check", SAMPLE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             cwd=ROOT)
-        time.sleep(delay)
+_AT_EVENT = """
+import os, sys, time
+fd, event, target = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+def hook(name, args, _done=[]):
+    if name == event and not _done and str(args[0]) == target:
+        _done.append(1)
+        os.write(fd, b"1")
+        time.sleep(60)  # the parent's SIGINT lands here, as CPython's KeyboardInterrupt
+sys.addaudithook(hook)
+sys.argv = ["gradir", "check", sys.argv[4]]
+import gradir_entry
+sys.exit(gradir_entry.main())
+"""
+
+
+@pytest.mark.parametrize("event, target, code", [
+    ("import", "numpy", 130),       # while the entry point imports gradir (NumPy, numba, SciPy)
+    ("open", SAMPLE, 130),          # once gradir.cli runs: opening the user's file
+])
+def test_a_real_ctrl_c_during_start_up(event, target, code):
+    """A real SIGINT sent to the process while it starts up: no traceback, exit 130.  The child
+    tells the parent (through a pipe, from an audit hook) when it has reached the moment, and waits
+    there for the signal: the moment is the same under any load, unlike a delay."""
+    r, w = os.pipe()
+    try:
+        p = subprocess.Popen([sys.executable, "-c", _AT_EVENT, str(w), event, target, SAMPLE], pass_fds=(w,),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        os.close(w)
+        w = -1
+        assert os.read(r, 1) == b"1"  # blocks until the child is there (EOF if it never gets there)
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-        assert "Traceback" not in err, err
-        assert p.returncode in (0, 130), (p.returncode, err)
+        out, err = p.communicate(timeout=120)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    assert "Traceback" not in err, err
+    assert (p.returncode, err) == (code, "gradir: interrupted\n")

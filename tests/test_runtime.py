@@ -794,11 +794,13 @@ def test_run_two_waits_for_its_helper_through_ctrl_c():
         log.append("first done")
 
     def second(stop):
-        for _ in range(100):  # up to 1 s, stopping early when told
-            if stop.is_set():
-                break
-            time.sleep(0.01)
-        log.append("second done")
+        # The Ctrl-C is sent from here once the caller's half is done (so it lands while run_two
+        # waits for this one, under any load), then this half runs until told to stop.
+        while "first done" not in log:
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+        told = stop.wait(60)
+        log.append("second done" if told else "second never told to stop")
 
     armed = [True]
 
@@ -807,9 +809,7 @@ def test_run_two_waits_for_its_helper_through_ctrl_c():
             raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGINT, interrupt)
-    timer = threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGINT))
     try:
-        timer.start()
         try:
             with pytest.raises(KeyboardInterrupt):
                 parallel.run_two(first, second, concurrent=True)
@@ -817,8 +817,6 @@ def test_run_two_waits_for_its_helper_through_ctrl_c():
             armed[0] = False
         log.append("raised")
     finally:
-        timer.cancel()
-        timer.join()
         signal.signal(signal.SIGINT, old)
     assert log == ["first done", "second done", "raised"]
 

@@ -199,40 +199,78 @@ def mlp_grad(dtype: str, batch: int = 12) -> gradir.Graph:
     return gradir.grad(gradir.parse(text))
 
 
-def check_against_unsharded(sharded, inputs, out, rtol, split_rtol=0.0):
+# Ops whose kernels pick their arithmetic by the matrix sizes: BLAS (OpenBLAS's Haswell sgemm gives
+# a row other bits in a product of 6 rows than in one of 12, at nearly every shape measured on Zen 3)
+# and the LSTM kernels (products inside, and a choice between compiled loops and BLAS by the batch).  A split output
+# computed through one of them is within rounding of the unsharded run, not bit-identical
+# (docs/distributed.md, "The bits promise").
+SIZE_DEPENDENT = {"MatMul", "FusedMatMul", "LSTMTraining", "LSTMGrad", "LSTMCell", "GradLSTMCellInput",
+                  "GradLSTMCellInputFused"}
+
+
+def through_a_product(graph: gradir.Graph, name: str) -> bool:
+    """Whether value ``name`` of ``graph`` depends on the result of a size-dependent kernel."""
+    producer = {r: op for op in graph.ops for r in op.results}
+    seen, todo = set(), [name]
+    while todo:
+        v = todo.pop()
+        op = producer.get(v)
+        if v in seen or op is None:
+            continue
+        seen.add(v)
+        if op.op_name in SIZE_DEPENDENT:
+            return True
+        todo.extend(o for o in op.operands if o)
+    return False
+
+
+def check_against_unsharded(sharded, inputs, out, rtol, split_rtol=None):
     """Partial sums within ``rtol`` (relative to the largest element); split and replicated outputs
-    bit-identical (``split_rtol=0``) or within ``split_rtol``."""
+    bit-identical, except those computed through a size-dependent kernel (``through_a_product``):
+    within ``split_rtol`` (default: 2e-6 in Float32, 1e-14 in Float64) of the unsharded run."""
     ref = gradir.compile(sharded.graph).run(inputs)
     for name, key in zip(sharded.graph.outputs, sharded.output_keys):
         p = sharded.placements[name]
         assert out[key].dtype == ref[key].dtype and out[key].shape == ref[key].shape, key
-        err = np.abs(out[key] - ref[key]).max() / np.abs(ref[key]).max()
+        err = np.abs(out[key] - ref[key]).max() / max(np.abs(ref[key]).max(), np.finfo(ref[key].dtype).tiny)
         if p.is_partial:
             assert err <= rtol, (key, err)
-        elif split_rtol:
-            assert err <= split_rtol, (key, err)
+        elif through_a_product(sharded.graph, name):
+            tol = split_rtol if split_rtol is not None else (2e-6 if out[key].dtype == np.float32 else 1e-14)
+            assert err <= tol, (key, err)
         else:
             assert np.array_equal(out[key], ref[key]), (key, err)
     return ref
 
 
-# Float64: OpenBLAS picks its GEMM kernel (small-matrix or blocked, and the edge handling) by the
-# matrix sizes, so a MatMul over 6 rows need not give the bits of the same rows in a MatMul over 12
-# (measured here: dgemm 32x10 differs in the last bit for some row counts), and a shard of one row
-# is a matrix-vector product (gemv), which sums in another order.  Split outputs that go through a
-# MatMul are then within rounding of the unsharded run, not bit-identical; the bits still depend only
-# on K (the tests below).  Float32 (sgemm at these sizes) keeps the rows' bits for shards of 2+ rows.
-@pytest.mark.parametrize("dtype, rtol, split_rtol", [("Float32", 1e-5, 0.0), ("Float64", 1e-12, 1e-14)])
-def test_split_outputs_are_the_unsharded_bits_and_partial_sums_within_tolerance(dtype, rtol, split_rtol):
+@pytest.mark.parametrize("dtype, rtol", [("Float32", 1e-5), ("Float64", 1e-12)])
+def test_split_outputs_are_within_rounding_and_partial_sums_within_tolerance(dtype, rtol):
     g = mlp_grad(dtype)
     s = gradir.shard(g, {"x": 0})
     assert str(s.placements[g.outputs[0]]) == "split(0)" and all(s.placements[o].is_partial for o in g.outputs[1:])
+    assert through_a_product(g, g.outputs[0])
     inputs, _ = complete_inputs(g, {}, 3)
-    for k in (1, 2, 3, 5, 6):
-        check_against_unsharded(s, inputs, s.run(inputs, shards=k), rtol, split_rtol)
-    check_against_unsharded(s, inputs, s.run(inputs, shards=12), rtol, split_rtol or 1e-6)  # rows of one
+    for k in (1, 2, 3, 5, 6, 12):  # 12: rows of one (BLAS's matrix-vector product)
+        check_against_unsharded(s, inputs, s.run(inputs, shards=k), rtol)
     with pytest.raises(gradir.InputError, match="fewer than the 13 shards"):
         s.run(inputs, shards=13)
+
+
+@pytest.mark.parametrize("dtype", ["Float32", "Float64"])
+def test_split_outputs_without_a_product_are_the_unsharded_bits(dtype):
+    """Element-wise ops, softmaxes and reductions over other axes give a row the same bits whatever
+    the rows beside it: their split outputs are the unsharded bits for every shard count."""
+    text = (f"input t0 \"x\" : {dtype} [12, 40]\ninput t1 : {dtype} [40]\ninput t2 : {dtype} [12, 40]\n"
+            "t3 = Add(t0, t1)\nt4 = Tanh(t3)\nt5 = Softmax(t4, axis=1)\nt6 = SoftmaxGrad_13(t2, t5, axis=1)\n"
+            "t7 = Gelu(t6)\nt8 = ReduceSum(t7, axes=[1], keepdims=true)\nt9 = Mul(t7, t8)\nt10 = ReduceSum(t9, axes=[0])\n"
+            "output t9, t10, t5\n")
+    g = gradir.parse(text)
+    s = gradir.shard(g, {"x": 0, "t2": 0})
+    assert [str(s.placements[o]) for o in g.outputs] == ["split(0)", "partial", "split(0)"]
+    assert not any(through_a_product(g, o) for o in g.outputs)
+    inputs, _ = complete_inputs(g, {}, 5)
+    for k in (1, 2, 3, 4, 5, 6, 12):
+        check_against_unsharded(s, inputs, s.run(inputs, shards=k), 1e-5 if dtype == "Float32" else 1e-12)
 
 
 @pytest.mark.parametrize("name, batch", [
@@ -244,6 +282,17 @@ def test_derived_samples_sharded_along_the_batch(name, batch):
     s = gradir.shard(sample(name), batch)
     inputs, _ = complete_inputs(s.graph, {}, 0)
     check_against_unsharded(s, inputs, s.run(inputs, shards=2), 1e-5)
+
+
+def test_lstm_bptt_sharded_2_4_8_ways_is_within_rounding_of_the_unsharded_run():
+    """The sample's dX, dH0 and dC0 are split along the batch; the LSTM kernels choose their products
+    by the batch, so they are within rounding of the unsharded run (seen at 3e-7 on Zen 3)."""
+    g = gradir.load(sample("lstm_bptt.gir"))
+    s = gradir.shard(g, {"t0": 1, "t4": 1, "t5": 1, "t6": 2})
+    assert [str(s.placements[o]) for o in ("t12", "t16", "t17")] == ["split(1)"] * 3
+    inputs, _ = complete_inputs(g, {}, 0)
+    for k in (2, 4, 8):
+        check_against_unsharded(s, inputs, s.run(inputs, shards=k), 1e-5)
 
 
 def test_mlp_forward_derived_by_grad_then_sharded():
@@ -455,8 +504,10 @@ def test_cli_run_shard_inline_and_local_1_write_the_same_bits(tmp_path, capsys):
     assert "(4 shards, local:1" in cap.out and "sharding does not pay here" in cap.err
     assert main(["run", f, "-o", c]) == 0
     with np.load(a) as x, np.load(b) as y, np.load(c) as z:
-        assert all(np.array_equal(x[k], y[k]) for k in x.files)
-        assert np.array_equal(x["grad(t0)"], z["grad(t0)"])
+        assert all(np.array_equal(x[k], y[k]) for k in x.files)  # inline and Dask: the same bits
+        # against the unsharded run: within rounding (grad(t0) comes through MatMul, whose BLAS
+        # kernel depends on the row count)
+        assert np.abs(x["grad(t0)"] - z["grad(t0)"]).max() <= 2e-6 * np.abs(z["grad(t0)"]).max()
 
 
 def test_cli_plan_prints_placements_and_a_refusal_is_a_located_error(capsys):
