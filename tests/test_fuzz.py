@@ -13,8 +13,8 @@ by token, random bytes and characters, mutated ``.npy``/``.npz`` files, random c
 random Python values as API arguments (generators: ``tests/fuzzing.py``).
 
 Budget: ``GRADIR_FUZZ_BUDGET`` is a number of seconds for the whole file.  Unset (or 0), each
-property runs a small fixed number of examples (the file takes ~15 s), derandomized when ``CI``
-is set so that CI is reproducible, random otherwise.  With a budget, each property runs rounds of
+property runs a small fixed number of examples (the file takes ~15 s), derandomized, so that
+every run draws the same examples and takes the same time.  With a budget, each property runs rounds of
 random examples until its share of the budget is spent (shares below; a round in progress is
 finished, so the total overruns by a few seconds), on numba's compiled kernels (warmed first);
 without one, on the NumPy kernels, since a cold numba cache takes a minute to fill.  So
