@@ -455,3 +455,18 @@ def test_export_never_overwrites_the_graph_it_reads(tmp_path) -> None:
     assert path.read_bytes() == before
     assert main(["export", str(path), "-o", str(path)]) == 1
     assert path.read_bytes() == before
+
+
+def test_export_warns_when_onnx_runtime_cannot_run_the_model(tmp_path, capsys) -> None:
+    """samples/log_softmax_backward.gir is Float64: ORT 1.19.2 has LogSoftmaxGrad(_13) for Float32 only
+    (tests/data/onnx/exported/ort_runs.json); the export is valid ONNX, and says so plainly, exit 0."""
+    assert main(["export", os.path.join(ROOT, "samples", "log_softmax_backward.gir"), "-o",
+                 str(tmp_path / "l.onnx")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: ONNX Runtime cannot run this model" in err and "LogSoftmaxGrad_13" in err
+    assert main(["export", os.path.join(ROOT, "samples", "lstm_cell_backward.gir"), "--custom-domain", "-o",
+                 str(tmp_path / "c.onnx")]) == 0
+    assert "ai.gradir ops" in capsys.readouterr().err
+    for name in ORT_RUNS["ran"]:  # what ORT ran: no warning
+        assert main(["export", os.path.join(ROOT, EXPORTS["sources"][name]), "-o", str(tmp_path / "x.onnx")]) == 0
+        assert "warning" not in capsys.readouterr().err, name
