@@ -64,7 +64,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not MIN_OPSET <= args.opset <= newest:
         raise UsageError(f"export: --opset {args.opset}: gradir writes opsets {MIN_OPSET} to {newest} (the installed "
                          "onnx's newest)")
-    export_onnx(load(args.file), args.output, opset=args.opset, custom_domain=args.custom_domain)  # "-": stdout
+    from .exporter import ort_notes
+    graph = load(args.file)
+    export_onnx(graph, args.output, opset=args.opset, custom_domain=args.custom_domain)  # "-": stdout
+    for note in ort_notes(graph, args.opset, args.custom_domain):
+        print(f"gradir: warning: ONNX Runtime cannot run this model: {note}", file=sys.stderr)
     if args.output != "-" and os.path.isfile(args.output):
         print(f"gradir: wrote {args.output} ({os.path.getsize(args.output):,} bytes)", file=sys.stderr)
     return 0

@@ -16,17 +16,19 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from ..constants import value_array
-from ..errors import ArgumentError, Diagnostic, OnnxError
+from ..errors import ArgumentError, Diagnostic, GradirError, OnnxError, shown
 from ..errors import OnnxUnsupported as NoCounterpart
 from ..graph import Graph
 from ..ir import Op
 from ..labels import output_labels_of
+from ..types import DType
 from .common import DTYPE_TO_ONNX, GRADIR_DOMAIN, MS_DOMAIN, require_onnx
 
 __all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS"]
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 11
+MAX_MODEL_BYTES = (1 << 31) - 1  # protobuf's limit for one message
 
 Exporter = Callable[["_Export", Op], None]
 EXPORTERS: dict[str, Exporter] = {}
@@ -42,19 +44,91 @@ def exporter(*names: str) -> Callable[[Exporter], Exporter]:
 
 def export_onnx(graph: Union[Graph, str, "os.PathLike[str]"], path: Union[str, "os.PathLike[str]", None] = None, *,
                 opset: int = DEFAULT_OPSET, custom_domain: bool = False) -> Any:
-    """The ONNX ``ModelProto`` of ``graph`` (a Graph, IR text or a .gir path); written to ``path`` if given."""
+    """The ONNX ``ModelProto`` of ``graph`` (a Graph, IR text or a .gir path); written to ``path`` if given
+    (atomically; ``"-"`` is standard output).  Wrong argument types and values are ``ArgumentError``s."""
     from ..syntax import graph_argument
     onnx = require_onnx()
-    graph = graph_argument(graph, "export_onnx()")
+    path = _path_argument(path)
     if (not isinstance(opset, int) or isinstance(opset, bool)
             or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version()):
-        raise ArgumentError(f"opset must be an int from {MIN_OPSET} to {onnx.defs.onnx_opset_version()} (the installed "
-                            f"onnx's newest), got {opset!r}")
-    model = _Export(onnx, graph, opset, custom_domain).run()
+        raise ArgumentError(f"export_onnx(): opset must be an int from {MIN_OPSET} to "
+                            f"{onnx.defs.onnx_opset_version()} (the installed onnx's newest), got {shown(opset)}")
+    if not isinstance(custom_domain, (bool, np.bool_)):
+        raise ArgumentError(f"export_onnx(): custom_domain must be True or False, got {shown(custom_domain)}")
+    graph = graph_argument(graph, "export_onnx()")
+    source = graph.source.filename if graph.source is not None else None
+    if path is not None and path != "-" and source and _same_file(source, path):
+        raise GradirError(Diagnostic("the output is the graph's own file; write the model to another path",
+                                     filename=path))
+    model = _Export(onnx, graph, opset, bool(custom_domain)).run()
     if path is not None:
         from ..fileio import write_file
-        write_file(path, model.SerializeToString())
+        write_file(path, _serialized(model, graph))
     return model
+
+
+# gradir ops whose ONNX Runtime (1.19.2, training build) CPU kernel exists for Float32 only: checked by running
+# one-op exports of each in ORT (Float64 ones fail with NOT_IMPLEMENTED, or as an invalid graph)
+ORT_FLOAT32_ONLY = {"FusedMatMul", "LeakyReluGrad", "LogSoftmaxGrad", "LogSoftmaxGrad_13", "QuickGeluGrad",
+                    "ReluGrad", "SoftmaxGrad_13", "FastGelu", "LSTMTraining", "LSTMGrad", "GeluGrad", "Gelu"}
+
+
+def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
+    """Why ONNX Runtime's CPU training build cannot run the export of ``graph`` (empty when it can): ops
+    written in the ``ai.gradir`` domain, and ops ORT has no CPU kernel of for their dtype."""
+    lacking: dict[str, list[str]] = {}
+    for op in graph.ops:
+        t = graph.types[op.results[0]] if op.results else None
+        if custom and (op.op_name not in EXPORTERS or _needs_custom(graph, op, opset)):
+            lacking.setdefault("ai.gradir ops (ONNX Runtime has no kernel for them)", []).append(op.op_name)
+        elif op.op_name in ORT_FLOAT32_ONLY and t is not None and t.dtype == DType.Float64 and \
+                not (op.op_name == "Gelu" and opset >= 20):
+            lacking.setdefault("no Float64 CPU kernel in ONNX Runtime 1.19", []).append(op.op_name)
+        elif op.op_name == "Scale" and float(op.attrs["factor"]) == 0.0:
+            lacking.setdefault("ONNX Runtime's Scale refuses a factor of 0", []).append(op.op_name)
+    return [f"{why}: {', '.join(sorted(set(ops)))}" for why, ops in lacking.items()]
+
+
+def _needs_custom(graph: Graph, op: Op, opset: int) -> bool:
+    e = _Export(require_onnx(), graph, opset, False)
+    try:
+        EXPORTERS[op.op_name](e, op)
+    except NoCounterpart:
+        return True
+    return False
+
+
+def _path_argument(path: Any) -> Optional[str]:
+    """``export_onnx``'s ``path``: None, or a non-empty str or ``os.PathLike`` of one (else ``ArgumentError``)."""
+    if path is None:
+        return None
+    if isinstance(path, os.PathLike):
+        try:
+            path = os.fspath(path)
+        except Exception as e:  # noqa: BLE001 - a caller's __fspath__ that raises is the caller's problem
+            raise ArgumentError(f"export_onnx(): path cannot be read as a path ({type(e).__name__})") from None
+    if not isinstance(path, str):
+        raise ArgumentError(f"export_onnx(): path must be a str, an os.PathLike or None, got {type(path).__name__}")
+    if not path or "\0" in path:
+        raise ArgumentError(f"export_onnx(): path must be a non-empty file name without NUL, got {shown(path)}")
+    return path
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _serialized(model: Any, graph: Graph) -> bytes:
+    """The model's bytes; a model over protobuf's 2 GB limit is an error saying so (``_Export.run`` checks
+    the size first, this is the last guard)."""
+    try:
+        return model.SerializeToString()
+    except ValueError as e:  # protobuf: "Message ... exceeds maximum protobuf size of 2GB"
+        raise OnnxError(Diagnostic(f"the model cannot be written: {e}",
+                                   filename=graph.source.filename if graph.source is not None else None)) from None
 
 
 class _Export:
@@ -64,6 +138,9 @@ class _Export:
         self.inits: list = []
         self.domains: set[str] = set()
         self.names: dict[str, str] = {}
+        self.taken: set[str] = set()  # every ONNX value name in use: the graph's own first, then generated ones
+        self.node_names: set[str] = set()
+        self.bytes = 0  # the tensors' bytes so far (protobuf's 2 GB limit)
         self._n = 0
 
     # -- what exporters use ------------------------------------------------------------------------------
@@ -74,12 +151,25 @@ class _Export:
         return self.graph.types[v]
 
     def fresh(self, hint: str) -> str:
-        self._n += 1
-        return f"{hint}__{self._n}"
+        """A new ONNX name, never one of the graph's (its labels and ``tN`` names are reserved before any
+        op is exported) nor one generated before: a label ``shape__1`` must not meet a generated one."""
+        while True:
+            self._n += 1
+            name = f"{hint}__{self._n}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def tensor(self, a: np.ndarray, name: str) -> Any:
+        self.bytes += a.nbytes
+        if self.bytes > MAX_MODEL_BYTES:
+            raise OnnxError(Diagnostic(f"the model's tensors exceed {MAX_MODEL_BYTES:,} bytes, protobuf's 2 GB limit "
+                                       "for one ONNX file", filename=self.where))
+        return self.onnx.numpy_helper.from_array(a, name)
 
     def init(self, a: np.ndarray, hint: str = "const") -> str:
         name = self.fresh(hint)
-        self.inits.append(self.onnx.numpy_helper.from_array(np.asarray(a), name))
+        self.inits.append(self.tensor(np.asarray(a), name))
         return name
 
     def ints(self, values: Any, hint: str = "shape") -> str:
@@ -89,8 +179,31 @@ class _Export:
         if domain:
             self.domains.add(domain)
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        name = f"{op_type}_{outputs[0]}" if outputs and outputs[0] else self.fresh(op_type)
-        self.nodes.append(self.h.make_node(op_type, inputs, outputs, name=name, domain=domain or None, **attrs))
+        name = f"{op_type}_{outputs[0]}" if outputs and outputs[0] else op_type
+        while name in self.node_names:
+            self._n += 1
+            name = f"{op_type}__{self._n}"
+        self.node_names.add(name)
+        made = {k: v for k, v in attrs.items() if isinstance(v, self.onnx.AttributeProto)}
+        node = self.h.make_node(op_type, inputs, outputs, name=name, domain=domain or None,
+                                **{k: v for k, v in attrs.items() if k not in made})
+        node.attribute.extend(made.values())
+        self.nodes.append(node)
+
+    def float_attr(self, op: Op, attr: str, dtype: Optional[Any] = None) -> float:
+        """A float attribute for an ONNX/ORT op, whose attributes are float32: in a Float64 op a value float32
+        does not hold exactly (0.01) would compute something else, so that op has no exact counterpart."""
+        v = float(op.resolved_attrs()[attr])
+        dt = dtype if dtype is not None else self.type(op.results[0]).dtype
+        if dt == DType.Float64 and float(np.float32(v)) != v:
+            raise NoCounterpart(f"its {attr}={v!r} is not a float32 number, and the ONNX attribute is float32 (the "
+                                f"model would compute with {float(np.float32(v))!r} where gradir computes in "
+                                "Float64)")
+        return v
+
+    @property
+    def where(self) -> Optional[str]:
+        return self.graph.source.filename if self.graph.source is not None else None
 
     # -- the export --------------------------------------------------------------------------------------
     def run(self) -> Any:
@@ -102,20 +215,30 @@ class _Export:
         renames: list[tuple[str, str]] = []  # (value, label) outputs that need an Identity
         inputs = {i.name for i in g.inputs}
         for o, lb in zip(g.outputs, out_labels):
+            if lb is None and o in self.names:  # an unlabelled output of a labelled input is keyed by its name
+                renames.append((o, o))
+                continue
             if lb is None or self.names.get(o) == lb:
                 continue
             if o in inputs or o in self.names or any(o == x for x, _ in renames):
                 renames.append((o, lb))
             else:
                 self.names[o] = lb
+        # reserve every name the graph itself gives the model before generating any
+        self.taken.update(self.name(i.name) for i in g.inputs)
+        self.taken.update(self.name(r) for op in g.ops for r in op.results)
+        self.taken.update(lb for _, lb in renames)
         problems = []
         for op in g.ops:
             fn = EXPORTERS.get(op.op_name)
+            mark = (len(self.nodes), len(self.inits), set(self.domains))
             try:
                 if fn is None:
                     raise NoCounterpart("it has no ONNX or ONNX Runtime counterpart")
                 fn(self, op)
             except NoCounterpart as e:
+                del self.nodes[mark[0]:], self.inits[mark[1]:]  # what the op's exporter wrote before it gave up
+                self.domains = mark[2]
                 if self.custom:
                     self._custom(op)
                 else:
@@ -126,10 +249,10 @@ class _Export:
             raise OnnxError(problems)
         outputs = []
         for o, lb in zip(g.outputs, out_labels):
-            pair = (o, lb)
+            pair = (o, lb if lb is not None else o)
             if pair in renames:
-                self.node("Identity", [self.name(o)], [lb])
-                name = lb
+                self.node("Identity", [self.name(o)], [pair[1]])
+                name = pair[1]
             else:
                 name = self.name(o)
             outputs.append(self._info(name, g.types[o]))
@@ -138,6 +261,10 @@ class _Export:
         opsets = [h.make_opsetid("", self.opset)] + [h.make_opsetid(d, 1) for d in sorted(self.domains)]
         model = h.make_model(graph, opset_imports=opsets, producer_name="gradir")
         model.ir_version = min(model.ir_version, 10)  # ORT 1.19 reads IR 10 at most
+        size = model.ByteSize()
+        if size > MAX_MODEL_BYTES:
+            raise OnnxError(Diagnostic(f"the model would be {size:,} bytes, over protobuf's 2 GB limit for one ONNX "
+                                       "file", filename=self.where))
         try:
             self.onnx.checker.check_model(model, full_check=True)
         except Exception as e:  # noqa: BLE001 - a bug here, not the user's: say so plainly
@@ -148,10 +275,14 @@ class _Export:
         return self.h.make_tensor_value_info(name, DTYPE_TO_ONNX[t.dtype], list(t.shape))
 
     def _custom(self, op: Op) -> None:
+        """The gradir op itself in the ``ai.gradir`` domain.  A float attribute float32 does not hold exactly
+        is written as a one-element Float64 tensor attribute, so ``import_onnx`` reads back the very number."""
         attrs = {}
         for k, v in op.resolved_attrs().items():
             if v is None:
                 continue
+            if isinstance(v, float) and float(np.float32(v)) != v and not np.isnan(v):
+                v = self.tensor(np.array(v, np.float64), k)
             attrs[k] = list(v) if isinstance(v, tuple) else v
         self.node(op.op_name, [self.name(v) for v in op.operands], [self.name(r) for r in op.results],
                   domain=GRADIR_DOMAIN, **attrs)
@@ -165,6 +296,7 @@ def _same(onnx_name: str, domain: str = "", attrs: tuple = ()) -> Exporter:
     def fn(e: _Export, op: Op) -> None:
         ins, outs = _io(e, op)
         kw = {k: op.resolved_attrs()[k] for k in attrs}
+        kw = {k: e.float_attr(op, k) if isinstance(v, float) else v for k, v in kw.items()}
         e.node(onnx_name, ins, outs, domain, **kw)
     return fn
 
@@ -187,7 +319,7 @@ EXPORTERS["QuickGelu"] = _same("QuickGelu", MS_DOMAIN, ("alpha",))
 def _fused_matmul(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)
     a = op.resolved_attrs()
-    e.node("FusedMatMul", ins, outs, MS_DOMAIN, alpha=float(a["alpha"]),
+    e.node("FusedMatMul", ins, outs, MS_DOMAIN, alpha=e.float_attr(op, "alpha"),
            **{k: int(a[k]) for k in ("transA", "transB", "transBatchA", "transBatchB")})
 
 
@@ -219,15 +351,26 @@ def _gelu(e: _Export, op: Op) -> None:
 
 @exporter("Constant")
 def _constant(e: _Export, op: Op) -> None:
+    """A ``Constant`` node (an initializer would come back from ``import_onnx`` as a weight input); a fill
+    (one number filling its shape) is ``ConstantOfShape``, never the materialized array (a fill of
+    [30000, 30000] is 3.6 GB as a tensor and a few bytes as a fill)."""
     t = e.type(op.results[0])
-    a = value_array(op.attrs["value"], t)
-    e.inits.append(e.onnx.numpy_helper.from_array(np.asarray(a), e.name(op.results[0])))
+    value = op.attrs["value"]
+    out = e.name(op.results[0])
+    if not isinstance(value, tuple) and t.numel != 1:
+        fill = e.tensor(np.full(1, value, t.dtype.numpy), "value")
+        e.node("ConstantOfShape", [e.ints(t.shape)], [out], value=fill)
+        return
+    e.node("Constant", [], [out], value=e.tensor(np.array(value_array(value, t)), "value"))
 
 
 @exporter("Transpose")
 def _transpose(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)
     perm = op.resolved_attrs().get("perm")
+    if perm is not None and not perm:  # a scalar's: make_node cannot tell the type of an empty list
+        e.node("Transpose", ins, outs, perm=e.h.make_attribute("perm", [], attr_type=e.onnx.AttributeProto.INTS))
+        return
     e.node("Transpose", ins, outs, perm=None if perm is None else list(perm))
 
 
@@ -286,7 +429,9 @@ def _reduce_op(e: _Export, op: Op) -> None:
 def _scale(e: _Export, op: Op) -> None:
     ins, outs = _io(e, op)
     t = e.type(op.operands[0])
-    e.node("Scale", [ins[0], e.init(np.array(op.attrs["factor"], t.dtype.numpy), "factor")], outs, MS_DOMAIN)
+    with np.errstate(over="ignore"):  # a Float32 op's factor is float32(factor), inf past its range, as in gradir
+        factor = np.array(op.attrs["factor"], t.dtype.numpy)
+    e.node("Scale", [ins[0], e.init(factor, "factor")], outs, MS_DOMAIN)
 
 
 @exporter("ZerosLike")
@@ -340,5 +485,6 @@ def _lstm(e: _Export, op: Op) -> None:
             raise NoCounterpart("ORT's LSTMGrad does not support peepholes (P)")
     ins, outs = _io(e, op)
     kw = {"hidden_size": a["hidden_size"], "direction": a["direction"], "input_forget": a["input_forget"] or None,
-          "clip": a["clip"], "activations": None if a["activations"] is None else list(a["activations"])}
+          "clip": None if a["clip"] is None else e.float_attr(op, "clip"),
+          "activations": None if a["activations"] is None else list(a["activations"])}
     e.node(op.op_name, ins, outs, MS_DOMAIN, **kw)

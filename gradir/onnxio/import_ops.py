@@ -361,6 +361,9 @@ def _passthrough(name: str, n_out: Optional[int] = None) -> Handler:
         for k, v in attrs.items():
             if isinstance(v, bytes):
                 v = v.decode()
+            elif isinstance(v, ctx.onnx.TensorProto) and v.data_type == ctx.onnx.TensorProto.DOUBLE and \
+                    tuple(v.dims) == ():  # a Float64 attribute export_onnx wrote exactly (not as float32)
+                v = float(ctx.onnx.numpy_helper.to_array(v))
             elif isinstance(v, list):
                 v = [x.decode() if isinstance(x, bytes) else x for x in v]
             kw[k] = v

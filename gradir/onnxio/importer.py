@@ -32,6 +32,7 @@ from ..types import DType
 from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, require_onnx
 from ..errors import OnnxUnsupported as Unsupported
 from .import_ops import HANDLERS, custom
+from .naming import keep_value_names, reserve_value_names
 
 __all__ = ["import_onnx", "Importer"]
 
@@ -101,6 +102,7 @@ class Importer:
         g = proto.graph
         self.opset = next((o.version for o in proto.opset_import if _domain(o.domain) == ""), 1)
         self.b = GraphBuilder(name or _graph_name(g.name or os.path.splitext(os.path.basename(filename))[0]))
+        reserve_value_names(self.b, g)  # the model's own tN names go back to their values (naming.py)
         self.values: dict[str, Any] = {}  # ONNX name -> gradir Value
         self.consts: dict[str, np.ndarray] = {}  # ONNX name -> value known at import time
         self.shape_of: dict[str, Any] = {}  # ONNX name of a Shape(...) result -> the Value it is the shape of
@@ -164,7 +166,7 @@ class Importer:
         outputs = [(o.name, o.name) for o in g.output if o.name not in self._dropped]
         outputs += [(n, label) for n, label in grad_outputs.items()]
         self._outputs(outputs)
-        graph = self.b.build()
+        graph = keep_value_names(self.b.build(), self.values)
         return ImportedModel(self._with_comments(graph), self.inputs, self.notes)
 
     def _strip_accumulators(self, nodes: list) -> tuple[list, dict[str, str]]:
@@ -291,7 +293,10 @@ class Importer:
         """Evaluate ``node`` now when what it computes is known at import time."""
         if domain == "" and node.op_type in ("Shape", "Size") and node.input[0] in self.values:
             v = self.values[node.input[0]]
-            if None in v.shape:
+            if None in v.shape:  # not known now; Expand and ConstantOfShape of it are BroadcastTo and ZerosLike
+                if node.op_type == "Shape" and int(attrs.get("start", 0)) == 0 and attrs.get("end") is None:
+                    self.shape_of[node.output[0]] = v
+                    return True
                 return False
             shape = np.array(v.shape, np.int64)
             if node.op_type == "Size":
