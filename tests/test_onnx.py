@@ -378,6 +378,10 @@ def test_generated_names_never_collide_with_labels() -> None:
     # a Float64 attribute float32 cannot hold: rounded on the way
     "input t0 : Float64 [4]\nt1 = LeakyRelu(t0, alpha=0.1)\nt2 = QuickGelu(t0, alpha=1.7000000000000002)\n"
     "output t1, t2\n",
+    # a folded Constant as the output, beside labelled inputs numbered anew: "label t10 is the name of another
+    # value" (found by test_fuzz_onnx_export)
+    "input t0 \"a\" : Float32 []\ninput t2 \"b\" : Float32 []\nt1 = Constant(value=[0.0]) : Float32 []\n"
+    "t3 = Add(t0, t2)\noutput t1\n",
 ])
 def test_export_then_import_reproducers(text: str) -> None:
     g = gradir.parse(text)

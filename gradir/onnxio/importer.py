@@ -166,7 +166,7 @@ class Importer:
         outputs = [(o.name, o.name) for o in g.output if o.name not in self._dropped]
         outputs += [(n, label) for n, label in grad_outputs.items()]
         self._outputs(outputs)
-        graph = keep_value_names(self.b.build(), self.values)
+        graph = keep_value_names(self.b.build(), self.values, g)
         return ImportedModel(self._with_comments(graph), self.inputs, self.notes)
 
     def _strip_accumulators(self, nodes: list) -> tuple[list, dict[str, str]]:
