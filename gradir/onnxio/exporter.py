@@ -22,6 +22,7 @@ from ..graph import Graph
 from ..ir import Op
 from ..labels import output_labels_of
 from ..types import DType
+from . import lowering
 from .common import DTYPE_TO_ONNX, GRADIR_DOMAIN, MS_DOMAIN, require_onnx
 
 __all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS"]
@@ -82,7 +83,8 @@ def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
         if custom and (op.op_name not in EXPORTERS or _needs_custom(graph, op, opset)):
             lacking.setdefault("ai.gradir ops (ONNX Runtime has no kernel for them)", []).append(op.op_name)
         elif op.op_name in ORT_FLOAT32_ONLY and t is not None and t.dtype == DType.Float64 and \
-                not (op.op_name == "Gelu" and opset >= 20):
+                not (op.op_name == "Gelu" and opset >= 20) and \
+                not (op.op_name in lowering.LOWERED_IN_FLOAT64 and not custom and t.rank > 0):  # standard ops
             lacking.setdefault("no Float64 CPU kernel in ONNX Runtime 1.19", []).append(op.op_name)
         elif op.op_name == "Scale" and float(op.attrs["factor"]) == 0.0:
             lacking.setdefault("ONNX Runtime's Scale refuses a factor of 0", []).append(op.op_name)
@@ -309,8 +311,36 @@ for _n in ("ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"):
     EXPORTERS[_n] = _same(_n, MS_DOMAIN)
 for _n in ("LeakyReluGrad", "QuickGeluGrad"):
     EXPORTERS[_n] = _same(_n, MS_DOMAIN, ("alpha",))
-for _n in ("SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad", "LogSoftmaxGrad_13"):
-    EXPORTERS[_n] = _same(_n, MS_DOMAIN, ("axis",))
+
+
+@exporter("SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad", "LogSoftmaxGrad_13")
+def _softmax_grad(e: _Export, op: Op) -> None:
+    """Float32: ORT's op.  Float64, which ORT has no kernel of: the same arithmetic in standard ops,
+    marked so that import_onnx reads the op back (``lowering``)."""
+    ins, outs = _io(e, op)
+    axis = int(op.resolved_attrs()["axis"])
+    t = e.type(op.operands[1])
+    if t.dtype != DType.Float64 or e.custom or t.rank == 0:
+        e.node(op.op_name, ins, outs, MS_DOMAIN, axis=axis)
+        return
+    first = len(e.nodes)
+    a = axis % t.rank
+    axes = [a] if op.op_name.endswith("_13") else list(range(a, t.rank))
+    dy, y = ins
+    if op.op_name.startswith("Log"):
+        ex, s, m = e.fresh("exp"), e.fresh("summed"), e.fresh("scaled")
+        e.node("Exp", [y], [ex])
+        _reduce(e, "ReduceSum", dy, s, axes, True, 13)
+        e.node("Mul", [ex, s], [m])
+        e.node("Sub", [dy, m], outs)
+    else:
+        p, s, d = e.fresh("product"), e.fresh("summed"), e.fresh("centred")
+        e.node("Mul", [dy, y], [p])
+        _reduce(e, "ReduceSum", p, s, axes, True, 13)
+        e.node("Sub", [dy, s], [d])
+        e.node("Mul", [y, d], outs)
+    lowering.mark(e.nodes, first, op.op_name, {"axis": axis}, ins, outs)
+
 EXPORTERS["FastGelu"] = _same("FastGelu", MS_DOMAIN)
 EXPORTERS["QuickGelu"] = _same("QuickGelu", MS_DOMAIN, ("alpha",))
 

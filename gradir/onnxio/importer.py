@@ -32,6 +32,7 @@ from ..types import DType
 from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, require_onnx
 from ..errors import OnnxUnsupported as Unsupported
 from .import_ops import HANDLERS, custom
+from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
 
 __all__ = ["import_onnx", "Importer"]
@@ -150,6 +151,7 @@ class Importer:
         nodes, grad_outputs = self._strip_accumulators(list(g.node))
         inits = {t.name: t for t in g.initializer}
         nodes = fuse_erf_gelu(self.onnx, nodes, inits, {o.name for o in g.output}, self.notes)
+        nodes = regroup(self.onnx, nodes, {o.name for o in g.output}, MS_DOMAIN)  # ops export wrote as standard ops
         used = {n for node in nodes for n in node.input} | {o.name for o in g.output} | set(grad_outputs)
         for vi in g.input:
             if vi.name not in used and (vi.name in inits or vi.name in self._dropped):
