@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import statistics
 import sys
@@ -130,13 +129,8 @@ def load_inputs(npzs: Union[str, Sequence[str], None], pairs: list[str]) -> dict
 def save_outputs(path: str, outputs: dict[str, np.ndarray], what: str = "outputs") -> None:
     """Write arrays (outputs, or with ``what="inputs"`` inputs) to an .npz under their keys (a value's label
     where it has one, else its name), atomically."""
-    from .fileio import write_file
-    buf = io.BytesIO()
-    np.savez(buf, **outputs)
-    try:
-        write_file(path, buf.getvalue())
-    except OSError as e:
-        raise InputError(Diagnostic(f"cannot write {what}: {e.strerror or e}", filename=path)) from None
+    from .arrayfiles import write_npz
+    write_npz(path, outputs, what)
 
 
 def _stats(a: np.ndarray) -> tuple[list[str], int]:
@@ -258,6 +252,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_run_arguments(args)
     disable = _disabled_passes(args)
     check_run_arguments(args, graph := load(args.file))  # --shard's placements: refused before any input
+    from .arrayfiles import check_npz_keys
+    from .labels import input_key, output_keys
+    if args.output:  # a key that cannot be an .npz member is refused now, not after the run
+        check_npz_keys(output_keys(graph), args.output, "outputs")
+    if args.save_inputs:
+        check_npz_keys([input_key(i) for i in graph.inputs], args.save_inputs, "inputs")
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
     exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable, backend=args.backend)
     if not args.inputs and not args.input:
