@@ -362,3 +362,55 @@ def test_import_writes_the_graph_and_its_weights_both_or_neither(tmp_path, monke
     monkeypatch.setattr(os, "replace", real_replace)
     assert main(["import", str(tmp_path / "m.onnx"), "-o", str(gir)]) == 0
     assert gir.read_text().startswith("graph") and read_npz(str(tmp_path / "m.inputs.npz"), "t")
+
+
+# -- shard files are inputs (issue #29, item 3) ----------------------------------------------------------
+SHARDED = str(ROOT / "samples" / "mlp_forward.grad.gir")  # t0 and t11 "cotangent(t10)" split along axis 0
+SPLIT = ["--shard", "t0:0,t11:0"]
+
+
+def _shard_files(tmp_path) -> dict:
+    """The sample's inputs from seed 5: two shard files of the split ones, rest.npz of the others."""
+    from gradir import load
+    from gradir.runcli import demo_inputs
+    from gradir.labels import keyed_by_label
+    x = keyed_by_label(load(SHARDED), demo_inputs(load(SHARDED), 5))
+    split = ("t0", "cotangent(t10)")
+    for k in range(2):
+        write_npz(str(tmp_path / f"shard-{k}.npz"), {n: np.array_split(x[n], 2)[k] for n in split})
+    write_npz(str(tmp_path / "rest.npz"), {n: a for n, a in x.items() if n not in split})
+    write_npz(str(tmp_path / "all.npz"), x)
+    return x
+
+
+def test_an_output_may_not_replace_a_shard_file(tmp_path, capsys):
+    _shard_files(tmp_path)
+    before = (tmp_path / "shard-0.npz").read_bytes()
+    for option in ("-o", "--save-inputs", "--trace"):
+        assert main(["run", SHARDED, *SPLIT, "--shard-files", str(tmp_path / "shard-*.npz"), "--inputs",
+                     str(tmp_path / "rest.npz"), option, str(tmp_path / "shard-0.npz")]) == 1
+        assert "is the same file as --shard-files" in capsys.readouterr().err
+    assert (tmp_path / "shard-0.npz").read_bytes() == before
+
+
+def test_save_inputs_with_shard_files_saves_what_the_run_used(tmp_path, capsys):
+    """It saved generated arrays the run never used: a rerun from them gave other outputs."""
+    x = _shard_files(tmp_path)
+    files = ["--shard-files", str(tmp_path / "shard-*.npz")]
+    saved, out = str(tmp_path / "saved.npz"), str(tmp_path / "out.npz")
+    for given in ([], ["--inputs", str(tmp_path / "rest.npz")]):  # replicated inputs generated, or given
+        assert main(["run", SHARDED, *SPLIT, *files, *given, "--save-inputs", saved, "-o", out]) == 0
+        assert "wrote 6 inputs" in capsys.readouterr().out
+        got = read_npz(saved, "t")
+        for n in ("t0", "cotangent(t10)"):
+            assert np.array_equal(got[n], x[n]), n
+        assert main(["run", SHARDED, "--inputs", saved, "--compare", out]) == 0  # the same run, unsharded
+    assert all(np.array_equal(got[n], a) for n, a in x.items())
+
+
+def test_a_split_input_in_both_inputs_and_shard_files_is_refused(tmp_path, capsys):
+    _shard_files(tmp_path)
+    assert main(["run", SHARDED, *SPLIT, "--shard-files", str(tmp_path / "shard-*.npz"), "--inputs",
+                 str(tmp_path / "all.npz")]) == 1
+    err = capsys.readouterr().err
+    assert 'all.npz: error: t0, t11 "cotangent(t10)": split by --shard and read from the shard files' in err
