@@ -355,7 +355,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     graph = load(args.file)
     exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable)
     p = exe.program
-    optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name)
+    from .labels import output_labels_of
+    # the outputs keep their labels (live_outputs has one value per output, in order, after CSE merged some)
+    optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name, output_labels=output_labels_of(graph))
     optimized.types = p.types
     sys.stdout.write(optimized.to_text())
     sys.stdout.write(exe.plan.describe())
