@@ -414,3 +414,11 @@ def test_a_split_input_in_both_inputs_and_shard_files_is_refused(tmp_path, capsy
                  str(tmp_path / "all.npz")]) == 1
     err = capsys.readouterr().err
     assert 'all.npz: error: t0, t11 "cotangent(t10)": split by --shard and read from the shard files' in err
+
+
+def test_an_output_that_is_a_directory_is_refused_before_the_run(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    assert main(["run", SAMPLE, "-o", str(tmp_path / "d")]) == 1
+    cap = capsys.readouterr()
+    assert f"{tmp_path / 'd'}: error: -o {tmp_path / 'd'} is a directory; name a file" in cap.err
+    assert "L2 norm" not in cap.out  # before the run, not after it
