@@ -228,6 +228,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         terminate_cleanly()
         inputs = _paths(args, _INPUT_OPTIONS)
+        if isinstance(getattr(args, "shard_files", None), str):  # every shard file the run reads is an input
+            import glob
+            inputs += [("--shard-files", p) for p in sorted(glob.glob(args.shard_files))]
         stdin = [w for w, p in inputs if p == "-"]
         if len(stdin) > 1 or any(w not in ("FILE",) for w in stdin):
             raise UsageError("only FILE may be '-' (standard input), and only once"

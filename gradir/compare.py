@@ -4,9 +4,11 @@ The rule is NumPy's ``allclose``: an element passes when ``|a - r| <= atol + rto
 output, ``r`` the reference).  NaN equals NaN in the same place and an infinity equals the same
 infinity (``assert_allclose``'s ``equal_nan``); any other non-finite mismatch fails.  The default
 tolerances depend on the output's dtype and are those of ``torch.testing.assert_close``; integer and
-boolean outputs must match exactly.  A reference in another dtype or shape fails (like
+boolean outputs must match exactly (integers are compared as integers, never through float64, where
+``2**60`` and ``2**60 + 1`` are one number).  A reference in another dtype or shape fails (like
 ``assert_close``'s ``check_dtype``): a float64 NumPy reference for a Float32 output says so instead
-of hiding a precision question.
+of hiding a precision question.  Byte order is not part of the dtype here: a big-endian reference is
+compared by value.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ def _compare_one(name: str, a: np.ndarray, r: Optional[np.ndarray], rtol: Option
     if r is None:
         c.problem = "missing from the reference"
         return c
+    a, r = _native(a), _native(r)  # a big-endian reference holds the same values: compared by value
     if r.dtype != a.dtype:
         c.problem = f"the reference is {_dtype_name(r.dtype)}, the output {_dtype_name(a.dtype)}"
         return c
@@ -136,12 +139,15 @@ def _compare_one(name: str, a: np.ndarray, r: Optional[np.ndarray], rtol: Option
         a64, r64 = a.astype(np.float64), r.astype(np.float64)
         equal = (a == r) if exact else (a64 == r64) | (np.isnan(a64) & np.isnan(r64))
         nonfinite = ~equal & ~(np.isfinite(a64) & np.isfinite(r64))  # NaN against a number, or an inf
-        diff = np.abs(a64 - r64)
+        # integers: the difference computed exactly (through float64, 2**60 and 2**60 + 1 are one number)
+        diff = _integer_distance(a, r) if a.dtype.kind in "iu" else np.abs(a64 - r64)
         diff[equal] = 0.0
         diff[nonfinite] = np.inf
         absr = np.abs(r64)
         allowed = c.atol + c.rtol * absr
         bad = nonfinite | (diff > allowed)
+        if exact:
+            bad &= ~equal  # a difference of 1 in 2**60 is above a zero tolerance, though not in float64
         rel = np.divide(diff, absr, out=np.where(diff > 0, np.inf, 0.0), where=(absr > 0) & ~nonfinite)
         excess = np.where(equal | nonfinite, -np.inf, diff - allowed)
         excess[nonfinite] = np.inf
@@ -150,6 +156,20 @@ def _compare_one(name: str, a: np.ndarray, r: Optional[np.ndarray], rtol: Option
     if c.max_abs > 0:
         c.worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), c.shape))
     return c
+
+
+def _native(x: np.ndarray) -> np.ndarray:
+    """``x`` in the machine's byte order (a copy if it is not)."""
+    return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+
+
+def _integer_distance(a: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """``|a - r|`` of two integer arrays of one dtype, as float64 rounded from the exact difference (which
+    is below 2**64, so it is exact as an unsigned 64-bit integer; the subtraction wraps, not overflows)."""
+    wide = np.uint64 if a.dtype.kind == "u" else np.int64
+    a, r = a.astype(wide), r.astype(wide)
+    d = np.where(a >= r, a - r, r - a)
+    return d.view(np.uint64).astype(np.float64) if d.dtype == np.int64 else d.astype(np.float64)
 
 
 def compare_outputs(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],

@@ -86,9 +86,12 @@ def float_literal(text: str, span: Optional[Span]) -> tuple:
 def label_literal(text: str, span: Span) -> tuple:
     """A label's JSON string literal as (value, span, error), as both parse paths build it."""
     try:
-        return (json.loads(text, strict=False), span, None)  # a raw tab inside is taken, as in strings
+        value = json.loads(text, strict=False)  # a raw tab inside is taken, as in strings
     except ValueError:
         return (None, span, f"invalid escape in label {text}")
+    from .labels import surrogate_problem
+    why = surrogate_problem(value)  # "\ud800" is valid JSON, but no text: no file could hold the label
+    return (None, span, f"label {text[:80]}{'...' if len(text) > 80 else ''}: {why}") if why else (value, span, None)
 
 
 def dim_literal(text: str) -> "int | str":

@@ -20,7 +20,8 @@ from typing import Iterable, Optional, Sequence
 
 from .errors import Diagnostic, GradirError, Terminated
 
-__all__ = ["write_file", "check_output_paths", "human_bytes", "terminate_cleanly", "Terminated"]
+__all__ = ["write_file", "write_files", "check_output_paths", "is_special", "human_bytes", "terminate_cleanly",
+           "Terminated"]
 
 
 def human_bytes(n: Optional[float]) -> str:
@@ -44,7 +45,7 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _special(path: str) -> bool:
+def is_special(path: str) -> bool:
     """An existing path that is not a regular file or a directory (a device, a FIFO, a socket)."""
     try:
         mode = os.stat(path).st_mode
@@ -63,7 +64,7 @@ def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tupl
     """
     ins = [(w, p) for w, p in inputs if p and p != "-"]
     # a device or FIFO (-o /dev/null) is written through, never replaced: it may take several outputs
-    outs = [(w, p) for w, p in outputs if p and p != "-" and not _special(p)]
+    outs = [(w, p) for w, p in outputs if p and p != "-" and not is_special(p)]
     problems = []
     for k, (wo, po) in enumerate(outs):
         for wi, pi in ins:
@@ -78,9 +79,11 @@ def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tupl
                     problems.append(Diagnostic(f"{wo} {po} is also the path of {wp}; each output needs its own "
                                                f"file", filename=po))
                     break
-    for wo, po in outs:  # a missing directory fails now, not after the run
+    for wo, po in outs:  # a missing directory, or a directory as the output, fails now, not after the run
         parent = os.path.dirname(os.path.abspath(po))
-        if not os.path.isdir(parent):
+        if os.path.isdir(po):
+            problems.append(Diagnostic(f"{wo} {po} is a directory; name a file", filename=po))
+        elif not os.path.isdir(parent):
             problems.append(Diagnostic(f"{wo} {po}: directory {parent} does not exist", filename=po))
     if problems:
         raise GradirError(problems)
@@ -120,6 +123,132 @@ def write_file(path: str, data: bytes) -> None:
         _write_atomic_raw(real, data, None if st is None else stat.S_IMODE(st.st_mode))
     except OSError as e:
         raise GradirError(Diagnostic(f"cannot write file: {e.strerror or e}", filename=path)) from None
+
+
+def write_files(files: Sequence[tuple[str, bytes]]) -> None:
+    """Write several files that belong together (``gradir import``'s graph and its weights): all of them,
+    or none (each target left as it was).
+
+    Every regular (or new) file is first written in full to a temporary file beside it, as
+    ``write_file`` does; only when all are written are they renamed over their targets, in order.  If a
+    rename fails, the ones done are undone: a target that existed gets its old content back (kept as a
+    hard link until the end), a new one is removed.  A device or FIFO is written through, and ``-``
+    (standard output) last, after every file is in place: neither can be taken back.
+    """
+    staged: list[tuple[str, str, str, bool]] = []  # (path as given, real path, temporary, it existed)
+    later: list[tuple[str, bytes]] = []
+    try:
+        for path, data in files:
+            if path == "-":
+                later.append((path, data))
+                continue
+            real = os.path.realpath(path)
+            try:
+                st = os.stat(real)
+            except FileNotFoundError:
+                st = None
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise _Failed(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                later.append((path, data))
+                continue
+            try:
+                tmp = _stage(real, data, None if st is None else stat.S_IMODE(st.st_mode))
+            except OSError as e:
+                raise _Failed(path, e) from None
+            staged.append((path, real, tmp, st is not None))
+        _rename_all(staged)
+        staged = []
+        for path, data in later:
+            if path == "-":
+                _write_stdout(data)
+            else:
+                write_file(path, data)
+    except _Failed as f:
+        raise GradirError(Diagnostic(f"cannot write file: {f.error.strerror or f.error}", filename=f.path)) from None
+    finally:
+        for _, _, tmp, _ in staged:  # not renamed: a failure, Ctrl-C or SIGTERM before the renames
+            _discard(tmp)
+
+
+class _Failed(Exception):
+    def __init__(self, path: str, error: OSError) -> None:
+        super().__init__(path)
+        self.path, self.error = path, error
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    _PENDING.discard(path)
+
+
+def _stage(real: str, data: bytes, mode: Optional[int]) -> str:
+    """``data`` in a new temporary file beside ``real``, synced, with ``mode`` (or the umask's); its path."""
+    fd, tmp = tempfile.mkstemp(prefix=f".gradir-{os.path.basename(real)[:40]}-", suffix=".tmp",
+                               dir=os.path.dirname(real) or ".")
+    _PENDING.add(tmp)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+    except BaseException:
+        _discard(tmp)
+        raise
+    return tmp
+
+
+def _rename_all(staged: list[tuple[str, str, str, bool]]) -> None:
+    """Rename each temporary over its target; on a failure, put back the targets already replaced."""
+    done: list[tuple[str, Optional[str]]] = []  # (real path, a hard link to its old content, or None: new)
+    backups: list[str] = []
+    try:
+        for path, real, tmp, existed in staged:
+            backup = None
+            if existed:
+                backup = _hard_link(real)
+                if backup is not None:
+                    backups.append(backup)
+            try:
+                os.replace(tmp, real)
+            except OSError as e:
+                raise _Failed(path, e) from None
+            _PENDING.discard(tmp)
+            done.append((real, backup))
+    except BaseException:
+        for real, backup in reversed(done):
+            try:
+                if backup is not None:
+                    os.replace(backup, real)
+                else:
+                    os.unlink(real)
+            except OSError:
+                pass
+        raise
+    finally:
+        for b in backups:
+            try:
+                os.unlink(b)
+            except OSError:
+                pass
+
+
+def _hard_link(real: str) -> Optional[str]:
+    """A new hard link to ``real``'s current content beside it (None where links cannot be made)."""
+    for k in range(100):
+        name = os.path.join(os.path.dirname(real), f".gradir-{os.path.basename(real)[:40]}-{os.getpid()}-{k}.old")
+        try:
+            os.link(real, name)
+            return name
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None
 
 
 def _write_stdout(data: bytes) -> None:

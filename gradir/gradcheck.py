@@ -85,6 +85,13 @@ class InputCheck:
     name: str
     shape: tuple
     directions: list[DirectionCheck] = field(default_factory=list)
+    label: Optional[str] = None  # the input's label, if it has one
+
+    @property
+    def key(self) -> str:
+        """What the table and messages call the input: its label where it has one (as ``gradir run``'s
+        summary and ``.npz`` files do), else its name."""
+        return self.name if self.label is None else self.label
 
     @property
     def status(self) -> str:
@@ -119,7 +126,7 @@ class GradcheckReport:
         rows = [("input", "shape", "directions", "worst |fd-ad|", "rel error", "step", "status")]
         for c in self.checks:
             w = c.worst
-            rows.append((c.name, format_shape(c.shape), str(len(c.directions)), f"{w.abs_err:.3g}",
+            rows.append((c.key, format_shape(c.shape), str(len(c.directions)), f"{w.abs_err:.3g}",
                          f"{w.rel_err:.3g}", f"{w.step:.0e}", c.status))
         from .compare import format_table
         return format_table(rows, {2, 3, 4, 5})
@@ -131,17 +138,17 @@ class GradcheckReport:
             shifted = [d for d in c.directions if d.shift]
             if shifted:
                 sizes = ", ".join(sorted({f"{d.shift:g}" for d in shifted}))
-                out.append(f"{c.name}: {len(shifted)} of {len(c.directions)} directions checked at a point shifted "
+                out.append(f"{c.key}: {len(shifted)} of {len(c.directions)} directions checked at a point shifted "
                            f"by {sizes} (relative): finite differences were not smooth at the given point, "
                            f"which is likely on a kink such as Relu at 0")
             kinks = [d for d in c.directions if d.status == "kink"]
             if kinks:
-                out.append(f"{c.name}: {len(kinks)} direction{'s' if len(kinks) > 1 else ''} could not be "
+                out.append(f"{c.key}: {len(kinks)} direction{'s' if len(kinks) > 1 else ''} could not be "
                            f"checked: finite differences were not smooth on any segment tried (kinks); try "
                            f"another --seed or other inputs")
             d = c.worst
             if d.status == "FAIL":
-                out.append(f"{c.name}: fd {d.fd:.10g} but ad {d.ad:.10g}: |fd-ad| {d.abs_err:.3g} > atol + rtol*|fd| "
+                out.append(f"{c.key}: fd {d.fd:.10g} but ad {d.ad:.10g}: |fd-ad| {d.abs_err:.3g} > atol + rtol*|fd| "
                            f"= {self.atol + self.rtol * abs(d.fd):.3g} (the worst failing direction)")
         return out
 
@@ -306,8 +313,9 @@ def gradcheck(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None, see
         return points[k]
 
     checks = []
+    labels = {i.name: i.label for i in graph.inputs}
     for i, w in enumerate(wrt_names):
-        check = InputCheck(w, x[w].shape)
+        check = InputCheck(w, x[w].shape, label=labels.get(w))
         for _ in range(directions):
             check.directions.append(_check_direction(loss, point, i, w, rng, rtol, atol))
         checks.append(check)
@@ -376,7 +384,9 @@ def cmd_gradcheck(args: argparse.Namespace) -> int:
                        backward=backward, directions=args.directions, rtol=args.rtol, atol=args.atol,
                        threads=args.threads)
     if report.generated:
-        which = "every input" if given is None else ", ".join(report.generated)
+        from .labels import label_text
+        labels = {i.name: i.label for i in graph.inputs}
+        which = "every input" if given is None else ", ".join(n + label_text(labels.get(n)) for n in report.generated)
         print(f"gradir: generated {which} from seed {args.seed}", file=sys.stderr)
     what = f"the backward graph {args.backward}" if args.backward else "derived gradients"
     print(f"{what} vs float64 central finite differences along {args.directions} random unit "
@@ -387,7 +397,7 @@ def cmd_gradcheck(args: argparse.Namespace) -> int:
         print(note)
     bad = [c for c in report.checks if c.status != "pass"]
     if bad:
-        print(f"gradir: gradcheck failed for {', '.join(f'{c.name} ({c.status})' for c in bad)}", file=sys.stderr)
+        print(f"gradir: gradcheck failed for {', '.join(f'{c.key} ({c.status})' for c in bad)}", file=sys.stderr)
         return 1
     return 0
 
@@ -420,7 +430,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                   "floating-point input)")
     p.add_argument("--seed", type=seed_int, default=0, metavar="S",
                    help="seed for generated inputs, cotangents and directions (default 0)")
-    p.add_argument("--inputs", metavar="IN.npz", help="the point to check at (e.g. from gradir run --save-inputs)")
+    p.add_argument("--inputs", metavar="IN.npz", action="append", help="the point to check at (e.g. from gradir "
+                   "run --save-inputs); repeatable, as for run (an input in two archives is an error)")
     p.add_argument("--input", metavar="tN=X.npy", action="append", default=[], type=pair_arg,
                    help="one input array (repeatable)")
     p.add_argument("--generate-missing", action="store_true",

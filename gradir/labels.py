@@ -9,7 +9,8 @@ files and its table.
 
 Rules (checked by ``check_labels``, called from ``verify.py``):
 
-* a label is a non-empty string without NUL;
+* a label is a non-empty string without NUL, and valid Unicode text (no lone surrogate escape such
+  as ``"\\ud800"``: it could not be written as UTF-8);
 * labels are unique among a graph's inputs and outputs, except that an output
   that is itself an input may repeat that input's label;
 * a label may not be the name (``tN``) of another value of the graph: in an
@@ -70,12 +71,24 @@ def output_label_list(labels: Optional[Iterable[Optional[str]]], n: int) -> list
     return out
 
 
+def surrogate_problem(text: str) -> Optional[str]:
+    """Why ``text`` is not valid Unicode text (a lone surrogate such as ``"\\ud800"``, which JSON escapes
+    allow and UTF-8 cannot encode), or None.  Such a label could be neither printed to a ``.gir`` file
+    nor stored as an ``.npz`` key or an ONNX name."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"a label must be valid Unicode text; \\u{ord(text[e.start]):04x} (character {e.start}) is a lone "
+                f"surrogate, half of a UTF-16 pair")
+    return None
+
+
 def _label_problem(label: str) -> Optional[str]:
     if label == "":
         return "a label may not be empty"
     if "\0" in label:
         return "a label may not contain NUL (\\u0000)"
-    return None
+    return surrogate_problem(label)
 
 
 def check_labels(graph: "Graph", err) -> None:

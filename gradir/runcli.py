@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import statistics
 import sys
@@ -130,13 +129,8 @@ def load_inputs(npzs: Union[str, Sequence[str], None], pairs: list[str]) -> dict
 def save_outputs(path: str, outputs: dict[str, np.ndarray], what: str = "outputs") -> None:
     """Write arrays (outputs, or with ``what="inputs"`` inputs) to an .npz under their keys (a value's label
     where it has one, else its name), atomically."""
-    from .fileio import write_file
-    buf = io.BytesIO()
-    np.savez(buf, **outputs)
-    try:
-        write_file(path, buf.getvalue())
-    except OSError as e:
-        raise InputError(Diagnostic(f"cannot write {what}: {e.strerror or e}", filename=path)) from None
+    from .arrayfiles import write_npz
+    write_npz(path, outputs, what)
 
 
 def _stats(a: np.ndarray) -> tuple[list[str], int]:
@@ -258,29 +252,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_run_arguments(args)
     disable = _disabled_passes(args)
     check_run_arguments(args, graph := load(args.file))  # --shard's placements: refused before any input
+    from .arrayfiles import check_npz_keys
+    from .labels import input_key, output_keys
+    if args.output:  # a key that cannot be an .npz member is refused now, not after the run
+        check_npz_keys(output_keys(graph), args.output, "outputs")
+    if args.save_inputs:
+        check_npz_keys([input_key(i) for i in graph.inputs], args.save_inputs, "inputs")
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
     exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable, backend=args.backend)
+    # with --shard-files, the split inputs come from the shard files: never generated, never given here
+    from_files = set(args.sharded.batch) if args.shard and args.shard_files else set()
     if not args.inputs and not args.input:
         inputs, generated = complete_inputs(graph, {}, args.seed)
-        print(f"gradir: no inputs given; generated every input from seed {args.seed} (a demo run)",
-              file=sys.stderr)
+        print(f"gradir: no inputs given; generated every input{' not in the shard files' if from_files else ''} "
+              f"from seed {args.seed} (a demo run)", file=sys.stderr)
     else:
         from .labels import inputs_by_name
         inputs, generated = inputs_by_name(graph, load_inputs(args.inputs, args.input),
                                            ", ".join(args.inputs or []) or None), []
+        from .sharding.cli import check_not_in_shard_files
+        check_not_in_shard_files(args, inputs)
         if args.generate_missing:
             inputs, generated = complete_inputs(graph, inputs, args.seed)
+            generated = [n for n in generated if n not in from_files]
             from .labels import label_text
             labels = {i.name: i.label for i in graph.inputs}
             print(f"gradir: generated {', '.join(n + label_text(labels.get(n)) for n in generated)} from seed "
                   f"{args.seed}" if generated else
                   "gradir: every input was given; none generated", file=sys.stderr)
-    check_generated(exe, inputs, generated, args.file)
+    if from_files:
+        inputs = {k: v for k, v in inputs.items() if k not in from_files}
+        generated = [n for n in generated if n not in from_files]
+    else:  # (with shard files, the shards check their inputs, the split ones being there)
+        check_generated(exe, inputs, generated, args.file)
     if args.save_inputs:  # before the run, so that a failing run can be reproduced from them
-        exe.check_inputs(inputs)
+        saved = inputs
+        if from_files:  # what the run uses: the split inputs whole, put together from the shard files
+            from .sharding.cli import split_from_files
+            split = split_from_files(args)
+            saved = {i.name: split[i.name] if i.name in split else inputs[i.name]
+                     for i in graph.inputs if i.name in split or i.name in inputs}
+            saved.update((k, v) for k, v in inputs.items() if k not in saved)  # check_inputs names the strays
+        exe.check_inputs(saved)
         from .labels import keyed_by_label
-        save_outputs(args.save_inputs, keyed_by_label(graph, inputs), "inputs")
-        print(f"wrote {len(inputs)} input{'s' if len(inputs) != 1 else ''} to {args.save_inputs}")
+        save_outputs(args.save_inputs, keyed_by_label(graph, saved), "inputs")
+        print(f"wrote {len(saved)} input{'s' if len(saved) != 1 else ''} to {args.save_inputs}"
+              + (" (the split inputs put together from the shard files)" if from_files else ""))
     trace: Optional[list] = [] if args.trace else None
     times = []
     show = args.repeat > 1 and sys.stderr.isatty()
@@ -338,7 +355,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     graph = load(args.file)
     exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable)
     p = exe.program
-    optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name)
+    from .labels import output_labels_of
+    # the outputs keep their labels (live_outputs has one value per output, in order, after CSE merged some)
+    optimized = Graph(graph.inputs, p.ops, p.live_outputs, graph.name, output_labels=output_labels_of(graph))
     optimized.types = p.types
     sys.stdout.write(optimized.to_text())
     sys.stdout.write(exe.plan.describe())

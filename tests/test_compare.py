@@ -219,3 +219,35 @@ def test_compare_defaults_by_dtype_and_integers_exactly():
     assert compare_outputs({"y": i}, {"y": i.copy()}).ok
     c = compare_outputs({"y": i}, {"y": i + np.array([0, 1], np.int32)}).checks[0]
     assert not c.ok and c.worst == (1,) and (c.rtol, c.atol) == (0.0, 0.0)
+
+
+def test_compare_integers_exactly_as_integers_not_through_float64():
+    """2**60 and 2**60 + 1 are one float64: the comparison passed."""
+    a = np.array([2 ** 60, -(2 ** 62), 7], np.int64)
+    c = compare_outputs({"y": a}, {"y": a + np.array([1, -1, 0], np.int64)}).checks[0]
+    assert not c.ok and c.failed == 2 and c.max_abs == 1.0
+    assert compare_outputs({"y": a}, {"y": a + 1}, atol=1).ok  # a given tolerance still applies
+    ext = np.array([-(2 ** 63), 2 ** 63 - 1], np.int64)  # the difference 2**64 - 1: no overflow
+    c = compare_outputs({"y": ext}, {"y": ext[::-1].copy()}).checks[0]
+    assert c.failed == 2 and c.max_abs == float(2 ** 64 - 1)
+    u = np.array([0, 2 ** 64 - 1], np.uint64)
+    assert compare_outputs({"y": u}, {"y": u[::-1].copy()}).checks[0].failed == 2
+    assert not compare_outputs({"y": np.array([True])}, {"y": np.array([False])}).ok
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i4", ">i8"])
+def test_compare_accepts_a_big_endian_reference_by_value(dtype):
+    native = np.dtype(dtype).newbyteorder("=")
+    a = np.arange(6, dtype=native).reshape(2, 3)
+    assert compare_outputs({"y": a}, {"y": a.astype(dtype)}).ok
+    bad = a.astype(dtype)
+    bad[1, 2] += 1
+    c = compare_outputs({"y": a}, {"y": bad}).checks[0]
+    assert c.problem is None and c.failed == 1 and c.worst == (1, 2)
+
+
+def test_run_compare_with_a_big_endian_reference_file(tmp_path, capsys):
+    f, ins, ref = _setup_compare(tmp_path)
+    np.savez(tmp_path / "ref.npz", **{k: v.astype(v.dtype.newbyteorder(">")) for k, v in ref.items()})
+    assert main(["run", f, "--inputs", ins, "--compare", str(tmp_path / "ref.npz")]) == 0
+    assert [r.endswith(" pass") for r in _rows(capsys.readouterr().out).values()] == [True, True]

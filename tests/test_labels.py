@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -308,3 +309,29 @@ def test_wrt_unknown_name_lists_the_inputs_with_their_labels() -> None:
     with pytest.raises(gradir.GradirError, match=r'wrt: the graph has no value z, by name or label; '
                                                  r'the graph\'s inputs are t0 \("x"\)'):
         grad(g, wrt=["z"])
+
+
+SURROGATE = 'graph s\ninput t0 "\\ud800" : Float32 [2]\nt1 = Neg(t0) : Float32 [2]\noutput t1 "y\\udfff"\n'
+
+
+@pytest.mark.parametrize("command", [["check"], ["fmt"], ["grad"], ["export", "-o", "OUT"], ["run", "-o", "OUT"],
+                                     ["dot"]])
+def test_a_lone_surrogate_label_is_a_located_error_in_every_command(tmp_path, capsys, command):
+    """It passed check, then fmt, grad, export and run -o exited 3 (UnicodeEncodeError)."""
+    if command[0] == "export":
+        pytest.importorskip("onnx")
+    f = tmp_path / "s.gir"
+    f.write_text(SURROGATE)
+    argv = [command[0], str(f)] + [str(tmp_path / "out") if a == "OUT" else a for a in command[1:]]
+    code, out, err = _cli(argv, capsys)
+    assert code == 1, err
+    assert f'{f}:2:10: error: label "\\ud800": a label must be valid Unicode text' in err
+    assert f'{f}:4:11: error: label "y\\udfff"' in err
+    assert "internal error" not in err and os.listdir(tmp_path) == ["s.gir"]
+
+
+def test_a_lone_surrogate_label_is_refused_by_the_api_and_a_pair_is_one_character():
+    with pytest.raises(GradirError, match="lone surrogate"):
+        GraphBuilder().input("Float32", [2], label="\ud800")
+    g = gradir.parse('graph s\ninput t0 "\\ud83d\\ude00" : Float32 [2]\noutput t0\n')
+    assert g.inputs[0].label == "😀"

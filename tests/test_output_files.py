@@ -1,6 +1,8 @@
 """Writing output files: device nodes and FIFOs are written through, never replaced; new files get
 the mode ``open()`` would give; temporary files are gradir's by name and removed on SIGTERM and
-Ctrl-C; ``-o -`` is standard output; Ctrl-C during start-up is not a traceback."""
+Ctrl-C; ``-o -`` is standard output; Ctrl-C during start-up is not a traceback.  ``.npz`` archives
+keep every key as it is (or refuse it before writing); ``gradir import`` writes its graph and weights
+both or neither; shard files are inputs."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ import numpy as np
 import pytest
 
 from gradir import fileio
+from gradir.arrayfiles import MAX_MEMBER_NAME, npz_bytes, read_npz, write_npz
 from gradir.cli import main
+from gradir.errors import InputError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE = str(ROOT / "samples" / "gelu_grads.gir")
@@ -113,7 +117,9 @@ def test_temporary_files_are_named_for_gradir_and_removed_on_sigterm(tmp_path):
     script = f"""
 import os, sys, time
 from gradir import fileio
+from gradir.arrayfiles import MAX_MEMBER_NAME, npz_bytes, read_npz, write_npz
 from gradir.cli import main
+from gradir.errors import InputError
 fileio.terminate_cleanly()
 real = os.fsync
 def slow_fsync(fd):
@@ -204,3 +210,236 @@ def test_a_real_ctrl_c_during_start_up(event, target, code):
             os.close(w)
     assert "Traceback" not in err, err
     assert (p.returncode, err) == (code, "gradir: interrupted\n")
+
+
+# -- .npz archives: one writer, every key stored as it is (issue #29, item 1) ---------------------------
+
+KEYWORD_GRAPH = """graph keywords
+input t0 "allow_pickle" : Float32 [2]
+input t1 "file" : Float32 [2]
+input t2 "fix_imports" : Float32 [2]
+t3 = Add(t0, t1) : Float32 [2]
+t4 = Mul(t1, t2) : Float32 [2]
+t5 = Sub(t0, t2) : Float32 [2]
+output t3 "allow_pickle2", t4 "file2", t5 "a/b é"
+"""
+
+
+def test_npz_keys_named_like_numpy_keywords_survive_run_o_and_save_inputs(tmp_path):
+    """np.savez(buf, **arrays) took a key `allow_pickle` for its own keyword (the array dropped, "wrote 2
+    outputs") and a key `file` for its first parameter (exit 3)."""
+    g = tmp_path / "k.gir"
+    g.write_text(KEYWORD_GRAPH.replace('"allow_pickle2", t4 "file2"', '"allow_pickle", t4 "file"').replace(
+        'input t0 "allow_pickle"', 'input t0 "x"').replace('input t1 "file"', 'input t1 "y"'))
+    out, ins = tmp_path / "out.npz", tmp_path / "in.npz"
+    r = gradir_cmd("run", str(g), "-o", str(out), "--save-inputs", str(ins))
+    assert r.returncode == 0, r.stderr
+    assert b"wrote 3 outputs" in r.stdout
+    assert list(read_npz(str(out), "t")) == ["allow_pickle", "file", "a/b é"]
+    g.write_text(KEYWORD_GRAPH)
+    r = gradir_cmd("run", str(g), "-o", str(out), "--save-inputs", str(ins))
+    assert r.returncode == 0, r.stderr
+    assert list(read_npz(str(ins), "t")) == ["allow_pickle", "file", "fix_imports"]
+    with np.load(ins) as z:  # NumPy's own reader finds them too
+        assert sorted(z.files) == ["allow_pickle", "file", "fix_imports"]
+    r2 = gradir_cmd("run", str(g), "--inputs", str(ins), "--compare", str(out))  # the saved inputs give the outputs
+    assert r2.returncode == 0, r2.stderr
+
+
+def test_npz_writer_round_trips_every_key_dtype_and_shape(tmp_path):
+    arrays = {"allow_pickle": np.arange(3), "file": np.array(2.5, np.float32), "fix_imports": np.zeros((0, 2)),
+              "max_header_size": np.array([1, 2], ">i4"), "a/b": np.ones((2, 1, 2), ">f8"), "/lead": np.ones(1),
+              "..": np.zeros(1, bool), "é😀": np.arange(4, dtype=np.uint8).reshape(2, 2), "": np.ones(1),
+              "x.npy.npy": np.zeros(1), "back\\slash": np.ones(1), "k" * (MAX_MEMBER_NAME - 4): np.ones(1)}
+    path = str(tmp_path / "all.npz")
+    write_npz(path, arrays)
+    got = read_npz(path, "test")
+    assert list(got) == list(arrays)
+    for k, a in arrays.items():
+        assert got[k].dtype == a.dtype and got[k].shape == a.shape and np.array_equal(got[k], a), k
+    assert npz_bytes(arrays, path, "t") == npz_bytes(arrays, path, "t")  # no timestamps: the same bytes
+
+
+@pytest.mark.parametrize("keys, message", [
+    (["k" * (MAX_MEMBER_NAME - 3)], r"a zip member name \(KEY.npy\) holds at most 65535 bytes"),
+    (["é" * 40000], "80000 bytes of UTF-8"),
+    (["a\0b"], "contains NUL"),
+    (["\ud800"], "not valid Unicode text"),
+    (["x", "x.npy"], "would be one array to np.load"),
+])
+def test_npz_writer_refuses_a_key_that_cannot_be_a_member_before_writing(tmp_path, keys, message):
+    path = tmp_path / "o.npz"
+    with pytest.raises(InputError, match=message) as e:
+        write_npz(str(path), {k: np.ones(1) for k in keys})
+    assert str(path) in e.value.render()
+    assert not path.exists() and os.listdir(tmp_path) == []
+
+
+def test_read_npz_reads_a_key_ending_in_npy_as_itself(tmp_path):
+    """np.load's lookup gives the member x.npy for the key 'x.npy' when x.npy.npy is there too."""
+    import zipfile
+    path = tmp_path / "both.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("x.npy", npz_member(np.zeros(1)))
+        zf.writestr("x.npy.npy", npz_member(np.ones(1)))
+    got = read_npz(str(path), "--inputs")
+    assert got["x"][0] == 0 and got["x.npy"][0] == 1
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("x", npz_member(np.ones(1)))
+    with pytest.raises(InputError, match="two members are the array 'x'"):
+        read_npz(str(path), "--inputs")
+
+
+def npz_member(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def test_run_refuses_a_label_too_long_for_an_npz_before_running(tmp_path):
+    label = "y" * 70000
+    g = tmp_path / "long.gir"
+    g.write_text(f'graph long\ninput t0 : Float32 [2]\nt1 = Neg(t0) : Float32 [2]\noutput t1 "{label}"\n')
+    out = tmp_path / "out.npz"
+    r = gradir_cmd("run", str(g), "-o", str(out))
+    assert r.returncode == 1, r.stderr
+    assert b"cannot write outputs: the key 'yyyy" in r.stderr and b"Traceback" not in r.stderr
+    assert b"L2 norm" not in r.stdout + r.stderr  # refused before the run
+    assert not out.exists()
+
+
+# -- gradir import: the graph and its weights file, both checked, both written or neither (items 1, 2) ---
+def _keyword_model(path):
+    onnx = pytest.importorskip("onnx")
+    import onnx_models as M
+    inits = {"allow_pickle": np.eye(3, dtype=np.float32), "file": np.full(3, 2, np.float32)}
+    nodes = [M.h.make_node("MatMul", ["x", "allow_pickle"], ["y"]), M.h.make_node("Add", ["y", "file"], ["z"])]
+    onnx.save(M.make(nodes, [M.vi("x", [2, 3])], [M.vi("z", [2, 3])], inits), str(path))
+    return inits
+
+
+def test_import_writes_initializers_named_like_numpy_keywords(tmp_path):
+    inits = _keyword_model(tmp_path / "m.onnx")
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.gir")]) == 0
+    got = read_npz(str(tmp_path / "m.inputs.npz"), "t")
+    assert sorted(got) == ["allow_pickle", "file"]
+    assert all(np.array_equal(got[k], a) for k, a in inits.items())
+    np.savez(tmp_path / "x.npz", x=np.ones((2, 3), np.float32))
+    out = tmp_path / "out.npz"
+    assert main(["run", str(tmp_path / "m.gir"), "--inputs", str(tmp_path / "x.npz"), "--inputs",
+                 str(tmp_path / "m.inputs.npz"), "-o", str(out)]) == 0  # every weight given: none generated
+    with np.load(out) as z:
+        assert np.array_equal(z["z"], np.ones((2, 3), np.float32) @ inits["allow_pickle"] + 2)
+
+
+def test_import_refuses_a_weights_file_that_is_the_model(tmp_path, capsys):
+    """`gradir import w.inputs.npz -o w.gir` would have replaced the model with its weights."""
+    _keyword_model(tmp_path / "w.inputs.npz")
+    before = (tmp_path / "w.inputs.npz").read_bytes()
+    assert main(["import", str(tmp_path / "w.inputs.npz"), "-o", str(tmp_path / "w.gir")]) == 1
+    err = capsys.readouterr().err
+    assert "weights file" in err and "same file as MODEL" in err
+    assert (tmp_path / "w.inputs.npz").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["w.inputs.npz"]
+
+
+def test_import_refuses_a_weights_file_that_is_a_directory_before_writing_the_graph(tmp_path, capsys):
+    _keyword_model(tmp_path / "m.onnx")
+    (tmp_path / "m.inputs.npz").mkdir()
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.gir")]) == 1
+    assert "m.inputs.npz is a directory" in capsys.readouterr().err
+    assert not (tmp_path / "m.gir").exists()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="creating a device node needs root (CI runs as root)")
+def test_import_to_a_device_makes_no_weights_file_beside_it(tmp_path, capsys):
+    _keyword_model(tmp_path / "m.onnx")
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(null)]) == 0
+    assert "no weights file is written beside it" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "null"]
+
+
+def test_import_writes_the_graph_and_its_weights_both_or_neither(tmp_path, monkeypatch):
+    """When the weights cannot be put in place, the graph is not left behind without them: a new .gir is
+    removed, an old one gets its old content back."""
+    _keyword_model(tmp_path / "m.onnx")
+    gir = tmp_path / "m.gir"
+    real_replace = os.replace
+
+    def failing_replace(src, dst, *a, **k):
+        if str(dst).endswith(".inputs.npz"):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst, *a, **k)
+    monkeypatch.setattr(os, "replace", failing_replace)
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(gir)]) == 1
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
+    gir.write_text("old graph")
+    (tmp_path / "m.inputs.npz").write_bytes(b"old weights")
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(gir)]) == 1
+    assert gir.read_text() == "old graph" and (tmp_path / "m.inputs.npz").read_bytes() == b"old weights"
+    assert sorted(os.listdir(tmp_path)) == ["m.gir", "m.inputs.npz", "m.onnx"]
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(gir)]) == 0
+    assert gir.read_text().startswith("graph") and read_npz(str(tmp_path / "m.inputs.npz"), "t")
+
+
+# -- shard files are inputs (issue #29, item 3) ----------------------------------------------------------
+SHARDED = str(ROOT / "samples" / "mlp_forward.grad.gir")  # t0 and t11 "cotangent(t10)" split along axis 0
+SPLIT = ["--shard", "t0:0,t11:0"]
+
+
+def _shard_files(tmp_path) -> dict:
+    """The sample's inputs from seed 5: two shard files of the split ones, rest.npz of the others."""
+    from gradir import load
+    from gradir.runcli import demo_inputs
+    from gradir.labels import keyed_by_label
+    x = keyed_by_label(load(SHARDED), demo_inputs(load(SHARDED), 5))
+    split = ("t0", "cotangent(t10)")
+    for k in range(2):
+        write_npz(str(tmp_path / f"shard-{k}.npz"), {n: np.array_split(x[n], 2)[k] for n in split})
+    write_npz(str(tmp_path / "rest.npz"), {n: a for n, a in x.items() if n not in split})
+    write_npz(str(tmp_path / "all.npz"), x)
+    return x
+
+
+def test_an_output_may_not_replace_a_shard_file(tmp_path, capsys):
+    _shard_files(tmp_path)
+    before = (tmp_path / "shard-0.npz").read_bytes()
+    for option in ("-o", "--save-inputs", "--trace"):
+        assert main(["run", SHARDED, *SPLIT, "--shard-files", str(tmp_path / "shard-*.npz"), "--inputs",
+                     str(tmp_path / "rest.npz"), option, str(tmp_path / "shard-0.npz")]) == 1
+        assert "is the same file as --shard-files" in capsys.readouterr().err
+    assert (tmp_path / "shard-0.npz").read_bytes() == before
+
+
+def test_save_inputs_with_shard_files_saves_what_the_run_used(tmp_path, capsys):
+    """It saved generated arrays the run never used: a rerun from them gave other outputs."""
+    x = _shard_files(tmp_path)
+    files = ["--shard-files", str(tmp_path / "shard-*.npz")]
+    saved, out = str(tmp_path / "saved.npz"), str(tmp_path / "out.npz")
+    for given in ([], ["--inputs", str(tmp_path / "rest.npz")]):  # replicated inputs generated, or given
+        assert main(["run", SHARDED, *SPLIT, *files, *given, "--save-inputs", saved, "-o", out]) == 0
+        assert "wrote 6 inputs" in capsys.readouterr().out
+        got = read_npz(saved, "t")
+        for n in ("t0", "cotangent(t10)"):
+            assert np.array_equal(got[n], x[n]), n
+        assert main(["run", SHARDED, "--inputs", saved, "--compare", out]) == 0  # the same run, unsharded
+    assert all(np.array_equal(got[n], a) for n, a in x.items())
+
+
+def test_a_split_input_in_both_inputs_and_shard_files_is_refused(tmp_path, capsys):
+    _shard_files(tmp_path)
+    assert main(["run", SHARDED, *SPLIT, "--shard-files", str(tmp_path / "shard-*.npz"), "--inputs",
+                 str(tmp_path / "all.npz")]) == 1
+    err = capsys.readouterr().err
+    assert 'all.npz: error: t0, t11 "cotangent(t10)": split by --shard and read from the shard files' in err
+
+
+def test_an_output_that_is_a_directory_is_refused_before_the_run(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    assert main(["run", SAMPLE, "-o", str(tmp_path / "d")]) == 1
+    cap = capsys.readouterr()
+    assert f"{tmp_path / 'd'}: error: -o {tmp_path / 'd'} is a directory; name a file" in cap.err
+    assert "L2 norm" not in cap.out  # before the run, not after it

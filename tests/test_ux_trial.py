@@ -143,3 +143,57 @@ def test_stats_table_without_nans_is_unchanged_and_inf_shows():
 def test_stats_table_nan_among_infinities():
     rows = _rows(_stats_table({"a": np.array([np.nan, -np.inf, 2.0, np.nan], np.float32)}))
     assert rows["a"] == ["Float32", "[4]", "-inf", "2", "-inf", "inf", "2"]
+
+
+# -- issue #29's new-user trial ------------------------------------------------------------------------
+FWD = ('graph f\ninput t0 "x" : Float64 [3]\ninput t1 "w" : Float64 [3]\nt2 = Mul(t0, t1) : Float64 [3]\n'
+       't3 = Tanh(t2) : Float64 [3]\noutput t3 "y", t2 "pre"\n')
+
+
+def test_gradcheck_inputs_is_repeatable_like_run(tmp_path, capsys):
+    """`gradcheck --inputs A --inputs B` silently used only B."""
+    f = tmp_path / "f.gir"
+    f.write_text(FWD)
+    x, w = np.array([0.1, 0.2, 0.3]), np.array([1.0, -1.0, 2.0])
+    np.savez(tmp_path / "a.npz", x=x)
+    np.savez(tmp_path / "b.npz", w=w)
+    code, out, err = _run(["gradcheck", f, "--inputs", tmp_path / "a.npz", "--inputs", tmp_path / "b.npz"], capsys)
+    assert code == 0, err
+    assert "generated" not in err  # both archives used: nothing drawn from the seed
+    np.savez(tmp_path / "both.npz", x=x, w=w)
+    code, out, err = _run(["gradcheck", f, "--inputs", tmp_path / "a.npz", "--inputs", tmp_path / "both.npz"],
+                          capsys)
+    assert code == 1
+    assert f"--inputs: 'x' is in both {tmp_path / 'a.npz'} and {tmp_path / 'both.npz'}" in err
+    code, _, err2 = _run(["run", f, "--inputs", tmp_path / "a.npz", "--inputs", tmp_path / "both.npz"], capsys)
+    assert code == 1 and err2 == err  # the same rule and message as run
+
+
+def test_gradcheck_rows_show_labels(tmp_path, capsys):
+    f = tmp_path / "f.gir"
+    f.write_text(FWD)
+    code, out, err = _run(["gradcheck", f], capsys)
+    assert code == 0, err
+    rows = [line.split()[0] for line in out.splitlines()[3:5]]
+    assert rows == ["x", "w"]
+    report = gradir.gradcheck(gradir.parse(FWD))
+    assert [(c.name, c.label, c.key) for c in report.checks] == [("t0", "x", "x"), ("t1", "w", "w")]
+
+
+def test_plan_keeps_the_output_labels(tmp_path, capsys):
+    f = tmp_path / "f.gir"
+    f.write_text(FWD)
+    code, out, err = _run(["plan", f], capsys)
+    assert code == 0, err
+    assert 'output t3 "y", t2 "pre"\n' in out
+
+
+def test_python_dash_m_gradir_is_the_command_line():
+    import subprocess
+    import sys
+    sample = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "samples" / "mlp_forward.gir")
+    r = subprocess.run([sys.executable, "-m", "gradir", "check", sample], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.endswith("ok (5 inputs, 6 ops, 1 output)\n"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "gradir", "check", "/nonexistent/g.gir"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr

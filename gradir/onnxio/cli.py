@@ -28,26 +28,37 @@ def _dim(text: str) -> tuple[str, int]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ..fileio import write_file
-    from ..runcli import save_outputs
+    from ..arrayfiles import npz_bytes
+    from ..fileio import check_output_paths, is_special, write_files
     from .importer import import_onnx
     dims = dict(args.dim)
     if len(dims) != len(args.dim):
         twice = sorted({n for n, _ in args.dim if sum(1 for m, _ in args.dim if m == n) > 1})
         raise UsageError(f"import: --dim {twice[0]} is given twice")
+    # -o OUT.gir also names the weights file, OUT.inputs.npz: the same checks as every output (not the
+    # model, not a directory, in a directory that exists), before anything is read or written.  A device
+    # (-o /dev/null) has no file beside it: no weights file is made up from its name.
+    derived = bool(args.output and args.output != "-" and not args.values and not is_special(args.output))
+    values = args.values or (values_path(args.output) if derived else None)
+    if derived:
+        check_output_paths([("MODEL", args.model)], [("-o", args.output), ("-o's weights file", values)])
     m = import_onnx(args.model, dims=dims)
-    text = m.text
-    values = args.values or (values_path(args.output) if args.output and args.output != "-" else None)
-    write_file(args.output or "-", text.encode("utf-8"))  # fileio writes "-" to standard output
+    files = [(args.output or "-", m.text.encode("utf-8"))]  # "-": the graph to standard output
+    if m.inputs and values is not None:
+        files.append((values, npz_bytes(m.inputs, values, "the initializer values")))
+    write_files(files)  # the graph and its weights both, or neither
     for note in m.notes:
         print(f"gradir: {note}", file=sys.stderr)
     if m.inputs:
-        if values is None:
+        if values is None and args.output and args.output != "-":
+            print(f"gradir: {len(m.inputs)} initializer{'s' if len(m.inputs) > 1 else ''} became labelled inputs; "
+                  f"-o {args.output} is not a regular file, so no weights file is written beside it: give --values "
+                  "FILE.npz to save their values", file=sys.stderr)
+        elif values is None:
             print(f"gradir: {len(m.inputs)} initializer{'s' if len(m.inputs) > 1 else ''} became labelled inputs; "
                   "give -o OUT.gir (writes OUT.inputs.npz) or --values FILE.npz to save their values",
                   file=sys.stderr)
         else:
-            save_outputs(values, m.inputs, "inputs")
             print(f"gradir: wrote the values of {len(m.inputs)} initializer input{'s' if len(m.inputs) > 1 else ''} "
                   f"to {values} (run with --inputs {values})", file=sys.stderr)
     return 0

@@ -15,7 +15,7 @@ from ..errors import UsageError
 PAYS_MS = 50
 
 __all__ = ["add_run_arguments", "add_plan_arguments", "batch_spec", "check_run_arguments", "sharded_runs",
-           "print_placements"]
+           "print_placements", "split_from_files", "check_not_in_shard_files"]
 
 
 def shard_arg(text: str) -> str:
@@ -102,6 +102,52 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
                      ("--backend reference", args.backend != "cpu")):
         if bad:
             raise UsageError(f"run: {opt} does not go with --shard (run without --shard to use it)")
+
+
+def check_not_in_shard_files(args: argparse.Namespace, given: Mapping[str, Any]) -> None:
+    """With ``--shard-files``, each split input comes from the shard files alone: one also given with
+    ``--inputs``/``--input`` (``given``, keyed by value name) is an ``InputError`` (which copy is meant?)."""
+    from ..errors import Diagnostic, InputError
+    from ..labels import label_text
+    if not args.shard_files:
+        return
+    labels = {i.name: i.label for i in args.sharded.graph.inputs}
+    both = [n for n in args.sharded.batch if n in given]
+    if both:
+        where = ", ".join(args.inputs or []) or ", ".join(p.partition("=")[2] for p in args.input)
+        raise InputError(Diagnostic(
+            f"{', '.join(n + label_text(labels.get(n)) for n in both)}: split by --shard and read from the shard "
+            f"files, and given with --inputs/--input too; give {'it' if len(both) == 1 else 'them'} once (without "
+            f"--shard-files, --inputs holds the whole batch)", filename=where or None))
+
+
+def split_from_files(args: argparse.Namespace) -> dict[str, Any]:
+    """The split inputs a ``--shard-files`` run uses, whole: each one's slices from the shard files (in
+    their sorted order) concatenated along its batch axis, keyed by value name.  For ``--save-inputs``,
+    so that the saved file holds what the run really used."""
+    import numpy as np
+    from ..arrayfiles import read_npz
+    from ..errors import Diagnostic, InputError
+    from ..labels import inputs_by_name, label_text
+    from .run import shard_file_paths
+    sharded = args.sharded
+    labels = {i.name: i.label for i in sharded.graph.inputs}
+    parts: dict[str, list] = {n: [] for n in sharded.batch}
+    for path in shard_file_paths(args.shard_files):
+        arrays = inputs_by_name(sharded.graph, read_npz(path, "shard file"), path)
+        for n in sharded.batch:
+            if n not in arrays:
+                raise InputError(Diagnostic(f"shard file: holds no {n}{label_text(labels.get(n))}, which --shard "
+                                            f"splits", filename=path))
+            parts[n].append(arrays[n])
+    out = {}
+    for n, axis in sharded.batch.items():
+        try:
+            out[n] = np.concatenate(parts[n], axis=axis)
+        except (ValueError, np.exceptions.AxisError) as e:
+            raise InputError(Diagnostic(f"--shard-files: the slices of {n}{label_text(labels.get(n))} do not fit "
+                                        f"together along axis {axis}: {e}", filename=args.shard_files)) from None
+    return out
 
 
 def sharded_runs(args: argparse.Namespace, inputs: Mapping[str, Any]) -> tuple[dict, list[float], str]:
