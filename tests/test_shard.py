@@ -177,6 +177,95 @@ def test_cross_entropy_splits_the_targets_sums_a_sum_and_refuses_a_mean():
         gradir.shard(gradir.parse(text), {"t0": 0})
 
 
+def test_cross_entropy_grad_with_only_dy_split_refuses():
+    """Only the gradient's dY split (the scores and labels replicated): the rule computed the scores'
+    axis from the labels' (None + 1), a TypeError and exit 3."""
+    text = ('input t0 : Float32 [8, 5]\ninput t1 : Int64 [8]\n'
+            't2, t3 = SoftmaxCrossEntropyLoss(t0, t1, reduction="none")\noutput t2\n')
+    g = gradir.grad(gradir.parse(text, "ce.gir"), wrt=["t0"])
+    dy = g.inputs[-1].name
+    with pytest.raises(ShardError, match=f"dY \\({dy}\\) is split\\(0\\), but the scores .* are replicated"):
+        gradir.shard(g, {dy: 0})
+    g = gradir.parse('input t0 : Float32 [8, 5]\ninput t1 : Int64 [8]\ninput t2 : Float32 [5]\n'
+                     't3, t4 = SoftmaxCrossEntropyLoss(t0, t1, t2, reduction="sum")\noutput t3\n', "ce.gir")
+    with pytest.raises(ShardError, match=r"ce.gir:4:.*the class weights \(t2\) must be replicated"):
+        gradir.shard(g, {"t2": 0})
+
+
+def _op_instances(name: str, count: int) -> list:
+    """``count`` valid graphs of one ``name`` op over fresh inputs (``strategies.OP_EXAMPLES``, drawn
+    derandomized: the same instances every run)."""
+    import strategies
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    cls = gradir.OPS[name]
+    out = []
+
+    @settings(max_examples=count, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def draw(data):
+        types, attrs = strategies.OP_EXAMPLES[name](data.draw)
+        inputs = [gradir.GraphInput(f"t{k}", t) for k, t in enumerate(types) if t is not None]
+        operands = [None if t is None else f"t{k}" for k, t in enumerate(types)]
+        n = cls.num_results(cls(["t99"], operands, attrs).resolved_attrs())
+        op = cls([f"t{100 + j}" for j in range(n)], operands, attrs)
+        out.append(gradir.Graph(inputs, [op], list(op.results)).validate())
+
+    draw()
+    return out
+
+
+def _placement_combinations(types: list, limit: int = 3000):
+    """Every combination of placements of the operands (replicated, partial, split along each axis;
+    ``None`` for an omitted one) with at least one not replicated; a fixed sample of ``limit`` of
+    them when there are more (the LSTM ops' thirteen operands)."""
+    import itertools
+    import random
+    from gradir.sharding import PARTIAL, REPLICATED, split
+    opts = [[None] if t is None else [REPLICATED, PARTIAL] + [split(a) for a in range(t.rank)] for t in types]
+    if np.prod([len(o) for o in opts], dtype=float) <= limit:
+        combos = itertools.product(*opts)
+    else:
+        rng = random.Random(0)
+        combos = (tuple(rng.choice(o) for o in opts) for _ in range(limit))
+    for ps in combos:
+        if not all(p is None or p.is_replicated for p in ps):
+            yield ps
+
+
+SHARDED_OPS = sorted(n for n, c in gradir.OPS.items() if c.OPERANDS)
+
+
+@pytest.mark.parametrize("name", SHARDED_OPS)
+def test_every_rule_returns_placements_or_refuses_for_every_combination_of_placements(name):
+    """A rule, given any placements of its operands, returns one placement per result (a split one
+    within the result's rank) or refuses (``Refusal``, a located ``ShardError``): never another
+    exception (an exit 3 on the command line)."""
+    from gradir.errors import Refusal
+    from gradir.sharding.placement import Placement, RuleContext
+    from gradir.sharding.rules import RULES
+    rule = RULES[gradir.OPS[name].SHARDING]
+    tried = 0
+    for g in _op_instances(name, 12):
+        op = g.ops[0]
+        types = [g.types[v] if v is not None else None for v in op.operands]
+        result_types = [g.types[r] for r in op.results]
+        for ps in _placement_combinations(types):
+            tried += 1
+            try:
+                out = rule(RuleContext(op, ps, types, result_types))
+            except Refusal:
+                continue
+            except Exception as e:  # pragma: no cover - the failure to report
+                pytest.fail(f"{name} rule on {[str(p) for p in ps]} ({[str(t) for t in types]}, {op.attrs}): "
+                            f"{type(e).__name__}: {e}")
+            assert len(out) == len(op.results) and all(isinstance(p, Placement) for p in out), (ps, out)
+            for p, t in zip(out, result_types):
+                assert not p.is_split or 0 <= p.axis < t.rank, (name, [str(q) for q in ps], str(p), str(t))
+    assert tried > 0
+
+
 def test_bad_batch_arguments_are_errors_that_say_what_the_inputs_are():
     g = gradir.load(sample("mlp_forward.grad.gir"))
     with pytest.raises(ShardError, match=r"'x' is not an input of the graph \(its inputs are t0, t1"):

@@ -222,11 +222,17 @@ def cross_entropy(ctx: RuleContext) -> list[Placement]:
     if (lp.is_split and lp.axis != want) or (lp.is_replicated and want is not None):
         ctx.refuse(f"the labels ({ctx.name(lab)}) are {lp}, the scores ({ctx.name(s)}) {ctx.p(s)}: they must be "
                    f"split along the same targets", operand=lab)
-    if axis is None:
-        axis = 0 if lp.axis == 0 else lp.axis + 1
-        ctx.refuse(f"the labels ({ctx.name(lab)}) are split, the scores ({ctx.name(s)}) are not: split them along "
-                   f"axis {axis} too", operand=s)
     w = ctx.p(weights)
+    if axis is None:  # the scores and so the labels replicated: what is split is dY or the weights
+        if lp.is_split:
+            axis = 0 if lp.axis == 0 else lp.axis + 1
+            ctx.refuse(f"the labels ({ctx.name(lab)}) are split, the scores ({ctx.name(s)}) are not: split them "
+                       f"along axis {axis} too", operand=s)
+        if w is not None and not w.is_replicated:
+            ctx.refuse(f"the class weights ({ctx.name(weights)}) must be replicated", operand=weights)
+        d = ctx.p(0)
+        ctx.refuse(f"dY ({ctx.name(0)}) is {d}, but the scores ({ctx.name(s)}) and the labels ({ctx.name(lab)}) "
+                   f"are replicated: split them along the same targets as dY", operand=0)
     if w is not None and not w.is_replicated:
         ctx.refuse(f"the class weights ({ctx.name(weights)}) must be replicated", operand=weights)
     reduction = ctx.attrs["reduction"]
