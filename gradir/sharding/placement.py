@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from ..errors import Diagnostic, Refusal, ShardError
+from ..errors import Diagnostic, Refusal, ShardError, shown
 from ..graph import Graph
 from ..ir import Op
 from ..types import TensorType
@@ -109,7 +109,7 @@ def resolve_batch(graph: Graph, batch: Mapping[str, int], option: str = "batch")
             raise ShardError(Diagnostic(f"{option}: {key!r} is not an input of the graph (its inputs are {inputs})",
                                         filename=graph.source.filename if graph.source else None))
         if isinstance(axis, bool) or not isinstance(axis, int) or not -inp.type.rank <= axis < inp.type.rank:
-            raise ShardError(Diagnostic(f"{option}: axis {axis!r} of input {key} is out of range for its type "
+            raise ShardError(Diagnostic(f"{option}: axis {shown(axis)} of input {key} is out of range for its type "
                                         f"{inp.type} (rank {inp.type.rank})", inp.span, graph.source))
         out[inp.name] = axis % inp.type.rank
     sizes = {n: dict((i.name, i.type) for i in graph.inputs)[n].shape[a] for n, a in out.items()}
