@@ -193,6 +193,23 @@ def test_cross_entropy_grad_with_only_dy_split_refuses():
         gradir.shard(g, {"t2": 0})
 
 
+@pytest.mark.parametrize("text, why", [
+    ("input t0 : Float32 [1]\ninput t1 : Float32 [1]\nt2 = SigmoidGrad(t0, t1)\noutput t2\n",
+     "t1 is replicated but t0 is split along axis 0, and SigmoidGrad takes operands of one shape"),
+    ("input t0 : Float32 [1, 4]\ninput t1 : Float32 [1, 4]\nt2 = Sum(t0, t1)\noutput t2\n",
+     "Sum takes operands of one shape"),
+    ("input t0 : Float32 [1, 1]\ninput t1 : Float32 [1, 1]\ninput t2 : Float32 [1, 1]\ninput t3 : Float32 [4, 1]\n"
+     "input t4 : Float32 [4]\nt5 = GradLSTMCellInputFused(t0, _, t0, t1, t2, t3, t3, t4, input_indices=[0], "
+     "hidden_size=1)\noutput t5\n", "t1 (H) is replicated but holds the batch along axis 0"),
+])
+def test_a_replicated_operand_of_size_1_along_the_split_axis_of_an_op_that_does_not_broadcast_refuses(text, why):
+    """Found by tests/test_fuzz_shard.py: ops whose operands have one shape (no broadcasting) let a
+    replicated operand of size 1 along the split axis through, and the shard graph did not check
+    ("internal error: t2 is split(0) but its shard type is Float32 [1]")."""
+    e = refusal(text, {"t0": 0})
+    assert why in str(e) and "internal error" not in str(e)
+
+
 def _op_instances(name: str, count: int) -> list:
     """``count`` valid graphs of one ``name`` op over fresh inputs (``strategies.OP_EXAMPLES``, drawn
     derandomized: the same instances every run)."""
