@@ -686,6 +686,29 @@ def test_wrong_arguments_of_shard_are_argument_errors(args, kwargs, what):
         gradir.shard(*args, **kwargs)
 
 
+def test_wrong_arguments_of_the_other_sharding_api_are_argument_errors():
+    from gradir.sharding import Placement, analyze, split
+    s = gradir.shard(TANH, {"t0": 0})
+    calls = [(lambda: s.combine(1), "shard_outputs must be a non-empty list"),
+             (lambda: s.combine([]), "shard_outputs must be a non-empty list"),
+             (lambda: s.combine([[np.ones(3)], []]), "shard_outputs must be a non-empty list"),
+             (lambda: s.compiled([1]), "threads must be a positive integer"),
+             (lambda: s.split_inputs({"t0": np.ones((8, 4))}, 2, pool=1), "pool must be None"),
+             (lambda: s.split_inputs(1, 2), "inputs must be a mapping"),
+             (lambda: s.split_inputs({}, 2.0), "shards must be a positive integer"),
+             (lambda: split("x"), "a split placement needs an axis >= 0"),
+             (lambda: split(-1), "a split placement needs an axis >= 0"),
+             (lambda: Placement("foo"), "a placement is"),
+             (lambda: Placement("partial", 0), "a partial placement has no axis"),
+             (lambda: analyze(1, {}), "analyze\\(\\) takes a Graph"),
+             (lambda: analyze(s.graph, 1), "batch must be a mapping"),
+             (lambda: analyze(s.graph, {"x": 0}), "'x' is not the value name of an input"),
+             (lambda: analyze(s.graph, {"t0": 5}), "the axis of t0 must be an integer from 0 to 1")]
+    for call, what in calls:
+        with pytest.raises(gradir.ArgumentError, match=what):
+            call()
+
+
 def test_a_huge_batch_axis_is_a_shard_error_not_a_conversion_error():
     with pytest.raises(ShardError, match="axis an int of 16610 bits of input t0 is out of range"):
         gradir.shard(TANH, {"t0": 10 ** 5000})
@@ -790,3 +813,4 @@ def test_local_clusters_start_no_dashboard_and_listen_on_127_0_0_1_only(client):
     assert options["dashboard"] is False and options["dashboard_address"].startswith("127.0.0.1:")
     assert {host for host, _ in get_tcp_server_addresses(cluster.scheduler.http_server)} == {"127.0.0.1"}
     assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+    assert all(w.startswith("tcp://127.0.0.1:") for w in client.scheduler_info()["workers"])

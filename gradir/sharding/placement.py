@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from ..errors import Diagnostic, Refusal, ShardError, shown
+from ..errors import ArgumentError, Diagnostic, Refusal, ShardError, shown
 from ..graph import Graph
 from ..ir import Op
 from ..types import TensorType
@@ -33,6 +33,15 @@ __all__ = ["Placement", "REPLICATED", "PARTIAL", "split", "RuleContext", "resolv
 class Placement:
     kind: str  # "replicated", "split" or "partial"
     axis: Optional[int] = None  # the split axis
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("replicated", "split", "partial"):
+            raise ArgumentError(f"a placement is \"replicated\", \"split\" or \"partial\", not {shown(self.kind)}")
+        if self.kind == "split":
+            if isinstance(self.axis, bool) or not isinstance(self.axis, int) or self.axis < 0:
+                raise ArgumentError(f"a split placement needs an axis >= 0, got {shown(self.axis)}")
+        elif self.axis is not None:
+            raise ArgumentError(f"a {self.kind} placement has no axis, got {shown(self.axis)}")
 
     def __str__(self) -> str:
         return f"split({self.axis})" if self.kind == "split" else self.kind

@@ -358,6 +358,8 @@ class Sharded:
     def compiled(self, threads: Optional[int] = None) -> Any:
         """The shard graph compiled here (inline runs, and checking inputs before they are shipped): from
         the graph itself, so that errors point into the file the graph came from."""
+        from ..runtime import _check_threads
+        _check_threads(threads)
         exe = self._compiled.get(threads)
         if exe is None:
             from ..runtime import compile
@@ -398,6 +400,8 @@ class Sharded:
             raise ArgumentError(f"inputs must be a mapping of input names (labels or tN) to arrays, got "
                                 f"{type(inputs).__name__}")
         _check_shards(shards)
+        if pool is not None and not callable(getattr(pool, "take", None)):
+            raise ArgumentError(f"pool must be None or a gradir.buffers.BufferPool, got {type(pool).__name__}")
         byname = inputs_by_name(self.graph, inputs, self._file)
         types = {i.name: i.type for i in self.graph.inputs}
         spans = {i.name: i.span for i in self.graph.inputs}
@@ -579,6 +583,14 @@ class Sharded:
     def combine(self, shard_outputs: Sequence[Sequence[np.ndarray]], pool: Any = None) -> dict[str, np.ndarray]:
         """The outputs from each shard's (in shard order): concatenated, summed or taken from shard 0
         (into buffers of ``pool`` where it has them)."""
+        n = len(self.graph.outputs)
+        if isinstance(shard_outputs, (str, bytes)) or not isinstance(shard_outputs, Sequence) or not shard_outputs \
+                or not all(isinstance(o, Sequence) and len(o) == n and all(isinstance(a, np.ndarray) for a in o)
+                           for o in shard_outputs):
+            raise ArgumentError(f"shard_outputs must be a non-empty list, per shard, of its {n} output arrays in the "
+                                f"graph's output order, got {shown(shard_outputs)}")
+        if pool is not None and not callable(getattr(pool, "take", None)):
+            raise ArgumentError(f"pool must be None or a gradir.buffers.BufferPool, got {type(pool).__name__}")
         out: dict[str, np.ndarray] = {}
         for j, (name, key) in enumerate(zip(self.graph.outputs, self.output_keys)):
             p = self.placements[name]
