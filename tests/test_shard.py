@@ -640,6 +640,7 @@ def test_cli_a_shard_count_past_the_batch_is_a_located_error(capsys):
     assert main(["run", f, "--shard", "t0:0,t11:0", "--shards", "1000000000"]) == 1
     err = capsys.readouterr().err
     assert "has 8 rows, fewer than the 1000000000 shards" in err and "Traceback" not in err
+    assert err.startswith(f"{f}:") and "generated" not in err  # located, and said before any input is generated
 
 
 @pytest.mark.parametrize("kwargs, what", [

@@ -84,6 +84,8 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
         if args.shard:
             from .run import shard
             args.sharded = shard(graph, batch_spec(args.shard), option="--shard")
+            if args.shards is not None and not args.shard_files:
+                args.sharded.check_shards(args.shards)  # more shards than rows: before any input is generated
         return
     if not args.shard:
         for opt, v in (("--shards", args.shards), ("--scheduler", args.scheduler), ("--shard-files", args.shard_files)):

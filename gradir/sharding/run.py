@@ -430,7 +430,8 @@ class Sharded:
             rows = arrays[name].shape[ax]
             if rows < shards:
                 many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
-                raise InputError(f"input {name}: its batch axis {ax} has {rows} rows, fewer than the {many} shards")
+                raise InputError(located(f"input {name}: its batch axis {ax} has {rows} rows, fewer than the {many} "
+                                         f"shards", name))
         out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
         for name, a in arrays.items():
             if name in self.batch:
@@ -445,6 +446,18 @@ class Sharded:
                 for k in range(shards):
                     out[k][name] = a
         return out
+
+    def check_shards(self, shards: int) -> None:
+        """``InputError`` (located at the input) when a batch axis of static size has fewer rows than
+        ``shards``: said before any input is read or generated."""
+        _check_shards(shards)
+        for i in self.graph.inputs:
+            rows = i.type.shape[self.batch[i.name]] if i.name in self.batch else None
+            if rows is not None and rows < shards:
+                many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
+                raise InputError(Diagnostic(f"input {i.name}: its batch axis {self.batch[i.name]} has {rows} rows, "
+                                            f"fewer than the {many} shards", i.span,
+                                            self.graph.source if i.span else None, filename=self._file))
 
     @property
     def _file(self) -> str:
