@@ -704,7 +704,10 @@ def test_wrong_arguments_of_the_other_sharding_api_are_argument_errors():
              (lambda: analyze(1, {}), "analyze\\(\\) takes a Graph"),
              (lambda: analyze(s.graph, 1), "batch must be a mapping"),
              (lambda: analyze(s.graph, {"x": 0}), "'x' is not the value name of an input"),
-             (lambda: analyze(s.graph, {"t0": 5}), "the axis of t0 must be an integer from 0 to 1")]
+             (lambda: analyze(s.graph, {"t0": 5}), "the axis of t0 must be an integer from 0 to 1"),
+             (lambda: tree_sum([]), "tree_sum takes a non-empty list of arrays"),
+             (lambda: tree_sum(1), "tree_sum takes a non-empty list of arrays"),
+             (lambda: open_scheduler(1.5).__enter__(), "client must be None")]
     for call, what in calls:
         with pytest.raises(gradir.ArgumentError, match=what):
             call()

@@ -66,6 +66,10 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
 def tree_sum(parts: Sequence[np.ndarray], pool: Any = None) -> np.ndarray:
     """The sum of ``parts`` in a fixed pairwise tree in their order: ((p0+p1)+(p2+p3))+...; each sum in
     a buffer of ``pool`` where it has one of the shape (the same bits)."""
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence) or not parts or not all(
+            isinstance(p, (np.ndarray, np.generic)) for p in parts):
+        raise ArgumentError(f"tree_sum takes a non-empty list of arrays, got {shown(parts)}")
+
     def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         buf = pool.take(np.result_type(a, b), np.broadcast_shapes(a.shape, b.shape)) if pool is not None else None
         return np.add(a, b, out=buf)
