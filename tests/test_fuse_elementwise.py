@@ -334,3 +334,44 @@ def test_compile_time_of_a_10000_op_graph_compiles_few_loops():
     x = {"t0": np.full((128, 128), 0.5, np.float32), "t1": np.full(128, 0.25, np.float32)}
     want = gradir.compile("\n".join(lines) + "\n", disable=["fuse-elementwise"]).run(x)
     assert _bits(exe.run(x)["t10001"]) == _bits(want["t10001"])
+
+
+def _wide_sum(n: int, shape: str = "[4]") -> str:
+    """A ``Sum`` of ``n`` distinct inputs, then its square (a group of two, when the shape is big enough)."""
+    lines = [f"input t{k} : Float32 {shape}" for k in range(n)]
+    lines += [f"t{n} = Sum(" + ", ".join(f"t{k}" for k in range(n)) + ")", f"t{n + 1} = Mul(t{n}, t{n})", f"output t{n + 1}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_sum_of_thousands_of_operands_runs_plans_and_draws(tmp_path, capsys):
+    """A ``Sum`` of 5,000 operands: the pass looked at its formula, an expression 5,000 deep, before
+    the size threshold, and run, plan and dot --plan exited 3 with a RecursionError."""
+    from gradir.cli import main
+    f = tmp_path / "wide.gir"
+    f.write_text(_wide_sum(5000))
+    for argv in (["run", str(f)], ["plan", str(f)], ["dot", "--plan", str(f)]):
+        assert main(argv) == 0, argv
+        cap = capsys.readouterr()
+        assert "internal error" not in cap.err and "Traceback" not in cap.err
+    g = gradir.parse(_wide_sum(5000))
+    x = {i.name: np.full(4, 0.125, np.float32) for i in g.inputs}  # exact sums
+    assert np.array_equal(gradir.compile(g).run(x)["t5001"], np.full(4, 625.0 ** 2, np.float32))
+
+
+def test_a_sum_of_100_000_operands_still_runs():
+    text = "input t0 : Float32 [2]\nt1 = Sum(" + ", ".join(["t0"] * 100_000) + ")\noutput t1\n"
+    out = gradir.compile(text).run({"t0": np.array([1.0, -0.5], np.float32)})["t1"]
+    assert np.array_equal(out, np.array([100_000.0, -50_000.0], np.float32))
+
+
+def test_a_sum_of_more_than_max_operands_stays_apart():
+    """A ``Sum`` over ``MAX_OPERANDS`` operands is not fused (its loop would take every operand); with
+    ``MAX_OPERANDS`` it still is."""
+    n = elementwise.MAX_OPERANDS
+    for k, fused in ((n, True), (n + 1, False)):
+        exe = gradir.compile(_wide_sum(k, "[128, 128]"))
+        steps = _fused_steps(exe)
+        assert bool(steps) == fused, k
+        x = _inputs(exe.graph, special=False)
+        want = gradir.compile(_wide_sum(k, "[128, 128]"), disable=["fuse-elementwise"]).run(x)
+        assert _bits(exe.run(x)[f"t{k + 1}"]) == _bits(want[f"t{k + 1}"])

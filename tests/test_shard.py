@@ -6,6 +6,7 @@ random, with a worker killed mid-run, and from one .npz per shard."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -175,6 +176,112 @@ def test_cross_entropy_splits_the_targets_sums_a_sum_and_refuses_a_mean():
         gradir.shard(gradir.parse(text), {"t0": 1})
     with pytest.raises(ShardError, match="must be split along the same targets"):
         gradir.shard(gradir.parse(text), {"t0": 0})
+
+
+def test_cross_entropy_grad_with_only_dy_split_refuses():
+    """Only the gradient's dY split (the scores and labels replicated): the rule computed the scores'
+    axis from the labels' (None + 1), a TypeError and exit 3."""
+    text = ('input t0 : Float32 [8, 5]\ninput t1 : Int64 [8]\n'
+            't2, t3 = SoftmaxCrossEntropyLoss(t0, t1, reduction="none")\noutput t2\n')
+    g = gradir.grad(gradir.parse(text, "ce.gir"), wrt=["t0"])
+    dy = g.inputs[-1].name
+    with pytest.raises(ShardError, match=f"dY \\({dy}\\) is split\\(0\\), but the scores .* are replicated"):
+        gradir.shard(g, {dy: 0})
+    g = gradir.parse('input t0 : Float32 [8, 5]\ninput t1 : Int64 [8]\ninput t2 : Float32 [5]\n'
+                     't3, t4 = SoftmaxCrossEntropyLoss(t0, t1, t2, reduction="sum")\noutput t3\n', "ce.gir")
+    with pytest.raises(ShardError, match=r"ce.gir:4:.*the class weights \(t2\) must be replicated"):
+        gradir.shard(g, {"t2": 0})
+
+
+@pytest.mark.parametrize("text, why", [
+    ("input t0 : Float32 [1]\ninput t1 : Float32 [1]\nt2 = SigmoidGrad(t0, t1)\noutput t2\n",
+     "t1 is replicated but t0 is split along axis 0, and SigmoidGrad takes operands of one shape"),
+    ("input t0 : Float32 [1, 4]\ninput t1 : Float32 [1, 4]\nt2 = Sum(t0, t1)\noutput t2\n",
+     "Sum takes operands of one shape"),
+    ("input t0 : Float32 [1, 1]\ninput t1 : Float32 [1, 1]\ninput t2 : Float32 [1, 1]\ninput t3 : Float32 [4, 1]\n"
+     "input t4 : Float32 [4]\nt5 = GradLSTMCellInputFused(t0, _, t0, t1, t2, t3, t3, t4, input_indices=[0], "
+     "hidden_size=1)\noutput t5\n", "t1 (H) is replicated but holds the batch along axis 0"),
+])
+def test_a_replicated_operand_of_size_1_along_the_split_axis_of_an_op_that_does_not_broadcast_refuses(text, why):
+    """Found by tests/test_fuzz_shard.py: ops whose operands have one shape (no broadcasting) let a
+    replicated operand of size 1 along the split axis through, and the shard graph did not check
+    ("internal error: t2 is split(0) but its shard type is Float32 [1]")."""
+    e = refusal(text, {"t0": 0})
+    assert why in str(e) and "internal error" not in str(e)
+
+
+def _op_instances(name: str, count: int) -> list:
+    """``count`` valid graphs of one ``name`` op over fresh inputs (``strategies.OP_EXAMPLES``, drawn
+    derandomized: the same instances every run)."""
+    import strategies
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    cls = gradir.OPS[name]
+    out = []
+
+    @settings(max_examples=count, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def draw(data):
+        types, attrs = strategies.OP_EXAMPLES[name](data.draw)
+        inputs = [gradir.GraphInput(f"t{k}", t) for k, t in enumerate(types) if t is not None]
+        operands = [None if t is None else f"t{k}" for k, t in enumerate(types)]
+        n = cls.num_results(cls(["t99"], operands, attrs).resolved_attrs())
+        op = cls([f"t{100 + j}" for j in range(n)], operands, attrs)
+        out.append(gradir.Graph(inputs, [op], list(op.results)).validate())
+
+    draw()
+    return out
+
+
+def _placement_combinations(types: list, limit: int = 3000):
+    """Every combination of placements of the operands (replicated, partial, split along each axis;
+    ``None`` for an omitted one) with at least one not replicated; a fixed sample of ``limit`` of
+    them when there are more (the LSTM ops' thirteen operands)."""
+    import itertools
+    import random
+    from gradir.sharding import PARTIAL, REPLICATED, split
+    opts = [[None] if t is None else [REPLICATED, PARTIAL] + [split(a) for a in range(t.rank)] for t in types]
+    if np.prod([len(o) for o in opts], dtype=float) <= limit:
+        combos = itertools.product(*opts)
+    else:
+        rng = random.Random(0)
+        combos = (tuple(rng.choice(o) for o in opts) for _ in range(limit))
+    for ps in combos:
+        if not all(p is None or p.is_replicated for p in ps):
+            yield ps
+
+
+SHARDED_OPS = sorted(n for n, c in gradir.OPS.items() if c.OPERANDS)
+
+
+@pytest.mark.parametrize("name", SHARDED_OPS)
+def test_every_rule_returns_placements_or_refuses_for_every_combination_of_placements(name):
+    """A rule, given any placements of its operands, returns one placement per result (a split one
+    within the result's rank) or refuses (``Refusal``, a located ``ShardError``): never another
+    exception (an exit 3 on the command line)."""
+    from gradir.errors import Refusal
+    from gradir.sharding.placement import Placement, RuleContext
+    from gradir.sharding.rules import RULES
+    rule = RULES[gradir.OPS[name].SHARDING]
+    tried = 0
+    for g in _op_instances(name, 12):
+        op = g.ops[0]
+        types = [g.types[v] if v is not None else None for v in op.operands]
+        result_types = [g.types[r] for r in op.results]
+        for ps in _placement_combinations(types):
+            tried += 1
+            try:
+                out = rule(RuleContext(op, ps, types, result_types))
+            except Refusal:
+                continue
+            except Exception as e:  # pragma: no cover - the failure to report
+                pytest.fail(f"{name} rule on {[str(p) for p in ps]} ({[str(t) for t in types]}, {op.attrs}): "
+                            f"{type(e).__name__}: {e}")
+            assert len(out) == len(op.results) and all(isinstance(p, Placement) for p in out), (ps, out)
+            for p, t in zip(out, result_types):
+                assert not p.is_split or 0 <= p.axis < t.rank, (name, [str(q) for q in ps], str(p), str(t))
+    assert tried > 0
 
 
 def test_bad_batch_arguments_are_errors_that_say_what_the_inputs_are():
@@ -557,3 +664,208 @@ def test_an_address_where_nothing_listens_fails_at_once(capsys):
     assert "generated" not in err  # refused before any input was generated
     assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", "tcp://nohostport"]) == 2
     assert "expected tcp://HOST:PORT" in capsys.readouterr().err
+
+
+# -- hardening: shard counts, schedulers, arguments (issue #29) -------------------------------------------
+TANH = "input t0 : Float32 [8, 4]\ninput t1 : Float32 [4]\nt2 = Add(t0, t1)\nt3 = Tanh(t2)\noutput t3\n"
+
+
+def test_a_shard_count_past_the_batch_is_refused_before_anything_is_allocated():
+    """``--shards 1000000000`` on 8 rows made a dict per shard before checking the rows (gigabytes);
+    ``shards=2**70`` never returned.  Now the rows are checked first (the bound is a safety net)."""
+    from fuzzing import time_limit
+    s = gradir.shard(TANH, {"t0": 0})
+    x = {"t0": np.ones((8, 4), np.float32), "t1": np.ones(4, np.float32)}
+    with time_limit(20, "huge shard counts"):
+        for k, shown in ((9, "9"), (10 ** 9, "1000000000"), (2 ** 70, "about 2^70"), (10 ** 5000, "about 2^16609")):
+            with pytest.raises(gradir.InputError, match=re.escape(f"has 8 rows, fewer than the {shown} shards")):
+                s.run(x, shards=k)
+        with pytest.raises(gradir.InputError, match=r"missing input t0 \(Float32 \[8, 4\]\), split along axis 0"):
+            s.run({"t1": x["t1"]}, shards=2 ** 70)
+        with pytest.raises(gradir.InputError, match="fewer than the"):
+            s.split_inputs(x, 2 ** 70)
+
+
+def test_cli_a_shard_count_past_the_batch_is_a_located_error(capsys):
+    f = sample("mlp_forward.grad.gir")
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--shards", "1000000000"]) == 1
+    err = capsys.readouterr().err
+    assert "has 8 rows, fewer than the 1000000000 shards" in err and "Traceback" not in err
+    assert err.startswith(f"{f}:") and "generated" not in err  # located, and said before any input is generated
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"inputs": 1}, "inputs must be a mapping"),
+    ({"client": 1.5}, "client must be None"),
+    ({"threads": [1]}, "threads must be a positive integer"),
+    ({"threads": 0}, "threads must be a positive integer"),
+    ({"jitter": -1}, "jitter must be a number of seconds"),
+    ({"jitter": float("nan")}, "jitter must be a number of seconds"),
+    ({"jitter": "1"}, "jitter must be a number of seconds"),
+    ({"retries": -1}, "retries must be an integer"),
+    ({"retries": 1.5}, "retries must be an integer"),
+    ({"progress": "yes"}, "progress must be True, False or None"),
+    ({"files": 1}, "files must be a glob or a list"),
+    ({"files": [1]}, "files must be a glob or a list"),
+    ({"files": b"x*"}, "files must be a glob or a list"),
+    ({"files": []}, "files is an empty list"),
+    ({"shards": 2.0}, "shards must be a positive integer"),
+    ({"shards": True}, "shards must be a positive integer"),
+    ({"shards": 0}, "shards must be a positive integer"),
+    ({"client": "somewhere"}, "expected \"inline\", \"local:N\" or a scheduler address"),
+    ({"client": "local:x"}, "local:N needs a number of worker processes"),
+    ({"client": "local:٣"}, "local:N needs a number of worker processes"),
+])
+def test_wrong_arguments_of_sharded_run_are_argument_errors(kwargs, what):
+    """``Sharded.run(inputs=1, client=1.5, threads=[1], jitter=-1)`` raised TypeError, AttributeError
+    and ValueError; each wrong argument is an ``ArgumentError`` saying what is expected."""
+    s = gradir.shard(TANH, {"t0": 0})
+    x = {"t0": np.ones((8, 4), np.float32), "t1": np.ones(4, np.float32)}
+    with pytest.raises(gradir.ArgumentError, match=what):
+        s.run(**{"inputs": x, **kwargs})
+
+
+@pytest.mark.parametrize("args, kwargs, what", [
+    ((1, {"t0": 0}), {}, "takes a Graph, IR text or a path"),
+    ((TANH, [("t0", 0)]), {}, "batch must be a mapping"),
+    ((TANH, {"t0": 0.0}), {}, "the axis of 't0' must be an integer"),
+    ((TANH, {"t0": True}), {}, "the axis of 't0' must be an integer"),
+    ((TANH, {0: 0}), {}, "the keys are input labels or value names"),
+    ((TANH, {"t0": 0}), {"option": 1}, "option must be a string"),
+])
+def test_wrong_arguments_of_shard_are_argument_errors(args, kwargs, what):
+    with pytest.raises(gradir.ArgumentError, match=what):
+        gradir.shard(*args, **kwargs)
+
+
+def test_wrong_arguments_of_the_other_sharding_api_are_argument_errors():
+    from gradir.sharding import Placement, analyze, split
+    s = gradir.shard(TANH, {"t0": 0})
+    calls = [(lambda: s.combine(1), "shard_outputs must be a non-empty list"),
+             (lambda: s.combine([]), "shard_outputs must be a non-empty list"),
+             (lambda: s.combine([[np.ones(3)], []]), "shard_outputs must be a non-empty list"),
+             (lambda: s.compiled([1]), "threads must be a positive integer"),
+             (lambda: s.split_inputs({"t0": np.ones((8, 4))}, 2, pool=1), "pool must be None"),
+             (lambda: s.split_inputs(1, 2), "inputs must be a mapping"),
+             (lambda: s.split_inputs({}, 2.0), "shards must be a positive integer"),
+             (lambda: split("x"), "a split placement needs an axis >= 0"),
+             (lambda: split(-1), "a split placement needs an axis >= 0"),
+             (lambda: Placement("foo"), "a placement is"),
+             (lambda: Placement("partial", 0), "a partial placement has no axis"),
+             (lambda: analyze(1, {}), "analyze\\(\\) takes a Graph"),
+             (lambda: analyze(s.graph, 1), "batch must be a mapping"),
+             (lambda: analyze(s.graph, {"x": 0}), "'x' is not the value name of an input"),
+             (lambda: analyze(s.graph, {"t0": 5}), "the axis of t0 must be an integer from 0 to 1"),
+             (lambda: tree_sum([]), "tree_sum takes a non-empty list of arrays"),
+             (lambda: tree_sum(1), "tree_sum takes a non-empty list of arrays"),
+             (lambda: open_scheduler(1.5).__enter__(), "client must be None")]
+    for call, what in calls:
+        with pytest.raises(gradir.ArgumentError, match=what):
+            call()
+
+
+def test_a_huge_batch_axis_is_a_shard_error_not_a_conversion_error():
+    with pytest.raises(ShardError, match="axis an int of 16610 bits of input t0 is out of range"):
+        gradir.shard(TANH, {"t0": 10 ** 5000})
+
+
+@pytest.fixture
+def listener():
+    """A TCP listener on 127.0.0.1: ``mode`` "silent" accepts and never speaks, "http" answers an HTTP
+    request, "banner" greets with an HTTP line at once; yields a function starting one -> its port."""
+    import socket
+    servers, conns = [], []
+
+    def start(mode: str) -> int:
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        servers.append(srv)
+
+        def serve():
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                conns.append(c)
+                try:
+                    if mode == "http":
+                        c.recv(65536)
+                    if mode in ("http", "banner"):
+                        c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+        threading.Thread(target=serve, daemon=True).start()
+        return srv.getsockname()[1]
+
+    yield start
+    for s in servers + conns:
+        s.close()
+
+
+def test_a_listener_that_never_speaks_fails_within_the_timeout(listener, monkeypatch, capsys):
+    """A listener that accepts and never speaks hung the run for more than 300 s; now it fails within
+    GRADIR_SCHEDULER_TIMEOUT seconds, naming the address."""
+    monkeypatch.setenv("GRADIR_SCHEDULER_TIMEOUT", "0.5")
+    port = listener("silent")
+    f = sample("mlp_forward.grad.gir")
+    t0 = time.monotonic()
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--scheduler", f"tcp://127.0.0.1:{port}"]) == 1
+    assert time.monotonic() - t0 < 15
+    err = capsys.readouterr().err
+    assert (f"gradir: error: scheduler 'tcp://127.0.0.1:{port}' accepted the connection but did not answer "
+            f"within 0.5 s, as a Dask scheduler does at once") in err
+    assert "generated" not in err and "Traceback" not in err
+    s = gradir.shard(TANH, {"t0": 0})
+    with pytest.raises(ShardError, match="did not answer within 0.5 s"):
+        s.run({"t0": np.ones((8, 4), np.float32), "t1": np.ones(4, np.float32)}, client=f"tcp://127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("mode, scheme, what", [
+    ("http", "tcp", "did not answer within 0.5 s"),  # an HTTP server waits for a request: silent to gradir
+    ("banner", "tcp", "is not a Dask scheduler: it answered b'HTTP/1.1 400 Bad Request"),
+    ("http", "ws", "is not a Dask scheduler: it answered b'HTTP/1.1 400 Bad Request\\\\r\\\\n', not a websocket"),
+    ("silent", "ws", "did not answer within 0.5 s"),
+])
+def test_a_listener_that_is_not_a_dask_scheduler_says_so(listener, monkeypatch, capsys, mode, scheme, what):
+    """A listener that answers HTTP printed only "out of memory" (its reply read as a frame length)."""
+    monkeypatch.setenv("GRADIR_SCHEDULER_TIMEOUT", "0.5")
+    port = listener(mode)
+    assert main(["run", sample("mlp_forward.grad.gir"), "--shard", "t0:0,t11:0", "--scheduler",
+                 f"{scheme}://127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert f"gradir: error: scheduler '{scheme}://127.0.0.1:{port}'" in err and what.replace("\\\\", "\\") in err, err
+    assert "out of memory" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("address, what", [
+    ("tls://127.0.0.1:9", "a tls:// scheduler needs TLS certificates in Dask's configuration"),
+    ("ucx://127.0.0.1:9", "gradir connects to a Dask scheduler over tcp:// (or tls://, ws://, wss://), not ucx://"),
+    ("inproc://127.0.0.1/1/1", "not inproc://"),
+    ("ws://nohostport", "expected ws://HOST:PORT"),
+])
+def test_unsupported_or_unconfigured_protocols_are_clear_errors(capsys, address, what):
+    """``tls://`` (no certificates configured) and ``ucx://`` exited 3."""
+    code = main(["run", sample("mlp_forward.grad.gir"), "--shard", "t0:0,t11:0", "--scheduler", address])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and what in err and "Traceback" not in err and "internal error" not in err, err
+
+
+def test_a_bad_scheduler_timeout_setting_is_an_error(monkeypatch, capsys):
+    monkeypatch.setenv("GRADIR_SCHEDULER_TIMEOUT", "soon")
+    assert main(["run", sample("mlp_forward.grad.gir"), "--shard", "t0:0,t11:0", "--scheduler",
+                 "tcp://127.0.0.1:9"]) == 1
+    assert "GRADIR_SCHEDULER_TIMEOUT must be a number of seconds" in capsys.readouterr().err
+
+
+def test_local_clusters_start_no_dashboard_and_listen_on_127_0_0_1_only(client):
+    """With bokeh installed, ``local:N`` served Dask's dashboard on 0.0.0.0; now none is started, and the
+    scheduler's own HTTP server (health, metrics) listens on 127.0.0.1."""
+    from distributed.comm.utils import get_tcp_server_addresses
+    cluster = client.cluster
+    options = cluster.scheduler_spec["options"]
+    assert options["dashboard"] is False and options["dashboard_address"].startswith("127.0.0.1:")
+    assert {host for host, _ in get_tcp_server_addresses(cluster.scheduler.http_server)} == {"127.0.0.1"}
+    assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+    assert all(w.startswith("tcp://127.0.0.1:") for w in client.scheduler_info()["workers"])

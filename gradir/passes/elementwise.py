@@ -14,7 +14,11 @@ Groups made only of such element-function ops stay as they were too (their kerne
 faster than a loop of calls).  Groups of fewer than two ops, or smaller than ``MIN_ELEMENTS``
 elements (where the unfused ops' tiny-array paths are as fast and compiling would cost more
 than it saves), stay as they were; groups stop growing at ``MAX_OPS`` ops, which keeps compile
-time bounded and identical stretches of a long graph sharing one compiled loop.
+time bounded and identical stretches of a long graph sharing one compiled loop.  For the same
+reason a ``Sum`` of more than ``MAX_OPERANDS`` operands stays apart (its formula, and the loop's
+signature, grow with the operand count: a ``Sum`` of thousands, a gradient accumulated over a long
+unrolled graph, would be a loop of thousands of arrays, and compiling its formula's expression
+tree, as deep as it has operands, would exhaust Python's recursion limit).
 
 A ``ReduceSumTo`` over the group's leading axes (a broadcast bias's gradient) joins the group as
 an epilogue (``_sums``): the loop adds the value up as it computes it, in NumPy's order, so the
@@ -35,10 +39,11 @@ from ..ops.shape import ReduceSumToOp
 from ..types import DType
 from . import Program, register_pass
 
-__all__ = ["fuse_elementwise", "fusable", "MIN_ELEMENTS", "MAX_OPS"]
+__all__ = ["fuse_elementwise", "fusable", "MIN_ELEMENTS", "MAX_OPS", "MAX_OPERANDS"]
 
 MIN_ELEMENTS = 1 << 14
 MAX_OPS = 32
+MAX_OPERANDS = 64  # operands of one member (a variadic Sum); more stay apart, checked before any formula
 
 
 _LOOPABLE: dict[tuple[type, int], bool] = {}
@@ -57,7 +62,7 @@ def _loopable(cls: type, n_operands: int) -> bool:
 
 def fusable(op: Op, types: dict) -> bool:
     """Whether ``op`` may be a member of a fused group (see the module docstring)."""
-    if not op.ELEMENTWISE or len(op.results) != 1:
+    if not op.ELEMENTWISE or len(op.results) != 1 or len(op.operands) > MAX_OPERANDS:
         return False
     t = types.get(op.results[0])
     if t is None or t.dtype not in (DType.Float32, DType.Float64) or not t.is_static:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from ..errors import Diagnostic, Refusal, ShardError
+from ..errors import ArgumentError, Diagnostic, Refusal, ShardError, shown
 from ..graph import Graph
 from ..ir import Op
 from .placement import REPLICATED, Placement, RuleContext, split
@@ -27,6 +27,18 @@ def analyze(graph: Graph, batch: Mapping[str, int]) -> tuple[dict[str, Placement
     indices of the ``ReduceMean`` ops that reduce over a split axis (the shard graph rewrites them).
 
     Raises ``ShardError`` at the first op that refuses, located at the op (or at the operand at fault)."""
+    if not isinstance(graph, Graph):
+        raise ArgumentError(f"analyze() takes a Graph, not {type(graph).__name__}")
+    if not isinstance(batch, Mapping):
+        raise ArgumentError(f"batch must be a mapping of input value names to axes, got {type(batch).__name__}")
+    ranks = {i.name: i.type.rank for i in graph.inputs}
+    for key, axis in batch.items():
+        if not isinstance(key, str) or key not in ranks:
+            raise ArgumentError(f"batch: {shown(key)} is not the value name of an input (labels are resolved by "
+                                f"gradir.shard)")
+        if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < ranks[key]:
+            raise ArgumentError(f"batch: the axis of {key} must be an integer from 0 to {ranks[key] - 1}, got "
+                                f"{shown(axis)}")
     if not graph.validated:
         graph.validate()
     place: dict[str, Placement] = {}
@@ -47,8 +59,8 @@ def analyze(graph: Graph, batch: Mapping[str, int]) -> tuple[dict[str, Placement
                 raise Refusal(f"{op.op_name} has no sharding rule (Op.SHARDING)")
             out = rule(ctx)
         except Refusal as e:
-            shown = ", ".join(f"{v} {p}" for v, p in zip(op.operands, ps) if v is not None)
-            what = f"cannot shard {op.op_name} ({', '.join(op.results)} = {op.op_name}(...); operands: {shown})"
+            listed = ", ".join(f"{v} {p}" for v, p in zip(op.operands, ps) if v is not None)
+            what = f"cannot shard {op.op_name} ({', '.join(op.results)} = {op.op_name}(...); operands: {listed})"
             raise ShardError(_op_diagnostic(graph, op, f"{what}: {e.message}", e.operand)) from None
         assert len(out) == len(op.results), (op.op_name, out)
         if ctx.mean_rewrite:

@@ -84,6 +84,8 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
         if args.shard:
             from .run import shard
             args.sharded = shard(graph, batch_spec(args.shard), option="--shard")
+            if args.shards is not None and not args.shard_files:
+                args.sharded.check_shards(args.shards)  # more shards than rows: before any input is generated
         return
     if not args.shard:
         for opt, v in (("--shards", args.shards), ("--scheduler", args.scheduler), ("--shard-files", args.shard_files)):
@@ -92,9 +94,9 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
         return
     if args.shards is not None and args.shards < 1:
         raise UsageError(f"run: --shards must be a positive integer, got {args.shards}")
-    if args.scheduler and args.scheduler.startswith("tcp://"):
+    if args.scheduler and "://" in args.scheduler:
         from .run import probe
-        probe(args.scheduler)  # nothing listening there: say so before any input is read or generated
+        probe(args.scheduler)  # nothing (or no Dask scheduler) there: said before any input is read or generated
     if args.shard_files:
         from .run import shard_file_paths
         shard_file_paths(args.shard_files)  # no file matches: said before any input is generated

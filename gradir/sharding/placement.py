@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from ..errors import Diagnostic, Refusal, ShardError
+from ..errors import ArgumentError, Diagnostic, Refusal, ShardError, shown
 from ..graph import Graph
 from ..ir import Op
 from ..types import TensorType
@@ -33,6 +33,15 @@ __all__ = ["Placement", "REPLICATED", "PARTIAL", "split", "RuleContext", "resolv
 class Placement:
     kind: str  # "replicated", "split" or "partial"
     axis: Optional[int] = None  # the split axis
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("replicated", "split", "partial"):
+            raise ArgumentError(f"a placement is \"replicated\", \"split\" or \"partial\", not {shown(self.kind)}")
+        if self.kind == "split":
+            if isinstance(self.axis, bool) or not isinstance(self.axis, int) or self.axis < 0:
+                raise ArgumentError(f"a split placement needs an axis >= 0, got {shown(self.axis)}")
+        elif self.axis is not None:
+            raise ArgumentError(f"a {self.kind} placement has no axis, got {shown(self.axis)}")
 
     def __str__(self) -> str:
         return f"split({self.axis})" if self.kind == "split" else self.kind
@@ -109,7 +118,7 @@ def resolve_batch(graph: Graph, batch: Mapping[str, int], option: str = "batch")
             raise ShardError(Diagnostic(f"{option}: {key!r} is not an input of the graph (its inputs are {inputs})",
                                         filename=graph.source.filename if graph.source else None))
         if isinstance(axis, bool) or not isinstance(axis, int) or not -inp.type.rank <= axis < inp.type.rank:
-            raise ShardError(Diagnostic(f"{option}: axis {axis!r} of input {key} is out of range for its type "
+            raise ShardError(Diagnostic(f"{option}: axis {shown(axis)} of input {key} is out of range for its type "
                                         f"{inp.type} (rank {inp.type.rank})", inp.span, graph.source))
         out[inp.name] = axis % inp.type.rank
     sizes = {n: dict((i.name, i.type) for i in graph.inputs)[n].shape[a] for n, a in out.items()}

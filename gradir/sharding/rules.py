@@ -88,6 +88,12 @@ def pointwise(ctx: RuleContext) -> Placement:
             axis, who = a, i
     assert axis is not None
     for i in ctx.given():
+        if ctx.p(i).is_replicated and not type(ctx.op).BROADCASTS:
+            # operands of one shape (Sum, the activation gradients): even a size-1 axis cannot pair
+            # with a split one, whose shard type is '?' there
+            ctx.refuse(f"{ctx.name(i)} is replicated but {ctx.name(who)} is split along axis {axis}, and "
+                       f"{ctx.op.op_name} takes operands of one shape (no broadcasting): split {ctx.name(i)} "
+                       f"along that axis too", operand=i)
         if ctx.p(i).is_replicated:
             k = axis - (out_rank - ctx.rank(i))
             d = ctx.types[i].shape[k] if k >= 0 else 1
@@ -222,11 +228,17 @@ def cross_entropy(ctx: RuleContext) -> list[Placement]:
     if (lp.is_split and lp.axis != want) or (lp.is_replicated and want is not None):
         ctx.refuse(f"the labels ({ctx.name(lab)}) are {lp}, the scores ({ctx.name(s)}) {ctx.p(s)}: they must be "
                    f"split along the same targets", operand=lab)
-    if axis is None:
-        axis = 0 if lp.axis == 0 else lp.axis + 1
-        ctx.refuse(f"the labels ({ctx.name(lab)}) are split, the scores ({ctx.name(s)}) are not: split them along "
-                   f"axis {axis} too", operand=s)
     w = ctx.p(weights)
+    if axis is None:  # the scores and so the labels replicated: what is split is dY or the weights
+        if lp.is_split:
+            axis = 0 if lp.axis == 0 else lp.axis + 1
+            ctx.refuse(f"the labels ({ctx.name(lab)}) are split, the scores ({ctx.name(s)}) are not: split them "
+                       f"along axis {axis} too", operand=s)
+        if w is not None and not w.is_replicated:
+            ctx.refuse(f"the class weights ({ctx.name(weights)}) must be replicated", operand=weights)
+        d = ctx.p(0)
+        ctx.refuse(f"dY ({ctx.name(0)}) is {d}, but the scores ({ctx.name(s)}) and the labels ({ctx.name(lab)}) "
+                   f"are replicated: split them along the same targets as dY", operand=0)
     if w is not None and not w.is_replicated:
         ctx.refuse(f"the class weights ({ctx.name(weights)}) must be replicated", operand=weights)
     reduction = ctx.attrs["reduction"]
@@ -384,9 +396,9 @@ def batch_op(ctx: RuleContext, axes: dict[int, Optional[int]], results: list[obj
                 ctx.refuse(f"{name(i)} is split along axis {p.axis}; {op.op_name} can only be split along the "
                            f"batch, axis {want} of {type(op).operand_spec(i).name}", operand=i)
             first = i if first is None else first
-    for i in ctx.given():
+    for i in ctx.given():  # even of size 1 there: these ops do not broadcast the batch
         want = axes.get(i)
-        if want is not None and ctx.p(i).is_replicated and ctx.types[i].shape[want] != 1:
+        if want is not None and ctx.p(i).is_replicated:
             ctx.refuse(f"{name(i)} is replicated but holds the batch along axis {want}, like {name(first)}, "
                        f"which is split: split it too", operand=i)
     return [PARTIAL if r == "partial" else split(r) for r in results]  # type: ignore[arg-type]

@@ -37,6 +37,16 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
     """Place every value of ``graph`` (a ``Graph``, IR text or a ``.gir`` path) when the inputs named in
     ``batch`` (by label or ``tN``) are split along the given axes; raises ``ShardError`` (located at
     the op) if an op refuses.  ``option``: how errors in ``batch`` name it (the command line: ``--shard``)."""
+    if not isinstance(option, str):
+        raise ArgumentError(f"option must be a string (how errors name the batch argument), got {shown(option)}")
+    if not isinstance(batch, Mapping):
+        raise ArgumentError(f"batch must be a mapping of input names to axes, e.g. {{\"x\": 0}}, got "
+                            f"{type(batch).__name__}")
+    for key, axis in batch.items():
+        if not isinstance(key, str):
+            raise ArgumentError(f"batch: the keys are input labels or value names (strings), got {shown(key)}")
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ArgumentError(f"batch: the axis of {key!r} must be an integer, got {shown(axis)}")
     if isinstance(graph, os.PathLike) or (isinstance(graph, str) and "\n" not in graph and (
             os.path.isfile(graph) or graph.strip().endswith(".gir"))):
         from ..syntax import load
@@ -46,9 +56,6 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
         graph = parse(graph)
     elif not isinstance(graph, Graph):
         raise ArgumentError(f"shard() takes a Graph, IR text or a path, not {type(graph).__name__}")
-    if not isinstance(batch, Mapping):
-        raise ArgumentError(f"batch must be a mapping of input names to axes, e.g. {{\"x\": 0}}, got "
-                            f"{type(batch).__name__}")
     if not graph.validated:
         graph.validate()
     axes = resolve_batch(graph, batch, option)
@@ -59,6 +66,10 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
 def tree_sum(parts: Sequence[np.ndarray], pool: Any = None) -> np.ndarray:
     """The sum of ``parts`` in a fixed pairwise tree in their order: ((p0+p1)+(p2+p3))+...; each sum in
     a buffer of ``pool`` where it has one of the shape (the same bits)."""
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence) or not parts or not all(
+            isinstance(p, (np.ndarray, np.generic)) for p in parts):
+        raise ArgumentError(f"tree_sum takes a non-empty list of arrays, got {shown(parts)}")
+
     def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         buf = pool.take(np.result_type(a, b), np.broadcast_shapes(a.shape, b.shape)) if pool is not None else None
         return np.add(a, b, out=buf)
@@ -86,6 +97,7 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
     """``None``/``"inline"`` -> ``"inline"``; ``"local:N"`` -> a client of a ``LocalCluster`` of N worker
     processes (one thread each) closed on exit; ``"tcp://host:port"`` (or any address Dask takes) -> a
     client of that scheduler; a ``distributed.Client`` is used as it is."""
+    check_client(spec)
     if spec is None or spec == "inline":
         yield "inline"
         return
@@ -115,8 +127,12 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
                      "distributed.worker.memory.monitor-interval": "1s", "distributed.admin.tick.interval": "500ms"}
             with dask.config.set({"distributed.worker.profile.enabled": False, **quiet,
                                   "distributed.nanny.pre-spawn-environ": env}):
+                # No dashboard: with bokeh installed, dashboard_address=":0" served one on every interface
+                # (0.0.0.0).  The scheduler's HTTP server (health and metrics routes) still starts; it
+                # listens on a free port of 127.0.0.1 (by default 8787, with a warning when taken).
                 cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True,
-                                       dashboard_address=":0", silence_logs=logging.ERROR)
+                                       dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                                       silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as e:  # e.g. a worker could not start (spawn re-runs __main__)
             raise ShardError(_setup(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts "
                                     f"one must guard its main code with `if __name__ == \"__main__\":`")) from None
@@ -128,11 +144,15 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
         finally:
             cluster.close()
         return
-    probe(spec)
+    seconds = connect_timeout()
+    probe(spec, seconds)
     try:
-        client = Client(spec, timeout="20s")
-    except (OSError, ValueError, TimeoutError) as e:
-        raise ShardError(_setup(f"cannot reach the Dask scheduler {spec!r}: {e}")) from None
+        client = Client(spec, timeout=f"{seconds}s")
+    except GradirError:
+        raise
+    except Exception as e:  # OSError, a timeout, MemoryError (a length read from a non-Dask peer), ...
+        raise ShardError(_setup(f"cannot connect to the Dask scheduler {spec!r}: {type(e).__name__}: "
+                                f"{str(e)[:300]}")) from None
     with client:
         yield client
 
@@ -153,7 +173,8 @@ def _setup(message: str) -> Diagnostic:
 
 
 def tcp_host_port(spec: str) -> tuple[str, int]:
-    """``tcp://HOST:PORT`` as (host, port); ``ValueError`` saying what is expected otherwise."""
+    """``tcp://HOST:PORT`` (or another scheme's address) as (host, port); ``ValueError`` saying what is
+    expected otherwise."""
     from urllib.parse import urlsplit
     try:
         u = urlsplit(spec)
@@ -161,27 +182,161 @@ def tcp_host_port(spec: str) -> tuple[str, int]:
     except ValueError:
         host = port = None
     if not host or not port:
-        raise ValueError(f"scheduler {spec!r}: expected tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786")
+        scheme = spec.partition("://")[0] if "://" in spec else "tcp"
+        raise ValueError(f"scheduler {spec!r}: expected {scheme}://HOST:PORT, e.g. {scheme}://10.0.0.5:8786")
     return host, port
 
 
-def probe(spec: str) -> None:
-    """Fail at once, not after Dask's 20 s of retries, when nothing listens at a ``tcp://host:port``
-    scheduler address (a refused connection or an unknown host); a scheduler that accepts the
-    connection but is slow to answer still gets Dask's timeout."""
-    import socket
-    if not spec.startswith("tcp://"):
+# How long gradir waits for a scheduler to accept the connection and greet it (seconds): a Dask
+# scheduler greets a client at once, so a few seconds tell a dead or foreign listener from a scheduler
+# without hanging on it.  GRADIR_SCHEDULER_TIMEOUT sets it (a slow network; the tests make it short).
+CONNECT_TIMEOUT = 5.0
+TIMEOUT_ENV = "GRADIR_SCHEDULER_TIMEOUT"
+# the address schemes gradir connects to: Dask's TCP, its TLS (certificates from Dask's configuration)
+# and its websockets; others (ucx://, inproc://) are refused with a message, not attempted
+SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
+def connect_timeout() -> float:
+    """``GRADIR_SCHEDULER_TIMEOUT`` (seconds) when it is set, else ``CONNECT_TIMEOUT``."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return CONNECT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600:
+        raise ShardError(_setup(f"{TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {text[:40]!r}"))
+    return value
+
+
+def check_client(spec: Any) -> None:
+    """``ArgumentError`` unless ``spec`` is ``None``, ``"inline"``, ``"local:N"``, a scheduler address
+    (``SCHEME://HOST:PORT``) or a Dask client (an object with ``submit`` and ``scatter``)."""
+    if spec is None:
         return
+    if isinstance(spec, str):
+        if spec == "inline" or "://" in spec:
+            return
+        if spec.startswith("local:"):
+            n = spec[6:]
+            if not (n.isascii() and n.isdigit() and 1 <= int(n) <= 256):
+                raise ArgumentError(f"scheduler {shown(spec)}: local:N needs a number of worker processes from 1 "
+                                    f"to 256")
+            return
+        raise ArgumentError(f"scheduler {shown(spec)}: expected \"inline\", \"local:N\" or a scheduler address "
+                            f"such as tcp://host:8786")
+    if not (callable(getattr(spec, "submit", None)) and callable(getattr(spec, "scatter", None))):
+        raise ArgumentError(f"client must be None, \"inline\", \"local:N\", a scheduler address such as "
+                            f"tcp://host:8786 or a distributed.Client, got {type(spec).__name__}")
+
+
+def _tls_context() -> Any:
+    """The client TLS context of Dask's configuration (``distributed.comm.tls.*``), or a ``ShardError``
+    saying it is not configured."""
+    from distributed.security import Security
+    try:
+        ctx = Security().get_connection_args("client").get("ssl_context")
+    except Exception as e:  # a certificate file that cannot be read, ...
+        raise ShardError(_setup(f"Dask's TLS configuration cannot be used: {type(e).__name__}: {e}")) from None
+    if ctx is None:
+        raise ShardError(_setup("a tls:// scheduler needs TLS certificates in Dask's configuration "
+                                "(distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and .key, or the "
+                                "DASK_DISTRIBUTED__COMM__TLS__... environment variables); none is set"))
+    return ctx
+
+
+def probe(spec: str, timeout: Optional[float] = None) -> None:
+    """Fail within ``timeout`` seconds (``connect_timeout()``), with a message naming the address, not
+    after Dask's retries or never: a scheme gradir does not connect to, nothing listening (a refused
+    connection, an unknown host), a listener that does not accept in time, and, over tcp:// and tls://,
+    a listener that does not greet the client as a Dask scheduler does at once (Dask's handshake: a
+    length-prefixed frame; a listener that never speaks hung the run, and an HTTP server's reply was
+    read as a length of exabytes: "out of memory")."""
+    import socket
+    import struct
+    scheme = spec.partition("://")[0].lower()
+    if scheme not in SCHEMES:
+        raise ShardError(_setup(f"scheduler {spec!r}: gradir connects to a Dask scheduler over tcp:// (or tls://, "
+                                f"ws://, wss://), not {scheme}://"))
     try:
         host, port = tcp_host_port(spec)
     except ValueError as e:
         raise ArgumentError(str(e)) from None
+    if timeout is None:
+        timeout = connect_timeout()
+    ctx = _tls_context() if scheme in ("tls", "wss") else None
+    where = f"the Dask scheduler {spec!r}"
+    deadline = time.monotonic() + timeout
     try:
-        socket.create_connection((host, port), timeout=5).close()
+        sock = socket.create_connection((host, port), timeout=timeout)
     except socket.timeout:
-        return  # a slow network: let Dask try
-    except OSError as e:
-        raise ShardError(_setup(f"cannot reach the Dask scheduler {spec!r}: {e.strerror or e}")) from None
+        raise ShardError(_setup(f"cannot reach {where}: no connection within {timeout:g} s (set {TIMEOUT_ENV} "
+                                f"to wait longer)")) from None
+    except (OSError, UnicodeError) as e:
+        raise ShardError(_setup(f"cannot reach {where}: {getattr(e, 'strerror', None) or e}")) from None
+
+    def read(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    silent = (f"scheduler {spec!r} accepted the connection but did not answer within {timeout:g} s, as a Dask "
+              f"scheduler does at once: is it a Dask scheduler (its port, usually 8786, not its dashboard's "
+              f"8787)? (set {TIMEOUT_ENV} to wait longer)")
+    try:
+        with sock:
+            if ctx is not None:
+                sock = ctx.wrap_socket(sock, server_hostname=host if ctx.check_hostname else None)
+            if scheme in ("ws", "wss"):  # the client speaks first: a websocket upgrade, answered by "101"
+                _websocket_probe(sock, host, port, read, f"scheduler {spec!r}")
+                return
+            head = read(8)
+            if len(head) < 8:
+                raise ShardError(_setup(f"scheduler {spec!r} closed the connection without greeting gradir as a "
+                                        f"Dask scheduler does: is it a Dask scheduler?"))
+            total = struct.unpack("<Q", head)[0]
+            body = read(total) if 16 <= total <= 1 << 20 else b""
+            nframes = struct.unpack("<Q", body[:8])[0] if len(body) >= 8 else 0
+            ok = len(body) == total and 1 <= nframes <= 64 and len(body) >= 8 * (nframes + 1) and (
+                8 * (nframes + 1) + sum(struct.unpack(f"<{nframes}Q", body[8:8 * (nframes + 1)])) == total)
+            if not ok:
+                if not body:  # what else it sent at once, to show
+                    sock.settimeout(0.2)
+                    with contextlib.suppress(OSError):
+                        body = sock.recv(32)
+                text = (head + body)[:40]
+                raise ShardError(_setup(f"scheduler {spec!r} is not a Dask scheduler: it answered {text!r}, not Dask's "
+                                        f"handshake (is the port the scheduler's, usually 8786, not its "
+                                        f"dashboard's?)"))
+    except socket.timeout:
+        raise ShardError(_setup(silent)) from None
+    except OSError as e:  # a reset connection, a failed TLS handshake (ssl.SSLError)
+        raise ShardError(_setup(f"cannot connect to {where}: {type(e).__name__}: {e}")) from None
+
+
+def _websocket_probe(sock: Any, host: str, port: int, read: Any, where: str) -> None:
+    """Ask the listener to upgrade ``/`` to a websocket, as Dask's ws:// client does; a Dask scheduler
+    answers ``HTTP/1.1 101``."""
+    import base64
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    line = b""
+    while not line.endswith(b"\n") and len(line) < 200:
+        c = read(1)
+        if not c:
+            break
+        line += c
+    if not line.startswith(b"HTTP/1.1 101"):
+        what = f"it answered {line[:60]!r}" if line else "it closed the connection"
+        raise ShardError(_setup(f"{where} is not a Dask scheduler: {what}, not a websocket upgrade"))
 
 
 class Sharded:
@@ -207,6 +362,8 @@ class Sharded:
     def compiled(self, threads: Optional[int] = None) -> Any:
         """The shard graph compiled here (inline runs, and checking inputs before they are shipped): from
         the graph itself, so that errors point into the file the graph came from."""
+        from ..runtime import _check_threads
+        _check_threads(threads)
         exe = self._compiled.get(threads)
         if exe is None:
             from ..runtime import compile
@@ -239,26 +396,50 @@ class Sharded:
     def split_inputs(self, inputs: Mapping[str, Any], shards: int, pool: Any = None) -> list[dict[str, np.ndarray]]:
         """``inputs`` (by label or value name) cut into ``shards`` dicts: split inputs by
         ``np.array_split`` along their batch axis (contiguous copies, in buffers of ``pool`` where it
-        has them), the others whole in every one."""
-        from ..labels import inputs_by_name
+        has them), the others whole in every one.  Every input is checked (its shape, the split ones'
+        rows against ``shards``) before anything is allocated: a shard count far past the batch is an
+        ``InputError`` at once, not a dict per shard first."""
+        from ..labels import inputs_by_name, label_text
+        if not isinstance(inputs, Mapping):
+            raise ArgumentError(f"inputs must be a mapping of input names (labels or tN) to arrays, got "
+                                f"{type(inputs).__name__}")
+        _check_shards(shards)
+        if pool is not None and not callable(getattr(pool, "take", None)):
+            raise ArgumentError(f"pool must be None or a gradir.buffers.BufferPool, got {type(pool).__name__}")
         byname = inputs_by_name(self.graph, inputs, self._file)
         types = {i.name: i.type for i in self.graph.inputs}
-        out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
         spans = {i.name: i.span for i in self.graph.inputs}
+        labels = {i.name: label_text(i.label) for i in self.graph.inputs}
+
+        def located(message: str, name: str) -> Diagnostic:
+            span = spans.get(name)
+            return Diagnostic(message, span, self.graph.source if span else None, filename=self._file)
+
+        arrays: dict[str, np.ndarray] = {}
         for name, a in byname.items():
-            a = np.asarray(a)
+            try:
+                a = np.asarray(a)
+            except Exception as e:  # a ragged list, an object whose __array__ raises, ...
+                raise InputError(located(f"input {name}: cannot be read as an array ({type(e).__name__}: "
+                                         f"{str(e)[:200]})", name)) from None
             t = types.get(name)
             if t is not None and (a.ndim != t.rank or any(w is not None and d != w for d, w in zip(a.shape, t.shape))):
-                from ..errors import Diagnostic
                 got = "[" + ", ".join(map(str, a.shape)) + "]"
-                raise InputError(Diagnostic(f"input {name}: expected {t}, got an array of shape {got}", spans[name],
-                                            self.graph.source if spans[name] else None, filename=self._file))
+                raise InputError(located(f"input {name}: expected {t}, got an array of shape {got}", name))
+            arrays[name] = a
+        for name, ax in self.batch.items():
+            if name not in arrays:
+                raise InputError(located(f"missing input {name}{labels[name]} ({types[name]}), split along axis "
+                                         f"{ax}", name))
+            rows = arrays[name].shape[ax]
+            if rows < shards:
+                many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
+                raise InputError(located(f"input {name}: its batch axis {ax} has {rows} rows, fewer than the {many} "
+                                         f"shards", name))
+        out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
+        for name, a in arrays.items():
             if name in self.batch:
-                ax = self.batch[name]
-                if a.shape[ax] < shards:
-                    raise InputError(f"input {name}: its batch axis {ax} has {a.shape[ax]} rows, fewer than the "
-                                     f"{shards} shards")
-                for k, part in enumerate(np.array_split(a, shards, axis=ax)):
+                for k, part in enumerate(np.array_split(a, shards, axis=self.batch[name])):
                     buf = pool.take(part.dtype, part.shape) if pool is not None else None
                     if buf is None:
                         out[k][name] = np.ascontiguousarray(part)
@@ -269,6 +450,18 @@ class Sharded:
                 for k in range(shards):
                     out[k][name] = a
         return out
+
+    def check_shards(self, shards: int) -> None:
+        """``InputError`` (located at the input) when a batch axis of static size has fewer rows than
+        ``shards``: said before any input is read or generated."""
+        _check_shards(shards)
+        for i in self.graph.inputs:
+            rows = i.type.shape[self.batch[i.name]] if i.name in self.batch else None
+            if rows is not None and rows < shards:
+                many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
+                raise InputError(Diagnostic(f"input {i.name}: its batch axis {self.batch[i.name]} has {rows} rows, "
+                                            f"fewer than the {many} shards", i.span,
+                                            self.graph.source if i.span else None, filename=self._file))
 
     @property
     def _file(self) -> str:
@@ -287,15 +480,14 @@ class Sharded:
         scheduler address or a ``distributed.Client``.  ``threads``: gradir threads per shard
         (default 1 on Dask workers, gradir's default inline).  ``progress``: a line per finished shard
         on stderr (default: when stderr is a terminal).  ``jitter``: a test hook, see ``run_shard``."""
+        _check_run_arguments(inputs, shards, client, files, threads, retries, progress, jitter)
         paths = self._paths(files)
         if paths is not None:
             if shards is not None and shards != len(paths):
-                raise ArgumentError(f"shards={shards} but {len(paths)} shard files match {files!r}")
+                raise ArgumentError(f"shards={shards} but {len(paths)} shard files match {shown(files)}")
             shards = len(paths)
         if shards is None:
             shards = DEFAULT_SHARDS
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-            raise ArgumentError(f"shards must be a positive integer, got {shown(shards)}")
         self._pool.reclaim()  # the buffers of earlier runs that nobody holds any more
         if paths is None:
             parts = self.split_inputs(inputs or {}, shards, self._pool)
@@ -317,7 +509,8 @@ class Sharded:
         return out
 
     def _paths(self, files: Union[str, Sequence[str], None]) -> Optional[list[str]]:
-        return None if files is None else shard_file_paths(files)
+        return None if files is None else shard_file_paths(os.fspath(files) if isinstance(files, os.PathLike)
+                                                           else files)
 
     def _inline(self, parts: list[dict], paths: Optional[list[str]], threads: Optional[int], progress: bool,
                 jitter: float) -> list[ShardResult]:
@@ -407,6 +600,14 @@ class Sharded:
     def combine(self, shard_outputs: Sequence[Sequence[np.ndarray]], pool: Any = None) -> dict[str, np.ndarray]:
         """The outputs from each shard's (in shard order): concatenated, summed or taken from shard 0
         (into buffers of ``pool`` where it has them)."""
+        n = len(self.graph.outputs)
+        if isinstance(shard_outputs, (str, bytes)) or not isinstance(shard_outputs, Sequence) or not shard_outputs \
+                or not all(isinstance(o, Sequence) and len(o) == n and all(isinstance(a, np.ndarray) for a in o)
+                           for o in shard_outputs):
+            raise ArgumentError(f"shard_outputs must be a non-empty list, per shard, of its {n} output arrays in the "
+                                f"graph's output order, got {shown(shard_outputs)}")
+        if pool is not None and not callable(getattr(pool, "take", None)):
+            raise ArgumentError(f"pool must be None or a gradir.buffers.BufferPool, got {type(pool).__name__}")
         out: dict[str, np.ndarray] = {}
         for j, (name, key) in enumerate(zip(self.graph.outputs, self.output_keys)):
             p = self.placements[name]
@@ -422,6 +623,41 @@ class Sharded:
             else:
                 out[key] = parts[0]
         return out
+
+
+def _check_shards(shards: Any) -> None:
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ArgumentError(f"shards must be a positive integer, got {shown(shards)}")
+
+
+def _check_run_arguments(inputs: Any, shards: Any, client: Any, files: Any, threads: Any, retries: Any,
+                         progress: Any, jitter: Any) -> None:
+    """``ArgumentError`` for an argument of ``Sharded.run`` of the wrong type or out of range, before
+    anything is read, split or started."""
+    import math
+    import numbers
+    from ..runtime import _check_threads
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise ArgumentError(f"inputs must be a mapping of input names (labels or tN) to arrays, got "
+                            f"{type(inputs).__name__}")
+    if shards is not None:
+        _check_shards(shards)
+    check_client(client)
+    if files is not None:
+        one = (str, os.PathLike)
+        if isinstance(files, (bytes, bytearray)) or not (
+                isinstance(files, one) or (isinstance(files, Sequence) and all(isinstance(f, one) for f in files))):
+            raise ArgumentError(f"files must be a glob or a list of paths of shard files, got {shown(files)}")
+        if not isinstance(files, one) and not files:
+            raise ArgumentError("files is an empty list: give one .npz per shard")
+    _check_threads(threads)
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+        raise ArgumentError(f"retries must be an integer from 0 to 100, got {shown(retries)}")
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+        raise ArgumentError(f"progress must be True, False or None, got {shown(progress)}")
+    if isinstance(jitter, bool) or not isinstance(jitter, numbers.Real) or not (
+            math.isfinite(jitter) and 0 <= jitter <= 60):
+        raise ArgumentError(f"jitter must be a number of seconds from 0 to 60, got {shown(jitter)}")
 
 
 def _progress(done: int, total: int, seconds: float, what: str) -> None:
