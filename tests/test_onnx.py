@@ -551,3 +551,28 @@ def test_shape_of_a_symbolic_dimension_points_at_dim(capsys, tmp_path) -> None:
     m = M.make(nodes, [M.vi("x", ["batch", 3])], [M.vi("y", ["batch", 3])], {"m1": np.array([-1], np.int64)})
     g = import_onnx(m).graph
     assert "Reshape(t0, shape=[-1, 3])" in g.to_text()
+
+
+def test_the_worked_example_of_the_onnx_guide_runs_as_written(tmp_path, monkeypatch, capsys) -> None:
+    """docs/onnx.md's worked example, its gradir commands as written, on a fixture ORT built: forward.onnx
+    is mlp.onnx, training_model.onnx what generate_artifacts wrote, inputs.npz the batch."""
+    import shlex
+    import shutil
+    case = os.path.join(ROOT, "tests", "data", "onnx", "mlp_fastgelu")
+    (tmp_path / "art").mkdir()
+    shutil.copy(os.path.join(case, "forward.onnx"), tmp_path / "mlp.onnx")
+    shutil.copy(os.path.join(case, "training_model.onnx"), tmp_path / "art" / "training_model.onnx")
+    shutil.copy(os.path.join(case, "inputs.npz"), tmp_path / "batch.npz")
+    with open(os.path.join(ROOT, "docs", "onnx.md"), encoding="utf-8") as f:
+        doc = f.read()
+    block = doc.split("Then, with gradir:", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert len(commands) == 3 and "params.npz" in commands[0]
+    monkeypatch.chdir(tmp_path)
+    for cmd in commands:
+        argv = shlex.split(cmd)
+        assert argv[0] == "gradir" and main(argv[1:]) == 0, (cmd, capsys.readouterr().err)
+    with np.load(tmp_path / "grads.npz") as got, np.load(os.path.join(case, "reference.npz")) as ref:
+        assert set(got.files) == set(ref.files)
+        for k in ref.files:
+            assert float(np.abs(got[k] - ref[k]).max()) <= 1e-5 * max(float(np.abs(ref[k]).max()), 1e-30), k
