@@ -401,6 +401,11 @@ def _malformed() -> dict[str, tuple[onnx.ModelProto, str]]:
         [h.make_node("Range", ["a", "b", "c"], ["y"], name="range")], [], [M.vi("y", ["d"], T.INT64)],
         [_init("a", np.array(0, np.int64)), _init("b", np.array(70_000, np.int64)), _init("c", np.array(1, np.int64))]),
         "node 'range' (ai.onnx Range): graph output 'y'")
+    fmm = h.make_node("FusedMatMul", ["x", "x"], ["y"], name="fmm", domain="com.microsoft")
+    fmm.attribute.append(h.make_attribute("alpha", [1, 2], attr_type=onnx.AttributeProto.INTS))
+    out["attribute_of_the_wrong_type"] = (_with_inits([fmm], [M.vi("x", [2, 2])], [M.vi("y", [2, 2])], [], ms=True),
+                                          "node 'fmm' (com.microsoft FusedMatMul): attribute 'alpha' is INTS, not "
+                                          "FLOAT")
     return out
 
 
@@ -576,3 +581,15 @@ def test_the_worked_example_of_the_onnx_guide_runs_as_written(tmp_path, monkeypa
         assert set(got.files) == set(ref.files)
         for k in ref.files:
             assert float(np.abs(got[k] - ref[k]).max()) <= 1e-5 * max(float(np.abs(ref[k]).max()), 1e-30), k
+
+
+def test_a_name_that_is_not_utf8_is_an_error_not_a_crash(tmp_path, capsys) -> None:
+    """Found by tests/test_fuzz_onnx_import.py: protobuf hands a string field that is not UTF-8 over as bytes
+    (the checker passes it), and the import failed on it with a TypeError."""
+    m = _with_inits([h.make_node("Relu", ["x"], ["y"], name="ok")], [M.vi("x", [2])], [M.vi("y", [2])], [])
+    data = m.SerializeToString().replace(b"\x02ok", b"\x02\xffk")
+    with pytest.raises(gradir.OnnxError, match=r"model.graph.node\[0\].name is not valid UTF-8"):
+        import_onnx(data)
+    (tmp_path / "m.onnx").write_bytes(data)
+    assert main(["import", str(tmp_path / "m.onnx")]) == 1
+    assert "not valid UTF-8" in capsys.readouterr().err

@@ -44,6 +44,16 @@ FOLDABLE = {"Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshap
             "Div", "Slice", "Range", "ConstantOfShape", "Equal", "Where", "ReduceProd", "Identity", "Neg", "Abs",
             "Max", "Min", "Expand", "Not", "Less", "Greater", "Tile", "Flatten", "Transpose", "ReduceSum"}
 ACCUMULATOR = "InPlaceAccumulatorV2"
+# the type (AttributeProto.AttributeType) of each attribute the importer reads, whatever the op
+_FLOAT, _INT, _STRING, _TENSOR, _FLOATS, _INTS, _STRINGS = 1, 2, 3, 4, 6, 7, 8
+ATTRIBUTE_TYPES = {
+    **dict.fromkeys(["alpha", "beta", "clip", "value_float"], _FLOAT),
+    **dict.fromkeys(["axis", "keepdims", "noop_with_empty_axes", "allowzero", "transA", "transB", "transBatchA",
+                     "transBatchB", "layout", "scale_down", "hidden_size", "input_forget", "start", "end", "to",
+                     "value_int", "ignore_index"], _INT),
+    **dict.fromkeys(["axes", "perm", "value_ints"], _INTS),
+    **dict.fromkeys(["approximate", "direction", "reduction"], _STRING),
+    "activations": _STRINGS, "value": _TENSOR, "value_floats": _FLOATS}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -86,6 +96,10 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     if proto.ByteSize() == 0 or not proto.HasField("graph"):  # an empty file parses as an empty model
         raise OnnxError(Diagnostic("not an ONNX model: it is empty" if proto.ByteSize() == 0 else
                                    "not an ONNX model: it has no graph", filename=filename))
+    bad = _not_utf8(proto)
+    if bad:
+        raise OnnxError(Diagnostic(f"not a valid ONNX model: {bad[0]} is not valid UTF-8 ({shown(bad[1])})",
+                                   filename=filename))
     external = [t for t in _all_tensors(proto.graph) if _is_external(onnx, t)]
     if external:
         if proto is model:  # the caller's ModelProto is not changed: its copy gets the data
@@ -155,6 +169,30 @@ def _check_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> tuple[d
         if not os.path.isdir(base):
             raise ArgumentError(f"import_onnx(): base_dir {base!r} is not a directory")
     return dims, name, base
+
+
+def _not_utf8(msg: Any, path: str = "model") -> Optional[tuple[str, bytes]]:
+    """The first string field of ``msg`` (recursively) that is not valid UTF-8, as (where, its bytes):
+    protobuf hands such a field over as ``bytes``, where every name is expected to be a ``str``."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+    for field, value in msg.ListFields():
+        if field.type == F.TYPE_STRING:
+            items = value if _repeated(field) else [value]
+            for k, v in enumerate(items):
+                if not isinstance(v, str):
+                    return (f"{path}.{field.name}" + (f"[{k}]" if _repeated(field) else ""), v)
+        elif field.type == F.TYPE_MESSAGE:
+            items = value if _repeated(field) else [value]
+            for k, v in enumerate(items):
+                found = _not_utf8(v, f"{path}.{field.name}" + (f"[{k}]" if _repeated(field) else ""))
+                if found:
+                    return found
+    return None
+
+
+def _repeated(field: Any) -> bool:
+    is_repeated = getattr(field, "is_repeated", None)  # protobuf 5.28+; ``label`` is gone in 7
+    return bool(is_repeated) if is_repeated is not None else field.label == field.LABEL_REPEATED
 
 
 def _all_tensors(graph: Any) -> Iterator[Any]:
@@ -487,9 +525,17 @@ class Importer:
         self.poisoned.update(n for n in node.output if n)
 
     def _attributes(self, node: Any) -> dict:
-        """The node's attributes as Python values; a string one must be UTF-8 (the handlers decode them)."""
+        """The node's attributes as Python values; a string one must be UTF-8 (the handlers decode them), and
+        one the handlers read must have its type (``alpha`` a float, ``axes`` ints, ...): the checker does not
+        know ``com.microsoft`` ops, so their attributes may have any type."""
         attrs = {}
+        checked = _domain(node.domain) in ("", MS_DOMAIN)
         for a in node.attribute:
+            want = ATTRIBUTE_TYPES.get(a.name) if checked else None
+            if want is not None and a.type != want:
+                names = self.onnx.AttributeProto.AttributeType
+                have = names.Name(a.type) if a.type in names.values() else str(a.type)
+                raise Unsupported(f"attribute {a.name!r} is {have}, not {names.Name(want)}")
             try:
                 v = self.onnx.helper.get_attribute_value(a)
             except Exception as e:  # noqa: BLE001 - an attribute of no type, or of one onnx cannot read
