@@ -406,6 +406,10 @@ def _malformed() -> dict[str, tuple[onnx.ModelProto, str]]:
     out["attribute_of_the_wrong_type"] = (_with_inits([fmm], [M.vi("x", [2, 2])], [M.vi("y", [2, 2])], [], ms=True),
                                           "node 'fmm' (com.microsoft FusedMatMul): attribute 'alpha' is INTS, not "
                                           "FLOAT")
+    out["reshape_to_a_float_shape"] = (_with_inits(
+        [h.make_node("Reshape", ["x", "s"], ["y"], name="rs")], [M.vi("x", [4])], [M.vi("y", ["d"])],
+        [_init("s", np.array([np.nan, 2], np.float32))]), "node 'rs' (ai.onnx Reshape): its shape (input 1, 's') is "
+        "float32, not integers")
     return out
 
 

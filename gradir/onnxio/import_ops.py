@@ -109,7 +109,7 @@ def _static(x: Any, what: str) -> tuple:
 def _reshape(ctx: Any, node: Any, attrs: dict) -> list:
     _only(attrs, {"allowzero"}, node)
     x = ctx.x(node, 0)
-    shape = [int(d) for d in ctx.const(node, 1, "shape").reshape(-1)]
+    shape = [int(d) for d in ctx.const(node, 1, "shape", ints=True).reshape(-1)]
     if 0 in shape and not attrs.get("allowzero", 0):
         src = _static(x, "Reshape with a 0 (copy this dimension) in its shape")
         beyond = [k for k, d in enumerate(shape) if d == 0 and k >= len(src)]
@@ -175,7 +175,7 @@ def _axes(ctx: Any, node: Any, attrs: dict, index: int) -> Optional[list[int]]:
     if "axes" in attrs:
         return [int(a) for a in attrs["axes"]]
     if len(node.input) > index and node.input[index]:
-        return [int(a) for a in ctx.const(node, index, "axes").reshape(-1)]
+        return [int(a) for a in ctx.const(node, index, "axes", ints=True).reshape(-1)]
     return None
 
 
@@ -304,7 +304,7 @@ def _expand(ctx: Any, node: Any, attrs: dict) -> list:
     x = ctx.x(node, 0)
     like = ctx.shape_value(node, 1)
     if like is None:
-        shape = [int(d) for d in ctx.const(node, 1, "shape").reshape(-1)]
+        shape = [int(d) for d in ctx.const(node, 1, "shape", ints=True).reshape(-1)]
         if any(d < 0 for d in shape):
             raise Unsupported(f"its shape {shape} has a negative dimension")
         out = broadcast_shape(list(x.shape), shape)

@@ -325,11 +325,16 @@ class Importer:
             return v
         raise Unsupported(f"input {n!r} is defined nowhere")  # onnx.checker catches this first
 
-    def const(self, node: Any, i: int, what: str) -> np.ndarray:
-        """Input ``i``'s value, which must be known at import time."""
+    def const(self, node: Any, i: int, what: str, ints: bool = False) -> np.ndarray:
+        """Input ``i``'s value, which must be known at import time: numbers, integers if ``ints`` (a shape,
+        axes)."""
         n = node.input[i] if i < len(node.input) else ""
         if n in self.consts:
-            return self.consts[n]
+            a = self.consts[n]
+            if a.dtype.kind not in ("iu" if ints else "biuf"):
+                raise Unsupported(f"its {what} (input {i}, {n!r}) is {a.dtype}, not "
+                                  f"{'integers' if ints else 'numbers'}")
+            return a
         if not n:
             raise Unsupported(f"its {what} (input {i}) is missing")
         raise Unsupported(f"its {what} (input {i}, {n!r}) must be known at import time (an initializer, a "
@@ -584,6 +589,8 @@ class Importer:
             a, b = (self.consts.get(n) for n in node.input[:2])
             if a is None or b is None:
                 return False
+            if a.dtype.kind not in "iu" or b.dtype.kind not in "iu":
+                raise Unsupported(f"its shapes are {a.dtype} and {b.dtype}, not integers")
             ra, rb = _broadcast_gradient_args(a, b)
             for n, r in zip(node.output, (ra, rb)):
                 if n:
@@ -669,6 +676,8 @@ class Importer:
         ``Constant`` (which holds one number, whatever its shape); an op gradir has is imported as that op;
         anything else is refused, saying why."""
         if node.op_type == "ConstantOfShape":
+            if self.consts[node.input[0]].dtype.kind not in "iu":
+                raise Unsupported(f"its shape is {self.consts[node.input[0]].dtype}, not integers")
             shape = [int(d) for d in self.consts[node.input[0]].reshape(-1)]
             fill = tensor_array(self.onnx, attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
             if fill.size != 1:
