@@ -408,7 +408,7 @@ def _malformed() -> dict[str, tuple[onnx.ModelProto, str]]:
                                           "FLOAT")
     out["reshape_to_a_float_shape"] = (_with_inits(
         [h.make_node("Reshape", ["x", "s"], ["y"], name="rs")], [M.vi("x", [4])], [M.vi("y", ["d"])],
-        [_init("s", np.array([np.nan, 2], np.float32))]), "node 'rs' (ai.onnx Reshape): its shape (input 1, 's') is "
+        [_init("s", np.array([np.nan], np.float32))]), "node 'rs' (ai.onnx Reshape): its shape (input 1, 's') is "
         "float32, not integers")
     return out
 
