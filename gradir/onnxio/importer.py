@@ -489,13 +489,10 @@ class Importer:
             first = self.b.num_ops
             outs = fn(self, node, attrs)
         except Unsupported as e:
-            self.problems.append(f"{where}: {e}")
-            self.poisoned.update(node.output)
+            self._failed(node, f"{where}: {e}")
             return
         except GradirError as e:
-            msg = "; ".join(d.message for d in e.diagnostics)
-            self.problems.append(f"{where}: {msg}")
-            self.poisoned.update(node.output)
+            self._failed(node, f"{where}: " + "; ".join(d.message for d in e.diagnostics))
             return
         if self.b.num_ops > first:
             self.comments.append((first, self.b.num_ops, node.name or node.op_type))
@@ -508,6 +505,19 @@ class Importer:
                 self.poisoned.add(n)
             else:
                 self.values[n] = v
+
+    def _failed(self, node: Any, problem: str) -> None:
+        """``node`` could not be imported: its problem is listed, and what it computes is poisoned (a
+        node it feeds is not blamed for it).  What an op the importer evaluates computes might have
+        been known at import time (a ``Shape`` given its ``--dim``), so it does not make the ops it
+        feeds unsupported either."""
+        self.problems.append(problem)
+        outs = [n for n in node.output if n]
+        self.poisoned.update(outs)
+        d = _domain(node.domain)
+        if d == "" and node.op_type in FOLDABLE | {"Constant"} or d == MS_DOMAIN and \
+                node.op_type == "BroadcastGradientArgs":
+            self.maybe_known.update(outs)
 
     def _where(self, node: Any) -> str:
         return f"node {node.name or '(unnamed)'!r} ({_domain(node.domain) or 'ai.onnx'} {node.op_type})"
