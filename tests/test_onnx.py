@@ -599,3 +599,16 @@ def test_a_name_that_is_not_utf8_is_an_error_not_a_crash(tmp_path, capsys) -> No
     (tmp_path / "m.onnx").write_bytes(data)
     assert main(["import", str(tmp_path / "m.onnx")]) == 1
     assert "not valid UTF-8" in capsys.readouterr().err
+
+
+def test_folding_an_integer_division_by_zero_is_an_error_not_a_numpy_warning() -> None:
+    """Found by the import fuzzer: onnx.reference's Div warned 'divide by zero' on standard error (and the
+    folded value is undefined)."""
+    import warnings
+    inits = {"a": np.array([4], np.int64), "z": np.array([0], np.int64)}
+    m = M.make([h.make_node("Div", ["a", "z"], ["q"], name="div"), h.make_node("Reshape", ["x", "q"], ["y"])],
+               [M.vi("x", [4])], [M.vi("y", ["d"])], inits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(gradir.OnnxError, match=r"node 'div' \(ai.onnx Div\): it divides integers by zero"):
+            import_onnx(m)

@@ -611,6 +611,9 @@ class Importer:
             return False
         if not all((not n) or n in self.consts for n in node.input):
             return False
+        if node.op_type == "Div" and len(node.input) > 1 and self.consts[node.input[1]].dtype.kind in "iu" and \
+                not self.consts[node.input[1]].all():
+            raise Unsupported("it divides integers by zero (undefined in ONNX)")
         size = self._fold_size(node, attrs)
         if size > FOLD_ELEMENTS:
             return self._too_big_to_fold(node, attrs, size)
@@ -624,7 +627,8 @@ class Importer:
                                    [onnx.helper.make_tensor_value_info(n, 0, None) for n in node.output if n]),
             opset_imports=[onnx.helper.make_opsetid("", self.opset)])
         try:
-            res = ReferenceEvaluator(model).run(None, {n: self.consts[n] for n in ins})
+            with np.errstate(all="ignore"):  # an integer division by zero is the model's; no NumPy warning
+                res = ReferenceEvaluator(model).run(None, {n: self.consts[n] for n in ins})
         except Exception as e:  # noqa: BLE001 - the reference evaluator's own errors
             raise Unsupported(f"cannot evaluate it at import time: {e}") from None
         for n, r in zip([n for n in node.output if n], res):
