@@ -168,6 +168,11 @@ class GraphBuilder:
         self._output_labels: list[Optional[str]] = []
         self._types: dict[str, TensorType] = {}
         self._next = 0
+        # what _label checks, kept as each input and output is added: checking a label is then one look-up,
+        # not a pass over every input and output (which made 20,000 labelled outputs take minutes)
+        self._owners: dict[str, str] = {}  # label -> the value it names
+        self._input_labels: dict[str, str] = {}  # input value name -> its label
+        self._output_set: set[str] = set()
 
     def __repr__(self) -> str:
         return (f"<GraphBuilder {self.name or ''} {len(self._inputs)} inputs, {len(self._ops)} ops, "
@@ -211,6 +216,9 @@ class GraphBuilder:
         v = Value(self, self._fresh(), t)
         self._inputs.append(GraphInput(v.name, t, label=label))
         self._types[v.name] = t
+        if label is not None:
+            self._owners[label] = v.name
+            self._input_labels[v.name] = label
         return v
 
     def _label(self, label: Any, where: str, value: Optional[str] = None) -> Optional[str]:
@@ -222,12 +230,11 @@ class GraphBuilder:
             raise self._error(str(e)) from None
         if label is None:
             return None
-        owners = {i.label: i.name for i in self._inputs if i.label is not None}
-        owners.update((lb, n) for n, lb in zip(self._outputs, self._output_labels) if lb is not None)
+        owners = self._owners
         if label in owners and owners[label] != value:
             raise self._error(f"{where}: label {label!r} is already the label of {owners[label]}; labels are "
                               "unique per graph")
-        mine = next((i.label for i in self._inputs if i.name == value and i.label is not None), None)
+        mine = self._input_labels.get(value) if value is not None else None
         if value is not None and mine not in (None, label):
             raise self._error(f"{where}: {value} is an input labelled {mine!r}; an output of an input may only "
                               "repeat its label")
@@ -248,11 +255,14 @@ class GraphBuilder:
                               "each labelled value)")
         for v in flat:
             self._check_value(v, "output()", "value")
-            if v.name in self._outputs:
+            if v.name in self._output_set:
                 raise self._error(f"output(): {v.name} is already an output; each value is listed once")
             lb = self._label(label, "output()", v.name)
             self._outputs.append(v.name)
             self._output_labels.append(lb)
+            self._output_set.add(v.name)
+            if lb is not None:
+                self._owners[lb] = v.name
 
     def constant(self, value: Any, dtype: Union[str, DType, None] = None, shape: Optional[Iterable] = None) -> Value:
         """A ``Constant``: ``b.constant(np.array(...))`` (dtype and shape from the array), or a Python

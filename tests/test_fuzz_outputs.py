@@ -12,7 +12,7 @@ write is refused with a located ``GradirError`` and no file is left behind.
   with every key in both files, or exit 1 with a message and neither file written (never 3).
 
 Budget and time limits as for ``tests/test_fuzz.py`` (``GRADIR_FUZZ_BUDGET`` seconds for this file,
-shared as the ``campaign`` calls say; unset: a small fixed number of examples, derandomized under CI).
+shared as the ``campaign`` calls say; unset: a small fixed number of examples, derandomized).
 See docs/fuzzing.md.
 """
 

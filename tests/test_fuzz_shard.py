@@ -9,7 +9,7 @@ too: a product over fewer rows may take another BLAS kernel), or raises an ``Arg
 call within ``API_SECONDS``.
 
 Budget as in ``tests/test_fuzz.py`` (``GRADIR_FUZZ_BUDGET``, docs/fuzzing.md): without one, a small
-fixed number of examples on the NumPy kernels, derandomized under CI.
+fixed number of examples on the NumPy kernels, derandomized.
 """
 
 from __future__ import annotations

@@ -506,3 +506,326 @@ def test_an_edited_lowered_group_imports_as_the_standard_ops_it_is() -> None:
     assert "LogSoftmaxGrad_13" not in back.to_text() and "Exp(" in back.to_text()
     x = {"t0": np.ones((2, 3)), "t1": np.zeros((2, 3))}
     np.testing.assert_allclose(_run(back, x)["t2"], _run(g, x)["t2"], rtol=0, atol=1e-15)
+
+
+# -- malformed and hostile models (issue 29) ----------------------------------------------------------------
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper as nh  # noqa: E402
+
+
+def _external(loc: str, n: int = 4) -> onnx.ModelProto:
+    """A model whose weight ``W`` (n Float32) is external data at ``loc``."""
+    t = nh.from_array(np.zeros((n,), np.float32), "W")
+    t.ClearField("raw_data")
+    t.data_location = T.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", loc
+    return _with_inits([h.make_node("Add", ["x", "W"], ["y"], name="add")], [M.vi("x", [n])], [M.vi("y", [n])], [t])
+
+
+def _with_inits(nodes: list, inputs: list, outputs: list, inits: list, ms: bool = False,
+                opset: int = 17) -> onnx.ModelProto:
+    g = h.make_graph(nodes, "m", inputs, outputs, initializer=inits)
+    ops = [h.make_opsetid("", opset)] + ([h.make_opsetid("com.microsoft", 1)] if ms else [])
+    m = h.make_model(g, opset_imports=ops)
+    m.ir_version = 8
+    return m
+
+
+def test_external_data_of_a_model_given_without_a_path_is_not_read_from_the_working_directory(tmp_path,
+                                                                                              monkeypatch) -> None:
+    np.arange(4, dtype=np.float32).tofile(tmp_path / "secret.bin")
+    monkeypatch.chdir(tmp_path)
+    m = _external("secret.bin")
+    for model in (m, m.SerializeToString()):
+        with pytest.raises(gradir.OnnxError, match=r"initializer 'W': its external data .*no directory.*base_dir"):
+            import_onnx(model)
+    # an explicit base directory is where it is read from (and the caller's ModelProto is left as it was)
+    im = import_onnx(m, base_dir=tmp_path)
+    np.testing.assert_array_equal(im.inputs["W"], np.arange(4, dtype=np.float32))
+    assert m.graph.initializer[0].data_location == T.EXTERNAL and not m.graph.initializer[0].raw_data
+
+
+def test_external_data_stays_inside_the_models_directory(tmp_path, capsys) -> None:
+    model_dir = tmp_path / "model"
+    (model_dir / "sub").mkdir(parents=True)
+    np.arange(4, dtype=np.float32).tofile(tmp_path / "secret.bin")
+    np.arange(4, dtype=np.float32).tofile(model_dir / "sub" / "w.bin")
+    os.symlink(tmp_path / "secret.bin", model_dir / "link.bin")
+    os.symlink(tmp_path, model_dir / "dirlink")
+    path = model_dir / "m.onnx"
+    path.write_bytes(_external("sub/w.bin").SerializeToString())
+    np.testing.assert_array_equal(import_onnx(str(path)).inputs["W"], np.arange(4, dtype=np.float32))
+    for loc in ["../secret.bin", "sub/../../secret.bin", str(tmp_path / "secret.bin"), "link.bin",
+                "dirlink/secret.bin", "missing.bin", "sub"]:
+        path.write_bytes(_external(loc).SerializeToString())
+        with pytest.raises(gradir.OnnxError, match="initializer 'W': its external data"):
+            import_onnx(str(path))
+        assert main(["import", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and f"{path}: error: initializer 'W'" in err, loc
+        with pytest.raises(gradir.OnnxError, match="initializer 'W': its external data"):
+            import_onnx(path.read_bytes(), base_dir=model_dir)
+
+
+def _init(name: str, a: np.ndarray) -> onnx.TensorProto:
+    return nh.from_array(a, name)
+
+
+def _malformed() -> dict[str, tuple[onnx.ModelProto, str]]:
+    """Models the ONNX checker accepts that made ``gradir import`` exit 3, and what the error names."""
+    out: dict[str, tuple[onnx.ModelProto, str]] = {}
+    add = [h.make_node("Add", ["x", "W"], ["y"], name="add")]
+    for kind, fix in [("raw_data_too_long", lambda t: setattr(t, "raw_data", b"\0" * 20)),
+                      ("raw_data_not_whole_elements", lambda t: setattr(t, "raw_data", b"\0" * 17)),
+                      ("float_data_too_long", lambda t: (t.ClearField("raw_data"), t.float_data.extend([1.0] * 6)))]:
+        t = _init("W", np.zeros((2, 2), np.float32))
+        fix(t)
+        out[kind] = (_with_inits(add, [M.vi("x", [2, 2])], [M.vi("y", [2, 2])], [t]), "initializer 'W'")
+    out["unknown_elem_type"] = (_with_inits([h.make_node("Identity", ["x"], ["y"], name="id")],
+                                            [M.vi("x", [2], 99)], [M.vi("y", [2])], []), "graph input 'x'")
+    gelu = h.make_node("Gelu", ["x"], ["y"], name="gelu", approximate="none")
+    gelu.attribute[0].s = b"\xff\xfe"
+    out["invalid_utf8_attribute"] = (_with_inits([gelu], [M.vi("x", [2])], [M.vi("y", [2])], [], opset=20),
+                                     "node 'gelu' (ai.onnx Gelu): attribute 'approximate' is not valid UTF-8")
+    out["accumulator_with_one_input"] = (_with_inits(
+        [h.make_node("InPlaceAccumulatorV2", ["b"], ["o"], name="acc", domain="com.microsoft")],
+        [M.vi("b", [2])], [M.vi("o", [2])], [], ms=True), "node 'acc' (com.microsoft InPlaceAccumulatorV2)")
+    out["broadcast_gradient_args_with_one_input"] = (_with_inits(
+        [h.make_node("BroadcastGradientArgs", ["a"], ["o1", "o2"], name="bga", domain="com.microsoft")],
+        [], [M.vi("o1", ["d"], T.INT64)], [_init("a", np.array([2, 3], np.int64))], ms=True),
+        "node 'bga' (com.microsoft BroadcastGradientArgs)")
+    out["scale_down_without_x"] = (_with_inits(
+        [h.make_node("Scale", ["", "s"], ["o"], name="scale", domain="com.microsoft", scale_down=1)],
+        [], [M.vi("o", ["d"])], [_init("s", np.array(2.0, np.float32))], ms=True),
+        "node 'scale' (com.microsoft Scale): input 0 is missing")
+    out["constant_without_attribute"] = (_with_inits(
+        [h.make_node("Constant", [], ["c"], name="const"), h.make_node("Add", ["x", "c"], ["y"], name="add")],
+        [M.vi("x", [2])], [M.vi("y", [2])], []), "node 'const' (ai.onnx Constant)")
+    out["squeeze_of_a_scalar"] = (_with_inits(
+        [h.make_node("Squeeze", ["x", "a"], ["y"], name="sq")], [M.vi("x", [])], [M.vi("y", [])],
+        [_init("a", np.array([0], np.int64))]), "node 'sq' (ai.onnx Squeeze): axis 0 is out of range")
+    out["reshape_zero_beyond_the_rank"] = (_with_inits(
+        [h.make_node("Reshape", ["x", "s"], ["y"], name="rs")], [M.vi("x", [4])], [M.vi("y", ["d"])],
+        [_init("s", np.array([2, 0], np.int64))]), "node 'rs' (ai.onnx Reshape)")
+    for kind, shape, x in [("negative", [-3, 2], [2]), ("huge", [2 ** 40, 2 ** 40], [1]),
+                           ("incompatible", [3, 5], [2])]:
+        out[f"expand_to_a_{kind}_shape"] = (_with_inits(
+            [h.make_node("Expand", ["x", "s"], ["y"], name="ex")], [M.vi("x", x)], [M.vi("y", ["d"])],
+            [_init("s", np.array(shape, np.int64))]), "node 'ex' (ai.onnx Expand)")
+    out["big_folded_integer_output"] = (_with_inits(
+        [h.make_node("Range", ["a", "b", "c"], ["y"], name="range")], [], [M.vi("y", ["d"], T.INT64)],
+        [_init("a", np.array(0, np.int64)), _init("b", np.array(70_000, np.int64)), _init("c", np.array(1, np.int64))]),
+        "node 'range' (ai.onnx Range): graph output 'y'")
+    fmm = h.make_node("FusedMatMul", ["x", "x"], ["y"], name="fmm", domain="com.microsoft")
+    fmm.attribute.append(h.make_attribute("alpha", [1, 2], attr_type=onnx.AttributeProto.INTS))
+    out["attribute_of_the_wrong_type"] = (_with_inits([fmm], [M.vi("x", [2, 2])], [M.vi("y", [2, 2])], [], ms=True),
+                                          "node 'fmm' (com.microsoft FusedMatMul): attribute 'alpha' is INTS, not "
+                                          "FLOAT")
+    out["reshape_to_a_float_shape"] = (_with_inits(
+        [h.make_node("Reshape", ["x", "s"], ["y"], name="rs")], [M.vi("x", [4])], [M.vi("y", ["d"])],
+        [_init("s", np.array([np.nan], np.float32))]), "node 'rs' (ai.onnx Reshape): its shape (input 1, 's') is "
+        "float32, not integers")
+    return out
+
+
+MALFORMED = _malformed()
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_a_malformed_model_the_checker_accepts_is_an_error_at_its_node(kind: str, tmp_path, capsys) -> None:
+    m, where = MALFORMED[kind]
+    onnx.checker.check_model(m)  # these get past the checker: the importer's own checks must catch them
+    with pytest.raises(gradir.OnnxError) as e:
+        import_onnx(m)
+    assert where in str(e.value)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert main(["import", str(path), "-o", str(tmp_path / "m.gir")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{path}: error: " in err and where in err
+    assert not (tmp_path / "m.gir").exists()
+
+
+def test_folding_is_sized_before_it_is_evaluated(monkeypatch) -> None:
+    """ConstantOfShape([1000, 1000, 1000]) is a 159-byte model and a 4 GB result: it becomes one filled
+    Constant without being evaluated; a Range or Tile over the cap is refused, saying why."""
+    from onnx.reference import ReferenceEvaluator
+
+    def never(*args, **kwargs):
+        raise AssertionError("evaluated")
+
+    monkeypatch.setattr(ReferenceEvaluator, "run", never)
+    fill = onnx.helper.make_tensor("v", T.FLOAT, [1], [1.5])
+    m = _with_inits([h.make_node("ConstantOfShape", ["s"], ["c"], name="cos", value=fill),
+                     h.make_node("Add", ["x", "c"], ["y"], name="add")], [M.vi("x", [1000, 1000, 1000])],
+                    [M.vi("y", [1000, 1000, 1000])], [_init("s", np.array([1000, 1000, 1000], np.int64))])
+    g = import_onnx(m).graph
+    const = next(op for op in g.ops if op.op_name == "Constant")
+    assert g.types[const.results[0]].shape == (1000, 1000, 1000) and "# cos" in g.to_text()
+    for op, inits, out in [("Range", [np.array(0, np.int64), np.array(2 ** 40, np.int64), np.array(1, np.int64)],
+                            "y"),
+                           ("Tile", [np.array([1, 2], np.int64), np.array([2 ** 30], np.int64)], "y")]:
+        names = [f"i{k}" for k in range(len(inits))]
+        m = _with_inits([h.make_node(op, names, ["y"], name="big")], [], [M.vi("y", ["d"], T.INT64)],
+                        [_init(n, a) for n, a in zip(names, inits)])
+        with pytest.raises(gradir.OnnxError, match=rf"node 'big' \(ai.onnx {op}\): its result would have .* "
+                                                   "gradir evaluates at most"):
+            import_onnx(m)
+
+
+class _CountingList(list):
+    passes = 0
+
+    def __iter__(self):
+        _CountingList.passes += 1
+        return super().__iter__()
+
+    def __contains__(self, item) -> bool:
+        _CountingList.passes += 1
+        return super().__contains__(item)
+
+
+def test_import_makes_no_pass_over_the_inputs_or_outputs_per_output(monkeypatch) -> None:
+    """Import time was quadratic in the number of graph outputs and labelled initializers (20,000 outputs:
+    31 s): each output's label was checked against every input and output.  Counted, not timed."""
+    from gradir.builder import GraphBuilder
+    init = GraphBuilder.__init__
+
+    def counting(self, *a, **k):
+        init(self, *a, **k)
+        self._inputs, self._outputs, self._output_labels = _CountingList(), _CountingList(), _CountingList()
+
+    monkeypatch.setattr(GraphBuilder, "__init__", counting)
+    n = 300
+    weights = {f"w{k}": np.full(2, k, np.float32) for k in range(n)}
+    nodes = [h.make_node("Add", ["x", f"w{k}"], [f"y{k}"], name=f"n{k}") for k in range(n)]
+    m = M.make(nodes, [M.vi("x", [2])], [M.vi(f"y{k}", [2]) for k in range(n)], weights)
+    _CountingList.passes = 0
+    im = import_onnx(m)
+    assert len(im.graph.outputs) == n and len(im.inputs) == n
+    assert _CountingList.passes < 20  # a few for the whole import; it was about 4 per output and input
+
+
+def test_20000_outputs_import() -> None:
+    n = 20_000
+    nodes = [h.make_node("Neg", ["x"], [f"y{k}"]) for k in range(n)]
+    m = M.make(nodes, [M.vi("x", [2])], [M.vi(f"y{k}", [2]) for k in range(n)], {})
+    assert len(import_onnx(m).graph.outputs) == n
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"model": 1}, "takes a path, bytes or an onnx.ModelProto"),
+    ({"model": None}, "takes a path, bytes or an onnx.ModelProto"),
+    ({"model": ""}, "model path"),
+    ({"model": "a\0b"}, "model path"),
+    ({"dims": 1}, "dims must be a dict"),
+    ({"dims": [("b", 1)]}, "dims must be a dict"),
+    ({"dims": {"b": "4"}}, r"dims\['b'\] must be an int"),
+    ({"dims": {"b": 0}}, r"dims\['b'\] must be an int of at least 1"),
+    ({"dims": {"b": True}}, r"dims\['b'\] must be an int"),
+    ({"dims": {"b": 2.0}}, r"dims\['b'\] must be an int"),
+    ({"dims": {1: 2}}, "a dimension name must be a non-empty str"),
+    ({"name": 3}, "name must be a str or None"),
+    ({"name": "1x"}, "is not an identifier"),
+    ({"base_dir": 1}, "base_dir must be a path"),
+    ({"base_dir": "/nonexistent/dir"}, "is not a directory"),
+])
+def test_import_onnx_refuses_bad_arguments_with_argument_error(kwargs: dict, what: str) -> None:
+    m, _ = M.gemm_mlp()
+    kwargs = {"model": m, **kwargs}
+    with pytest.raises(gradir.ArgumentError, match=what):
+        import_onnx(kwargs.pop("model"), **kwargs)
+
+
+def test_every_unsupported_node_is_listed_even_after_another_when_it_is_an_op_the_importer_folds() -> None:
+    """A LayerNormalization followed by a Where listed only the LayerNormalization: Where is folded when its
+    inputs are known, so a poisoned Where was taken for one that would have folded."""
+    inits = {"s": np.ones(4, np.float32), "c": np.array([True, False, True, False])}
+    nodes = [h.make_node("LayerNormalization", ["x", "s"], ["n"], name="ln"),
+             h.make_node("Where", ["c", "n", "x"], ["w"], name="where"),
+             h.make_node("Shape", ["n"], ["ns"], name="shape"),  # would fold: not blamed
+             h.make_node("Gather", ["ns", "i"], ["g"], name="gather", axis=0)]  # neither
+    m = M.make(nodes, [M.vi("x", [2, 4])], [M.vi("w", [2, 4]), M.vi("g", [], T.INT64)],
+               {**inits, "i": np.array(0, np.int64)})
+    with pytest.raises(gradir.OnnxError) as e:
+        import_onnx(m)
+    msg = str(e.value)
+    assert "2 nodes cannot be imported" in msg
+    assert "node 'ln' (ai.onnx LayerNormalization)" in msg and "node 'where' (ai.onnx Where)" in msg
+    assert "'shape'" not in msg and "'gather'" not in msg
+
+
+def test_shape_of_a_symbolic_dimension_points_at_dim(capsys, tmp_path) -> None:
+    nodes = [h.make_node("Shape", ["x"], ["s"], name="shape"),
+             h.make_node("Gather", ["s", "i"], ["b"], name="gather", axis=0),  # would fold: not blamed
+             h.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    m = M.make(nodes, [M.vi("x", ["batch", 3])], [M.vi("y", ["batch", 3]), M.vi("b", [], T.INT64)],
+               {"i": np.array(0, np.int64)})
+    with pytest.raises(gradir.OnnxError, match=r"(?s)1 node cannot be imported.*node 'shape' \(ai.onnx Shape\): the "
+                                               r"shape of its input \(Float32 \[\?, 3\]\) is not known at import "
+                                               r"time.*--dim NAME=SIZE.*this model's are: batch"):
+        import_onnx(m)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    assert main(["import", str(path)]) == 1
+    assert "--dim" in capsys.readouterr().err
+    assert main(["import", str(path), "--dim", "batch=2"]) == 0
+    # the static part of a partly symbolic shape folds
+    nodes = [h.make_node("Shape", ["x"], ["s"], name="shape", start=1),
+             h.make_node("Concat", ["m1", "s"], ["t"], name="cat", axis=0),
+             h.make_node("Reshape", ["x", "t"], ["y"], name="rs")]
+    m = M.make(nodes, [M.vi("x", ["batch", 3])], [M.vi("y", ["batch", 3])], {"m1": np.array([-1], np.int64)})
+    g = import_onnx(m).graph
+    assert "Reshape(t0, shape=[-1, 3])" in g.to_text()
+
+
+def test_the_worked_example_of_the_onnx_guide_runs_as_written(tmp_path, monkeypatch, capsys) -> None:
+    """docs/onnx.md's worked example, its gradir commands as written, on a fixture ORT built: forward.onnx
+    is mlp.onnx, training_model.onnx what generate_artifacts wrote, inputs.npz the batch."""
+    import shlex
+    import shutil
+    case = os.path.join(ROOT, "tests", "data", "onnx", "mlp_fastgelu")
+    (tmp_path / "art").mkdir()
+    shutil.copy(os.path.join(case, "forward.onnx"), tmp_path / "mlp.onnx")
+    shutil.copy(os.path.join(case, "training_model.onnx"), tmp_path / "art" / "training_model.onnx")
+    shutil.copy(os.path.join(case, "inputs.npz"), tmp_path / "batch.npz")
+    with open(os.path.join(ROOT, "docs", "onnx.md"), encoding="utf-8") as f:
+        doc = f.read()
+    block = doc.split("Then, with gradir:", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert len(commands) == 3 and "params.npz" in commands[0]
+    monkeypatch.chdir(tmp_path)
+    for cmd in commands:
+        argv = shlex.split(cmd)
+        assert argv[0] == "gradir" and main(argv[1:]) == 0, (cmd, capsys.readouterr().err)
+    with np.load(tmp_path / "grads.npz") as got, np.load(os.path.join(case, "reference.npz")) as ref:
+        assert set(got.files) == set(ref.files)
+        for k in ref.files:
+            assert float(np.abs(got[k] - ref[k]).max()) <= 1e-5 * max(float(np.abs(ref[k]).max()), 1e-30), k
+
+
+def test_a_name_that_is_not_utf8_is_an_error_not_a_crash(tmp_path, capsys) -> None:
+    """Found by tests/test_fuzz_onnx_import.py: protobuf hands a string field that is not UTF-8 over as bytes
+    (the checker passes it), and the import failed on it with a TypeError."""
+    m = _with_inits([h.make_node("Relu", ["x"], ["y"], name="ok")], [M.vi("x", [2])], [M.vi("y", [2])], [])
+    data = m.SerializeToString().replace(b"\x02ok", b"\x02\xffk")
+    with pytest.raises(gradir.OnnxError, match=r"model.graph.node\[0\].name is not valid UTF-8"):
+        import_onnx(data)
+    (tmp_path / "m.onnx").write_bytes(data)
+    assert main(["import", str(tmp_path / "m.onnx")]) == 1
+    assert "not valid UTF-8" in capsys.readouterr().err
+
+
+def test_folding_an_integer_division_by_zero_is_an_error_not_a_numpy_warning() -> None:
+    """Found by the import fuzzer: onnx.reference's Div warned 'divide by zero' on standard error (and the
+    folded value is undefined)."""
+    import warnings
+    inits = {"a": np.array([4], np.int64), "z": np.array([0], np.int64)}
+    m = M.make([h.make_node("Div", ["a", "z"], ["q"], name="div"), h.make_node("Reshape", ["x", "q"], ["y"])],
+               [M.vi("x", [4])], [M.vi("y", ["d"])], inits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(gradir.OnnxError, match=r"node 'div' \(ai.onnx Div\): it divides integers by zero"):
+            import_onnx(m)

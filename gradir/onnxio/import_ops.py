@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import OnnxUnsupported as Unsupported
 from .common import MS_DOMAIN
 
-__all__ = ["HANDLERS", "Unsupported", "handler", "custom"]
+__all__ = ["HANDLERS", "Unsupported", "handler", "custom", "broadcast_shape", "check_limits"]
 
 Handler = Callable[[Any, Any, dict], list]
 HANDLERS: dict[tuple[str, str], Handler] = {}
@@ -109,9 +109,13 @@ def _static(x: Any, what: str) -> tuple:
 def _reshape(ctx: Any, node: Any, attrs: dict) -> list:
     _only(attrs, {"allowzero"}, node)
     x = ctx.x(node, 0)
-    shape = [int(d) for d in ctx.const(node, 1, "shape").reshape(-1)]
+    shape = [int(d) for d in ctx.const(node, 1, "shape", ints=True).reshape(-1)]
     if 0 in shape and not attrs.get("allowzero", 0):
         src = _static(x, "Reshape with a 0 (copy this dimension) in its shape")
+        beyond = [k for k, d in enumerate(shape) if d == 0 and k >= len(src)]
+        if beyond:
+            raise Unsupported(f"its shape {shape} copies dimension {beyond[0]} (a 0) of a rank-{len(src)} input "
+                              f"({x.type})")
         shape = [src[k] if d == 0 else d for k, d in enumerate(shape)]
     if -1 in shape and None not in x.shape:
         known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
@@ -120,12 +124,58 @@ def _reshape(ctx: Any, node: Any, attrs: dict) -> list:
     return [ctx.b.Reshape(x, shape=shape)]
 
 
+def broadcast_shape(a: list, b: list) -> Optional[list]:
+    """The NumPy broadcast of shapes ``a`` and ``b`` (``None`` dimensions unknown), or ``None`` if they do
+    not broadcast; in Python ints (``np.broadcast_shapes`` refuses shapes of more than 2^63 elements)."""
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + list(a), [1] * (n - len(b)) + list(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == 1 or x == y:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        elif x is None or y is None:
+            out.append(x if y is None else y)
+        else:
+            return None
+    return out
+
+
+def check_limits(what: str, dtype: str, shape: list) -> None:
+    """``Unsupported`` if a value of ``shape`` is beyond what gradir runs (rank over 64, over 2^48
+    elements): said at the node, not later by the graph's checks."""
+    from ..types import TensorType
+    try:
+        problem = TensorType(dtype, shape).limit_problem()
+    except (ValueError, TypeError) as e:
+        raise Unsupported(f"{what} cannot have the shape {shape}: {e}") from None
+    if problem:
+        raise Unsupported(f"{what} would have {problem}")
+
+
+@handler("InPlaceAccumulatorV2", domain=MS_DOMAIN)
+def _accumulator(ctx: Any, node: Any, attrs: dict) -> list:
+    """Only a malformed accumulator gets here (well-formed ones are stripped before the import)."""
+    raise Unsupported(f"it has {len(node.input)} input{'s' if len(node.input) != 1 else ''}; an "
+                      "InPlaceAccumulatorV2 takes a buffer, a gradient and an optional reset flag")
+
+
+def _in_range(axes: list[int], rank: int, what: str) -> list[int]:
+    """``axes`` made non-negative, each checked against ``rank`` (ONNX allows -rank to rank-1)."""
+    for a in axes:
+        if not -rank <= a < rank:
+            raise Unsupported(f"{what} {a} is out of range for a rank-{rank} input (axes go from {-rank} to "
+                              f"{rank - 1})" if rank else f"{what} {a} is out of range: the input is a scalar")
+    return [a % rank for a in axes]
+
+
 def _axes(ctx: Any, node: Any, attrs: dict, index: int) -> Optional[list[int]]:
     """Axes given as an attribute (older opsets) or as input ``index`` (newer); ``None`` if absent."""
     if "axes" in attrs:
         return [int(a) for a in attrs["axes"]]
     if len(node.input) > index and node.input[index]:
-        return [int(a) for a in ctx.const(node, index, "axes").reshape(-1)]
+        return [int(a) for a in ctx.const(node, index, "axes", ints=True).reshape(-1)]
     return None
 
 
@@ -137,7 +187,7 @@ def _squeeze(ctx: Any, node: Any, attrs: dict) -> list:
         shape = _static(x, "Squeeze without axes")
         keep = [d for d in shape if d != 1]
     else:
-        axes = [a % x.rank for a in axes]
+        axes = _in_range(axes, x.rank, "axis")
         for a in axes:
             if x.shape[a] not in (1, None):
                 raise Unsupported(f"axis {a} has size {x.shape[a]}, not 1")
@@ -218,7 +268,7 @@ def _gemm(ctx: Any, node: Any, attrs: dict) -> list:
         y = ctx.b.FusedMatMul(a, b, alpha=alpha, transA=ta, transB=tb)
     else:
         y = ctx.b.MatMul(a, b)
-    c = ctx.x(node, 2)
+    c = ctx.x(node, 2, optional=True)
     if c is not None:
         beta = _float_attr(attrs, "beta", 1.0)
         if beta != 0.0:
@@ -254,9 +304,14 @@ def _expand(ctx: Any, node: Any, attrs: dict) -> list:
     x = ctx.x(node, 0)
     like = ctx.shape_value(node, 1)
     if like is None:
-        shape = [int(d) for d in ctx.const(node, 1, "shape").reshape(-1)]
-        out = np.broadcast_shapes(tuple(1 if d is None else d for d in x.shape), tuple(shape))
-        like = ctx.b.constant(False, "Bool", list(out))
+        shape = [int(d) for d in ctx.const(node, 1, "shape", ints=True).reshape(-1)]
+        if any(d < 0 for d in shape):
+            raise Unsupported(f"its shape {shape} has a negative dimension")
+        out = broadcast_shape(list(x.shape), shape)
+        if out is None:
+            raise Unsupported(f"{x.type} does not broadcast to the shape {shape}")
+        check_limits("its result", x.dtype.value, out)
+        like = ctx.b.constant(False, "Bool", out)
     return [ctx.b.BroadcastTo(x, like)]
 
 
@@ -265,7 +320,7 @@ def _lstm(ctx: Any, node: Any, attrs: dict) -> list:
     _only(attrs, {"hidden_size", "direction", "activations", "clip", "input_forget", "layout"}, node)
     if attrs.get("layout", 0) != 0:
         raise Unsupported("layout=1 (batch first) is not supported; gradir's LSTM is sequence first")
-    ins = [ctx.x(node, i) for i in range(min(len(node.input), 8))]
+    ins = [ctx.x(node, i, optional=i >= 3) for i in range(min(len(node.input), 8))]
     kw: dict[str, Any] = {"hidden_size": int(attrs["hidden_size"])} if "hidden_size" in attrs else {}
     if "direction" in attrs:
         kw["direction"] = attrs["direction"].decode() if isinstance(attrs["direction"], bytes) else attrs["direction"]
@@ -288,7 +343,7 @@ def _ms_gelu(ctx: Any, node: Any, attrs: dict) -> list:
 @handler("FastGelu", domain=MS_DOMAIN)
 def _ms_fast_gelu(ctx: Any, node: Any, attrs: dict) -> list:
     x = ctx.x(node, 0)
-    bias = ctx.x(node, 1)
+    bias = ctx.x(node, 1, optional=True)
     return [ctx.b.FastGelu(x if bias is None else ctx.b.Add(x, bias))]
 
 
@@ -367,7 +422,8 @@ def _passthrough(name: str, n_out: Optional[int] = None) -> Handler:
             elif isinstance(v, list):
                 v = [x.decode() if isinstance(x, bytes) else x for x in v]
             kw[k] = v
-        res = ctx.b.apply(name, *[ctx.x(node, i) for i in range(len(node.input))], **kw)
+        # the builder says which of the op's operands a missing input is, and whether it may be omitted
+        res = ctx.b.apply(name, *[ctx.x(node, i, optional=True) for i in range(len(node.input))], **kw)
         res = list(res) if isinstance(res, tuple) else [res]
         return res[:len(node.output)]
     return fn
@@ -387,7 +443,7 @@ def _sce_grad(ctx: Any, node: Any, attrs: dict) -> list:
     are [1]); gradir's op takes a scalar, so a [1] dY is reshaped."""
     reduction = attrs.get("reduction", b"mean")
     reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
-    dy = ctx.x(node, 0)
+    dy = ctx.x(node, 0, optional=True)
     if reduction != "none" and dy is not None and dy.shape == (1,):
         ctx.values[node.input[0] + "/scalar"] = ctx.b.Reshape(dy, shape=[])
         node = _with_input(node, 0, node.input[0] + "/scalar")
