@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest

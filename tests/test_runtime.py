@@ -580,7 +580,6 @@ def test_kernel_results_never_alias_their_operands(name, data):  # test_fuse_ele
 def test_kernel_exception_in_the_dataflow_executor(monkeypatch, failing_thread):
     """An op failing on either worker (the calling thread or the pool's) stops the run with
     its located message; the other worker is waited for, and the executable runs again."""
-    import threading
     import time
 
     from gradir import schedule
@@ -616,7 +615,6 @@ def test_overlapping_runs_restore_the_switch_interval(monkeypatch):
     """Run A starts, run B starts while A runs, A ends first: the interval each run saw on
     entry differs, yet the process's own value comes back once both are done."""
     import sys
-    import threading
     import time
 
     from gradir import schedule
@@ -650,16 +648,18 @@ def test_overlapping_runs_restore_the_switch_interval(monkeypatch):
 def test_a_run_does_not_wait_for_other_runs_on_the_shared_pool(monkeypatch):
     """Runs with the same thread count share a pool; a short run whose helper is still
     queued behind another run's long op must not wait for it."""
-    import threading
-    import time
 
     from gradir import schedule
     from gradir.kernels import KernelInfo
 
     real_tanh = KERNELS["Tanh"]
 
-    def slow_tanh(*a, out=None):  # a long op that releases the GIL
-        time.sleep(1.0)
+    inside = threading.Semaphore(0)
+    release = threading.Event()
+
+    def slow_tanh(*a, out=None):  # a long op that releases the GIL, until the test lets it end
+        inside.release()
+        release.wait(120)
         return real_tanh.fn(*a, out=out)
 
     monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
@@ -672,20 +672,26 @@ def test_a_run_does_not_wait_for_other_runs_on_the_shared_pool(monkeypatch):
     others = [threading.Thread(target=long_exe.run, args=({"t0": x, "t1": x},)) for _ in range(2)]
     for t in others:
         t.start()
-    time.sleep(0.2)  # both pool workers now sleep in the long runs' ops
-    t0 = time.perf_counter()
-    got = short_exe.run({"t0": x, "t1": x})["t4"]
-    elapsed = time.perf_counter() - t0
-    for t in others:
-        t.join()
-    np.testing.assert_allclose(got, 2 * np.exp(x), rtol=1e-6)
-    assert elapsed < 0.5, elapsed
+    try:
+        for _ in range(4):  # both runs' two Tanh ops: the two callers and both pool workers now wait in them
+            assert inside.acquire(timeout=60), "the long runs' ops did not all start"
+        got = {}
+        short = threading.Thread(target=lambda: got.update(short_exe.run({"t0": x, "t1": x})))
+        short.start()
+        short.join(60)  # it must end while every pool worker is still held in a long op
+        finished = not short.is_alive()
+    finally:
+        release.set()
+        for t in others:
+            t.join()
+    assert finished, "the short run waited for the other runs' ops on the shared pool"
+    short.join()
+    np.testing.assert_allclose(got["t4"], 2 * np.exp(x), rtol=1e-6)
 
 
 def test_an_interrupt_between_steps_stops_the_dataflow_helpers(monkeypatch):
     """A KeyboardInterrupt landing on the caller's worker outside a step (emulated right
     after it takes a step) propagates; the helper thread is told to stop (no hang)."""
-    import threading
     import types
 
     from gradir import executor, schedule
