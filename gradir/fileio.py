@@ -148,14 +148,14 @@ def write_files(files: Sequence[tuple[str, bytes]]) -> None:
             except FileNotFoundError:
                 st = None
             if st is not None and stat.S_ISDIR(st.st_mode):
-                raise _Failed(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+                raise _cannot_write(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
             if st is not None and not stat.S_ISREG(st.st_mode):
                 later.append((path, data))
                 continue
             try:
                 tmp = _stage(real, data, None if st is None else stat.S_IMODE(st.st_mode))
             except OSError as e:
-                raise _Failed(path, e) from None
+                raise _cannot_write(path, e) from None
             staged.append((path, real, tmp, st is not None))
         _rename_all(staged)
         staged = []
@@ -164,17 +164,13 @@ def write_files(files: Sequence[tuple[str, bytes]]) -> None:
                 _write_stdout(data)
             else:
                 write_file(path, data)
-    except _Failed as f:
-        raise GradirError(Diagnostic(f"cannot write file: {f.error.strerror or f.error}", filename=f.path)) from None
     finally:
         for _, _, tmp, _ in staged:  # not renamed: a failure, Ctrl-C or SIGTERM before the renames
             _discard(tmp)
 
 
-class _Failed(Exception):
-    def __init__(self, path: str, error: OSError) -> None:
-        super().__init__(path)
-        self.path, self.error = path, error
+def _cannot_write(path: str, error: OSError) -> GradirError:
+    return GradirError(Diagnostic(f"cannot write file: {error.strerror or error}", filename=path))
 
 
 def _discard(path: str) -> None:
@@ -216,7 +212,7 @@ def _rename_all(staged: list[tuple[str, str, str, bool]]) -> None:
             try:
                 os.replace(tmp, real)
             except OSError as e:
-                raise _Failed(path, e) from None
+                raise _cannot_write(path, e) from None
             _PENDING.discard(tmp)
             done.append((real, backup))
     except BaseException:
