@@ -75,7 +75,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not MIN_OPSET <= args.opset <= newest:
         raise UsageError(f"export: --opset {args.opset}: gradir writes opsets {MIN_OPSET} to {newest} (the installed "
                          "onnx's newest)")
-    from .exporter import ort_notes
+    from .ort import ort_notes
     graph = load(args.file)
     export_onnx(graph, args.output, opset=args.opset, custom_domain=args.custom_domain)  # "-": stdout
     for note in ort_notes(graph, args.opset, args.custom_domain):

@@ -46,3 +46,8 @@ class ImportedModel:
     @property
     def text(self) -> str:
         return self.graph.to_text()
+
+
+def _domain(d: str) -> str:
+    """A node's domain with ONNX's two spellings of the default one (``""`` and ``"ai.onnx"``) made one."""
+    return "" if d in ("", "ai.onnx") else d

@@ -1,5 +1,6 @@
 """Data-parallel runs: placement analysis (``placement``, ``rules``), the shard graph (``shardgraph``),
-and running K shards inline or on Dask (``run``, ``worker``); docs/distributed.md."""
+and running K shards inline or on Dask (``run``, ``worker``, the engine opened by ``scheduler``);
+docs/distributed.md."""
 
 from .analysis import analyze
 from .placement import PARTIAL, REPLICATED, Placement, split

@@ -33,7 +33,7 @@ def scheduler_arg(text: str) -> str:
         if text.startswith("local:") and not (text[6:].isdigit() and 1 <= int(text[6:]) <= 256):
             raise argparse.ArgumentTypeError(f"local:N needs N worker processes from 1 to 256, got {text!r}")
         if text.startswith("tcp://"):
-            from .run import tcp_host_port
+            from .scheduler import tcp_host_port
             try:
                 tcp_host_port(text)
             except ValueError as e:
@@ -95,7 +95,7 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
     if args.shards is not None and args.shards < 1:
         raise UsageError(f"run: --shards must be a positive integer, got {args.shards}")
     if args.scheduler and "://" in args.scheduler:
-        from .run import probe
+        from .scheduler import probe
         probe(args.scheduler)  # nothing (or no Dask scheduler) there: said before any input is read or generated
     if args.shard_files:
         from .run import shard_file_paths
@@ -155,7 +155,8 @@ def split_from_files(args: argparse.Namespace) -> dict[str, Any]:
 def sharded_runs(args: argparse.Namespace, inputs: Mapping[str, Any]) -> tuple[dict, list[float], str]:
     """Run ``args.sharded`` (placed by ``check_run_arguments``) ``args.repeat`` times (one scheduler for
     all); returns the outputs, the times and what ran them, for the report."""
-    from .run import Sharded, open_scheduler
+    from .run import Sharded
+    from .scheduler import open_scheduler
     sharded: Sharded = args.sharded
     if args.shard_files:
         inputs = {k: v for k, v in inputs.items() if k not in sharded.batch}
