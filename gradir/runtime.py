@@ -28,7 +28,7 @@ from .passes import Program, run_passes
 from .schedule import Plan, build_plan
 from .types import TensorType, format_shape
 
-__all__ = ["compile", "Executable", "default_threads"]
+__all__ = ["compile", "Executable", "default_threads", "check_threads"]
 
 
 def default_threads() -> int:
@@ -50,7 +50,7 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     ``gradir.ArgumentError``.
     """
     from .syntax import load, parse
-    _check_threads(threads)
+    check_threads(threads)
     passes = pass_list(passes, "passes")
     disable = pass_list(disable, "disable")
     if isinstance(graph_or_text, os.PathLike):
@@ -81,7 +81,7 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
 MAX_THREADS = 1024
 
 
-def _check_threads(threads: object) -> None:
+def check_threads(threads: object) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ArgumentError(f"threads must be a positive integer or None, got {shown(threads)}")
     if threads is not None and threads > MAX_THREADS:
@@ -129,7 +129,7 @@ class Executable:
         self.graph = graph
         self.program = program
         self.plan = plan
-        _check_threads(threads)
+        check_threads(threads)
         self.threads = default_threads() if threads is None else threads
         self._input_types = {i.name: i.type for i in graph.inputs}
         from .labels import output_keys

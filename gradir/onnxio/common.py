@@ -12,7 +12,7 @@ from ..graph import Graph
 from ..types import DType
 
 __all__ = ["require_onnx", "ImportedModel", "ONNX_TO_DTYPE", "DTYPE_TO_ONNX", "MS_DOMAIN", "GRADIR_DOMAIN",
-           "ONNX_DOMAINS"]
+           "ONNX_DOMAINS", "onnx_domain"]
 
 MS_DOMAIN = "com.microsoft"
 GRADIR_DOMAIN = "ai.gradir"
@@ -48,6 +48,6 @@ class ImportedModel:
         return self.graph.to_text()
 
 
-def _domain(d: str) -> str:
+def onnx_domain(d: str) -> str:
     """A node's domain with ONNX's two spellings of the default one (``""`` and ``"ai.onnx"``) made one."""
     return "" if d in ("", "ai.onnx") else d

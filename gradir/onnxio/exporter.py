@@ -25,13 +25,13 @@ from ..types import DType
 from . import lowering
 from .common import DTYPE_TO_ONNX, GRADIR_DOMAIN, MS_DOMAIN, require_onnx
 
-__all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS"]
+__all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS", "Export"]
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 11
 MAX_MODEL_BYTES = (1 << 31) - 1  # protobuf's limit for one message
 
-Exporter = Callable[["_Export", Op], None]
+Exporter = Callable[["Export", Op], None]
 EXPORTERS: dict[str, Exporter] = {}
 
 
@@ -61,7 +61,7 @@ def export_onnx(graph: Union[Graph, str, "os.PathLike[str]"], path: Union[str, "
     if path is not None and path != "-" and source and _same_file(source, path):
         raise GradirError(Diagnostic("the output is the graph's own file; write the model to another path",
                                      filename=path))
-    model = _Export(onnx, graph, opset, bool(custom_domain)).run()
+    model = Export(onnx, graph, opset, bool(custom_domain)).run()
     if path is not None:
         from ..fileio import write_file
         write_file(path, _serialized(model, graph))
@@ -92,7 +92,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _serialized(model: Any, graph: Graph) -> bytes:
-    """The model's bytes; a model over protobuf's 2 GB limit is an error saying so (``_Export.run`` checks
+    """The model's bytes; a model over protobuf's 2 GB limit is an error saying so (``Export.run`` checks
     the size first, this is the last guard)."""
     try:
         return model.SerializeToString()
@@ -101,7 +101,7 @@ def _serialized(model: Any, graph: Graph) -> bytes:
                                    filename=graph.source.filename if graph.source is not None else None)) from None
 
 
-class _Export:
+class Export:
     def __init__(self, onnx: Any, graph: Graph, opset: int, custom: bool) -> None:
         self.onnx, self.h, self.graph, self.opset, self.custom = onnx, onnx.helper, graph, opset, custom
         self.nodes: list = []
@@ -258,12 +258,12 @@ class _Export:
                   domain=GRADIR_DOMAIN, **attrs)
 
 
-def _io(e: _Export, op: Op) -> tuple[list[str], list[str]]:
+def _io(e: Export, op: Op) -> tuple[list[str], list[str]]:
     return [e.name(v) for v in op.operands], [e.name(r) for r in op.results]
 
 
 def _same(onnx_name: str, domain: str = "", attrs: tuple = ()) -> Exporter:
-    def fn(e: _Export, op: Op) -> None:
+    def fn(e: Export, op: Op) -> None:
         ins, outs = _io(e, op)
         kw = {k: op.resolved_attrs()[k] for k in attrs}
         kw = {k: e.float_attr(op, k) if isinstance(v, float) else v for k, v in kw.items()}
@@ -282,7 +282,7 @@ for _n in ("LeakyReluGrad", "QuickGeluGrad"):
 
 
 @exporter("SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad", "LogSoftmaxGrad_13")
-def _softmax_grad(e: _Export, op: Op) -> None:
+def _softmax_grad(e: Export, op: Op) -> None:
     """Float32: ORT's op.  Float64, which ORT has no kernel of: the same arithmetic in standard ops,
     marked so that import_onnx reads the op back (``lowering``)."""
     ins, outs = _io(e, op)
@@ -314,7 +314,7 @@ EXPORTERS["QuickGelu"] = _same("QuickGelu", MS_DOMAIN, ("alpha",))
 
 
 @exporter("FusedMatMul")
-def _fused_matmul(e: _Export, op: Op) -> None:
+def _fused_matmul(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     a = op.resolved_attrs()
     e.node("FusedMatMul", ins, outs, MS_DOMAIN, alpha=e.float_attr(op, "alpha"),
@@ -322,7 +322,7 @@ def _fused_matmul(e: _Export, op: Op) -> None:
 
 
 @exporter("SoftmaxCrossEntropyLoss")
-def _sce(e: _Export, op: Op) -> None:
+def _sce(e: Export, op: Op) -> None:
     if e.opset < 12:
         raise NoCounterpart("ONNX has SoftmaxCrossEntropyLoss from opset 12; use --opset 12 or later")
     ins, outs = _io(e, op)
@@ -331,7 +331,7 @@ def _sce(e: _Export, op: Op) -> None:
 
 
 @exporter("SoftmaxCrossEntropyLossGrad")
-def _sce_grad(e: _Export, op: Op) -> None:
+def _sce_grad(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     a = op.resolved_attrs()  # without ignore_index, gradir's kernel ignores label -1 as ORT's does
     e.node("SoftmaxCrossEntropyLossGrad", ins, outs, MS_DOMAIN, reduction=a["reduction"],
@@ -339,7 +339,7 @@ def _sce_grad(e: _Export, op: Op) -> None:
 
 
 @exporter("Gelu")
-def _gelu(e: _Export, op: Op) -> None:
+def _gelu(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     if e.opset >= 20:
         e.node("Gelu", ins, outs)
@@ -348,7 +348,7 @@ def _gelu(e: _Export, op: Op) -> None:
 
 
 @exporter("Constant")
-def _constant(e: _Export, op: Op) -> None:
+def _constant(e: Export, op: Op) -> None:
     """A ``Constant`` node (an initializer would come back from ``import_onnx`` as a weight input); a fill
     (one number filling its shape) is ``ConstantOfShape``, never the materialized array (a fill of
     [30000, 30000] is 3.6 GB as a tensor and a few bytes as a fill)."""
@@ -363,7 +363,7 @@ def _constant(e: _Export, op: Op) -> None:
 
 
 @exporter("Transpose")
-def _transpose(e: _Export, op: Op) -> None:
+def _transpose(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     perm = op.resolved_attrs().get("perm")
     if perm is not None and not perm:  # a scalar's: make_node cannot tell the type of an empty list
@@ -373,7 +373,7 @@ def _transpose(e: _Export, op: Op) -> None:
 
 
 @exporter("Softmax", "LogSoftmax")
-def _softmax(e: _Export, op: Op) -> None:
+def _softmax(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     rank = e.type(op.operands[0]).rank
     axis = op.resolved_attrs()["axis"]
@@ -387,7 +387,7 @@ def _softmax(e: _Export, op: Op) -> None:
 
 
 @exporter("Reshape")
-def _reshape(e: _Export, op: Op) -> None:
+def _reshape(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     shape = list(op.attrs["shape"])
     if 0 in shape and e.opset < 14:
@@ -397,7 +397,7 @@ def _reshape(e: _Export, op: Op) -> None:
 
 
 @exporter("Unsqueeze")
-def _unsqueeze(e: _Export, op: Op) -> None:
+def _unsqueeze(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     axes = list(op.attrs["axes"])
     if e.opset >= 13:
@@ -406,7 +406,7 @@ def _unsqueeze(e: _Export, op: Op) -> None:
         e.node("Unsqueeze", ins, outs, axes=axes)
 
 
-def _reduce(e: _Export, name: str, x: str, out: str, axes: Optional[list], keepdims: bool, axes_input: int) -> None:
+def _reduce(e: Export, name: str, x: str, out: str, axes: Optional[list], keepdims: bool, axes_input: int) -> None:
     if axes is not None and not axes:
         e.node("Identity", [x], [out])
     elif e.opset >= axes_input:
@@ -416,7 +416,7 @@ def _reduce(e: _Export, name: str, x: str, out: str, axes: Optional[list], keepd
 
 
 @exporter("ReduceSum", "ReduceMean")
-def _reduce_op(e: _Export, op: Op) -> None:
+def _reduce_op(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     a = op.resolved_attrs()
     axes = None if a["axes"] is None else list(a["axes"])
@@ -424,7 +424,7 @@ def _reduce_op(e: _Export, op: Op) -> None:
 
 
 @exporter("Scale")
-def _scale(e: _Export, op: Op) -> None:
+def _scale(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     t = e.type(op.operands[0])
     with np.errstate(over="ignore"):  # a Float32 op's factor is float32(factor), inf past its range, as in gradir
@@ -433,14 +433,14 @@ def _scale(e: _Export, op: Op) -> None:
 
 
 @exporter("ZerosLike")
-def _zeros_like(e: _Export, op: Op) -> None:
+def _zeros_like(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     t = e.type(op.operands[0])
     zero = e.onnx.numpy_helper.from_array(np.zeros(1, t.dtype.numpy))
     e.node("ConstantOfShape", [_shape_of(e, op.operands[0])], outs, value=zero)
 
 
-def _shape_of(e: _Export, v: str) -> str:
+def _shape_of(e: Export, v: str) -> str:
     """``Shape(v)``: the shape read from the value itself, as gradir's ``Like`` operands do (``import_onnx``
     turns ``Expand(x, Shape(v))`` back into ``BroadcastTo(x, v)``)."""
     name = e.fresh("shape")
@@ -449,13 +449,13 @@ def _shape_of(e: _Export, v: str) -> str:
 
 
 @exporter("BroadcastTo")
-def _broadcast_to(e: _Export, op: Op) -> None:
+def _broadcast_to(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     e.node("Expand", [ins[0], _shape_of(e, op.operands[1])], outs)
 
 
 @exporter("ReduceSumTo")
-def _reduce_sum_to(e: _Export, op: Op) -> None:
+def _reduce_sum_to(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     x, like = e.type(op.operands[0]), e.type(op.operands[1])
     lead = x.rank - like.rank
@@ -472,7 +472,7 @@ def _reduce_sum_to(e: _Export, op: Op) -> None:
 
 
 @exporter("LSTMTraining", "LSTMGrad")
-def _lstm(e: _Export, op: Op) -> None:
+def _lstm(e: Export, op: Op) -> None:
     a = op.resolved_attrs()
     if op.op_name == "LSTMGrad":
         if a["direction"] != "forward":

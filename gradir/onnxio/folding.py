@@ -21,7 +21,7 @@ from .common import MS_DOMAIN
 from .import_ops import HANDLERS, check_limits
 from .loading import tensor_array
 
-__all__ = ["Folding", "FOLD_ELEMENTS", "FOLDABLE"]
+__all__ = ["Folding", "FOLD_ELEMENTS", "FOLDABLE", "constant_value"]
 
 # the most elements a value evaluated at import time may have (a bound checked before evaluating it)
 FOLD_ELEMENTS = 1 << 22
@@ -200,7 +200,7 @@ class Folding:
                           f"at import time")
 
 
-def _constant_value(onnx: Any, node: Any) -> np.ndarray:
+def constant_value(onnx: Any, node: Any) -> np.ndarray:
     if len(node.attribute) != 1:
         raise Unsupported(f"a Constant has exactly one value attribute; this one has {len(node.attribute)}")
     a = node.attribute[0]

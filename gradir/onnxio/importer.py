@@ -33,11 +33,11 @@ from ..errors import Diagnostic, GradirError, OnnxError, shown
 from ..ir import OPS
 from ..syntax import parse
 from ..types import DType
-from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, _domain, require_onnx
+from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
 from ..errors import OnnxUnsupported as Unsupported
-from .folding import FOLDABLE, Folding, _constant_value
+from .folding import FOLDABLE, Folding, constant_value
 from .import_ops import HANDLERS, check_limits, custom
-from .loading import (_all_tensors, _check_arguments, _elem_type_name, _is_external, _load_external, _not_utf8,
+from .loading import (all_tensors, check_import_arguments, elem_type_name, is_external, load_external, not_utf8,
                       tensor_array)
 from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
@@ -71,7 +71,7 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     path, no symbolic link out of it.
     """
     onnx = require_onnx()
-    dims, name, base = _check_arguments(model, dims, name, base_dir)
+    dims, name, base = check_import_arguments(model, dims, name, base_dir)
     filename = "<model>"
     if isinstance(model, (str, os.PathLike)):
         filename = os.fspath(model)
@@ -93,18 +93,18 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     if proto.ByteSize() == 0 or not proto.HasField("graph"):  # an empty file parses as an empty model
         raise OnnxError(Diagnostic("not an ONNX model: it is empty" if proto.ByteSize() == 0 else
                                    "not an ONNX model: it has no graph", filename=filename))
-    bad = _not_utf8(proto)
+    bad = not_utf8(proto)
     if bad:
         raise OnnxError(Diagnostic(f"not a valid ONNX model: {bad[0]} is not valid UTF-8 ({shown(bad[1])})",
                                    filename=filename))
-    external = [t for t in _all_tensors(proto.graph) if _is_external(onnx, t)]
+    external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
     if external:
         if proto is model:  # the caller's ModelProto is not changed: its copy gets the data
             proto = onnx.ModelProto()
             proto.CopyFrom(model)
-            external = [t for t in _all_tensors(proto.graph) if _is_external(onnx, t)]
+            external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
         for t in external:
-            _load_external(onnx, t, base, filename)
+            load_external(onnx, t, base, filename)
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # noqa: BLE001 - onnx.checker.ValidationError and C++ errors
@@ -129,7 +129,7 @@ class Importer(Folding):
         self.filename = filename
         self.dims = dims
         g = proto.graph
-        self.opset = next((o.version for o in proto.opset_import if _domain(o.domain) == ""), 1)
+        self.opset = next((o.version for o in proto.opset_import if onnx_domain(o.domain) == ""), 1)
         self.b = GraphBuilder(name or _graph_name(g.name or os.path.splitext(os.path.basename(filename))[0]))
         reserve_value_names(self.b, g)  # the model's own tN names go back to their values (naming.py)
         self.values: dict[str, Any] = {}  # ONNX name -> gradir Value
@@ -199,7 +199,7 @@ class Importer(Folding):
         self.readers: dict[str, list[tuple[str, str, int]]] = {o.name: [("", "", -1)] for o in g.output}
         for node in nodes:
             for k, n in enumerate(node.input):
-                self.readers.setdefault(n, []).append((_domain(node.domain), node.op_type, k))
+                self.readers.setdefault(n, []).append((onnx_domain(node.domain), node.op_type, k))
         used = {n for node in nodes for n in node.input} | {o.name for o in g.output} | set(grad_outputs)
         for vi in g.input:
             if vi.name not in used and (vi.name in inits or vi.name in self._dropped):
@@ -235,7 +235,7 @@ class Importer(Folding):
         grads: dict[str, str] = {}
         kept = []
         for node in nodes:
-            if node.op_type == ACCUMULATOR and _domain(node.domain) == MS_DOMAIN and len(node.input) >= 2 and \
+            if node.op_type == ACCUMULATOR and onnx_domain(node.domain) == MS_DOMAIN and len(node.input) >= 2 and \
                     node.input[0] and node.input[1]:  # a malformed one is kept: _node reports it
                 grads[node.input[1]] = node.input[1]
                 self._dropped.update(node.output)
@@ -254,7 +254,7 @@ class Importer(Folding):
     def _type(self, vi: Any) -> tuple[DType, list]:
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type") or tt.elem_type not in ONNX_TO_DTYPE:
-            kind = _elem_type_name(self.onnx, tt.elem_type) if vi.type.HasField("tensor_type") else \
+            kind = elem_type_name(self.onnx, tt.elem_type) if vi.type.HasField("tensor_type") else \
                 vi.type.WhichOneof("value")
             raise Unsupported(f"input {vi.name!r} has type {kind}; gradir has Float32, Float64, Int32, Int64, Bool")
         shape = []
@@ -320,11 +320,11 @@ class Importer(Folding):
         if any(n in self.poisoned for n in node.input if n):
             self._poisoned_node(node, where)
             return
-        domain = _domain(node.domain)
+        domain = onnx_domain(node.domain)
         try:
             attrs = self._attributes(node)
             if node.op_type == "Constant" and domain == "":
-                self.consts[node.output[0]] = _constant_value(self.onnx, node)
+                self.consts[node.output[0]] = constant_value(self.onnx, node)
                 self.made_by[node.output[0]] = node
                 return
             if self._fold(node, domain, attrs):
@@ -363,13 +363,13 @@ class Importer(Folding):
         self.problems.append(problem)
         outs = [n for n in node.output if n]
         self.poisoned.update(outs)
-        d = _domain(node.domain)
+        d = onnx_domain(node.domain)
         if d == "" and node.op_type in FOLDABLE | {"Constant"} or d == MS_DOMAIN and \
                 node.op_type == "BroadcastGradientArgs":
             self.maybe_known.update(outs)
 
     def _where(self, node: Any) -> str:
-        return f"node {node.name or '(unnamed)'!r} ({_domain(node.domain) or 'ai.onnx'} {node.op_type})"
+        return f"node {node.name or '(unnamed)'!r} ({onnx_domain(node.domain) or 'ai.onnx'} {node.op_type})"
 
     def _poisoned_node(self, node: Any, where: str) -> None:
         """A node fed by a node that could not be imported: reported only if its own op type is unsupported.
@@ -377,7 +377,7 @@ class Importer(Folding):
         An op the importer folds (``Where``, ``Concat``, ``Gather``, ``Slice``, ...) and has no handler for is
         unsupported here too, unless what poisons it could have been known at import time (``Shape`` of an
         unsupported node's result, a bad initializer, ...): then it would have folded, and is not blamed."""
-        d = _domain(node.domain)
+        d = onnx_domain(node.domain)
         maybe_known = all(n in self.maybe_known for n in node.input if n in self.poisoned)
         if d == "" and node.op_type in ("Shape", "Size") or \
                 d == "" and node.op_type in FOLDABLE | {"Constant"} and maybe_known or \
@@ -393,7 +393,7 @@ class Importer(Folding):
         one the handlers read must have its type (``alpha`` a float, ``axes`` ints, ...): the checker does not
         know ``com.microsoft`` ops, so their attributes may have any type."""
         attrs = {}
-        checked = _domain(node.domain) in ("", MS_DOMAIN)
+        checked = onnx_domain(node.domain) in ("", MS_DOMAIN)
         for a in node.attribute:
             want = ATTRIBUTE_TYPES.get(a.name) if checked else None
             if want is not None and a.type != want:

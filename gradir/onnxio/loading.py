@@ -22,12 +22,13 @@ from ..errors import Diagnostic, OnnxError, shown
 from ..errors import OnnxUnsupported as Unsupported
 from .common import require_onnx
 
-__all__ = ["tensor_array"]
+__all__ = ["tensor_array", "check_import_arguments", "not_utf8", "all_tensors", "is_external", "load_external",
+           "elem_type_name"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def _check_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> tuple[dict[str, int], Optional[str],
+def check_import_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> tuple[dict[str, int], Optional[str],
                                                                                 Optional[str]]:
     """``import_onnx``'s arguments checked (``ArgumentError``, which says which one and why)."""
     from ..errors import ArgumentError
@@ -75,7 +76,7 @@ def _check_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> tuple[d
     return dims, name, base
 
 
-def _not_utf8(msg: Any, path: str = "model") -> Optional[tuple[str, bytes]]:
+def not_utf8(msg: Any, path: str = "model") -> Optional[tuple[str, bytes]]:
     """The first string field of ``msg`` (recursively) that is not valid UTF-8, as (where, its bytes):
     protobuf hands such a field over as ``bytes``, where every name is expected to be a ``str``."""
     from google.protobuf.descriptor import FieldDescriptor as F
@@ -88,7 +89,7 @@ def _not_utf8(msg: Any, path: str = "model") -> Optional[tuple[str, bytes]]:
         elif field.type == F.TYPE_MESSAGE:
             items = value if _repeated(field) else [value]
             for k, v in enumerate(items):
-                found = _not_utf8(v, f"{path}.{field.name}" + (f"[{k}]" if _repeated(field) else ""))
+                found = not_utf8(v, f"{path}.{field.name}" + (f"[{k}]" if _repeated(field) else ""))
                 if found:
                     return found
     return None
@@ -99,7 +100,7 @@ def _repeated(field: Any) -> bool:
     return bool(is_repeated) if is_repeated is not None else field.label == field.LABEL_REPEATED
 
 
-def _all_tensors(graph: Any) -> Iterator[Any]:
+def all_tensors(graph: Any) -> Iterator[Any]:
     """Every TensorProto of a graph: initializers, sparse initializers, node attributes, subgraphs'."""
     yield from graph.initializer
     for sp in graph.sparse_initializer:
@@ -114,16 +115,16 @@ def _all_tensors(graph: Any) -> Iterator[Any]:
                 yield a.sparse_tensor.values
                 yield a.sparse_tensor.indices
             if a.HasField("g"):
-                yield from _all_tensors(a.g)
+                yield from all_tensors(a.g)
             for sub in a.graphs:
-                yield from _all_tensors(sub)
+                yield from all_tensors(sub)
 
 
-def _is_external(onnx: Any, t: Any) -> bool:
+def is_external(onnx: Any, t: Any) -> bool:
     return t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL
 
 
-def _load_external(onnx: Any, t: Any, base: Optional[str], filename: str) -> None:
+def load_external(onnx: Any, t: Any, base: Optional[str], filename: str) -> None:
     """Read tensor ``t``'s external data into its ``raw_data``, from a file inside ``base`` only."""
     what = f"initializer {t.name!r}" if t.name else "a tensor"
 
@@ -189,7 +190,7 @@ _FIELDS = {1: "float_data", 11: "double_data", 7: "int64_data", 2: "int32_data",
            13: "uint64_data"}
 
 
-def _elem_type_name(onnx: Any, t: int) -> str:
+def elem_type_name(onnx: Any, t: int) -> str:
     try:
         return onnx.TensorProto.DataType.Name(t)
     except ValueError:
@@ -205,7 +206,7 @@ def tensor_array(onnx: Any, t: Any) -> np.ndarray:
     try:
         onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
     except Exception:  # noqa: BLE001 - KeyError, or ValueError for an unknown enum value
-        raise Unsupported(f"its data type is {_elem_type_name(onnx, t.data_type)}, which gradir cannot read") \
+        raise Unsupported(f"its data type is {elem_type_name(onnx, t.data_type)}, which gradir cannot read") \
             from None
     if any(d < 0 for d in t.dims):
         raise Unsupported(f"its shape {list(t.dims)} has a negative dimension")
@@ -217,7 +218,7 @@ def tensor_array(onnx: Any, t: Any) -> np.ndarray:
         size = _ITEMSIZE[t.data_type]
         if len(t.raw_data) != n * size:
             raise Unsupported(f"its raw_data has {len(t.raw_data):,} bytes; its shape {dims} of "
-                              f"{_elem_type_name(onnx, t.data_type)} takes {n * size:,}")
+                              f"{elem_type_name(onnx, t.data_type)} takes {n * size:,}")
     elif not t.HasField("raw_data") and t.data_type in _FIELDS:
         got = len(getattr(t, _FIELDS[t.data_type]))
         if got != n:

@@ -16,7 +16,7 @@ from ..ir import Op
 from ..types import DType
 from . import lowering
 from .common import require_onnx
-from .exporter import EXPORTERS, _Export
+from .exporter import EXPORTERS, Export
 
 __all__ = ["ort_notes", "ORT_FLOAT32_ONLY"]
 
@@ -44,7 +44,7 @@ def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
 
 
 def _needs_custom(graph: Graph, op: Op, opset: int) -> bool:
-    e = _Export(require_onnx(), graph, opset, False)
+    e = Export(require_onnx(), graph, opset, False)
     try:
         EXPORTERS[op.op_name](e, op)
     except NoCounterpart:

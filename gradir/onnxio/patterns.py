@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import OnnxUnsupported as Unsupported
-from .common import MS_DOMAIN, _domain
+from .common import MS_DOMAIN, onnx_domain
 from .loading import tensor_array
 
 __all__ = ["fuse_erf_gelu"]
@@ -34,7 +34,7 @@ def fuse_erf_gelu(onnx: Any, nodes: list, inits: dict, graph_outputs: set[str], 
 
     consts = {n: a for n, a in ((n, value(t)) for n, t in inits.items()) if a is not None}
     for node in nodes:
-        if node.op_type == "Constant" and _domain(node.domain) == "" and len(node.attribute) == 1 and \
+        if node.op_type == "Constant" and onnx_domain(node.domain) == "" and len(node.attribute) == 1 and \
                 node.attribute[0].name == "value" and node.output:
             a = value(node.attribute[0].t)
             if a is not None:
@@ -60,7 +60,7 @@ def fuse_erf_gelu(onnx: Any, nodes: list, inits: dict, graph_outputs: set[str], 
     drop: set[int] = set()
     replace: dict[int, Any] = {}
     for erf in nodes:
-        if erf.op_type != "Erf" or _domain(erf.domain) != "":
+        if erf.op_type != "Erf" or onnx_domain(erf.domain) != "":
             continue
         div = producer.get(erf.input[0])
         if div is None or only_use(erf.input[0]) is not erf:

@@ -22,7 +22,7 @@ from ..errors import ArgumentError, Diagnostic, GradirError, InputError, ShardEr
 from ..graph import Graph
 from .analysis import analyze
 from .placement import Placement, resolve_batch
-from .scheduler import DASK_HINT, _setup, check_client, open_scheduler
+from .scheduler import DASK_HINT, setup_error, check_client, open_scheduler
 from .shardgraph import build_shard_graph
 from .worker import ShardResult, digest, run_compiled, run_shard
 
@@ -87,7 +87,7 @@ def shard_file_paths(files: Union[str, Sequence[str]]) -> list[str]:
     if isinstance(files, str):
         paths = sorted(globlib.glob(files))
         if not paths:
-            raise ShardError(_setup(f"no shard files match {files!r}"))
+            raise ShardError(setup_error(f"no shard files match {files!r}"))
         return paths
     return [str(f) for f in files]
 
@@ -115,8 +115,8 @@ class Sharded:
     def compiled(self, threads: Optional[int] = None) -> Any:
         """The shard graph compiled here (inline runs, and checking inputs before they are shipped): from
         the graph itself, so that errors point into the file the graph came from."""
-        from ..runtime import _check_threads
-        _check_threads(threads)
+        from ..runtime import check_threads
+        check_threads(threads)
         exe = self._compiled.get(threads)
         if exe is None:
             from ..runtime import compile
@@ -389,7 +389,7 @@ def _check_run_arguments(inputs: Any, shards: Any, client: Any, files: Any, thre
     anything is read, split or started."""
     import math
     import numbers
-    from ..runtime import _check_threads
+    from ..runtime import check_threads
     if inputs is not None and not isinstance(inputs, Mapping):
         raise ArgumentError(f"inputs must be a mapping of input names (labels or tN) to arrays, got "
                             f"{type(inputs).__name__}")
@@ -403,7 +403,7 @@ def _check_run_arguments(inputs: Any, shards: Any, client: Any, files: Any, thre
             raise ArgumentError(f"files must be a glob or a list of paths of shard files, got {shown(files)}")
         if not isinstance(files, one) and not files:
             raise ArgumentError("files is an empty list: give one .npz per shard")
-    _check_threads(threads)
+    check_threads(threads)
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ArgumentError(f"retries must be an integer from 0 to 100, got {shown(retries)}")
     if progress is not None and not isinstance(progress, (bool, np.bool_)):

@@ -17,8 +17,8 @@ from typing import Any, Iterator, Optional
 
 from ..errors import ArgumentError, Diagnostic, GradirError, ShardError, shown
 
-__all__ = ["open_scheduler", "check_client", "probe", "tcp_host_port", "connect_timeout", "DASK_HINT", "MALLOC_ENV",
-           "CONNECT_TIMEOUT", "TIMEOUT_ENV", "SCHEMES"]
+__all__ = ["open_scheduler", "setup_error", "check_client", "probe", "tcp_host_port", "connect_timeout", "DASK_HINT",
+           "MALLOC_ENV", "CONNECT_TIMEOUT", "TIMEOUT_ENV", "SCHEMES"]
 
 
 DASK_HINT = 'Dask is not installed: pip install "gradir[dask]" (or run the shards with --scheduler inline)'
@@ -49,7 +49,7 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
         import logging
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ShardError(_setup(DASK_HINT)) from None
+        raise ShardError(setup_error(DASK_HINT)) from None
     if spec.startswith("local:"):
         n = spec[6:]
         if not n.isdigit() or not 1 <= int(n) <= 256:
@@ -75,7 +75,7 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
                                        dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                        silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as e:  # e.g. a worker could not start (spawn re-runs __main__)
-            raise ShardError(_setup(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts "
+            raise ShardError(setup_error(f"cannot start a local Dask cluster ({spec}): {e}; a script that starts "
                                     f"one must guard its main code with `if __name__ == \"__main__\":`")) from None
         try:
             # results come straight from the workers, not through the scheduler (a 16 MB result
@@ -92,13 +92,13 @@ def open_scheduler(spec: Any) -> Iterator[Any]:
     except GradirError:
         raise
     except Exception as e:  # OSError, a timeout, MemoryError (a length read from a non-Dask peer), ...
-        raise ShardError(_setup(f"cannot connect to the Dask scheduler {spec!r}: {type(e).__name__}: "
+        raise ShardError(setup_error(f"cannot connect to the Dask scheduler {spec!r}: {type(e).__name__}: "
                                 f"{str(e)[:300]}")) from None
     with client:
         yield client
 
 
-def _setup(message: str) -> Diagnostic:
+def setup_error(message: str) -> Diagnostic:
     """An error of the run's set-up (Dask, the scheduler), not of a file: "gradir: error: ..."."""
     return Diagnostic(message, filename="gradir")
 
@@ -138,7 +138,7 @@ def connect_timeout() -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value <= 3600:
-        raise ShardError(_setup(f"{TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {text[:40]!r}"))
+        raise ShardError(setup_error(f"{TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {text[:40]!r}"))
     return value
 
 
@@ -170,9 +170,9 @@ def _tls_context() -> Any:
     try:
         ctx = Security().get_connection_args("client").get("ssl_context")
     except Exception as e:  # a certificate file that cannot be read, ...
-        raise ShardError(_setup(f"Dask's TLS configuration cannot be used: {type(e).__name__}: {e}")) from None
+        raise ShardError(setup_error(f"Dask's TLS configuration cannot be used: {type(e).__name__}: {e}")) from None
     if ctx is None:
-        raise ShardError(_setup("a tls:// scheduler needs TLS certificates in Dask's configuration "
+        raise ShardError(setup_error("a tls:// scheduler needs TLS certificates in Dask's configuration "
                                 "(distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and .key, or the "
                                 "DASK_DISTRIBUTED__COMM__TLS__... environment variables); none is set"))
     return ctx
@@ -189,7 +189,7 @@ def probe(spec: str, timeout: Optional[float] = None) -> None:
     import struct
     scheme = spec.partition("://")[0].lower()
     if scheme not in SCHEMES:
-        raise ShardError(_setup(f"scheduler {spec!r}: gradir connects to a Dask scheduler over tcp:// (or tls://, "
+        raise ShardError(setup_error(f"scheduler {spec!r}: gradir connects to a Dask scheduler over tcp:// (or tls://, "
                                 f"ws://, wss://), not {scheme}://"))
     try:
         host, port = tcp_host_port(spec)
@@ -203,10 +203,10 @@ def probe(spec: str, timeout: Optional[float] = None) -> None:
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except socket.timeout:
-        raise ShardError(_setup(f"cannot reach {where}: no connection within {timeout:g} s (set {TIMEOUT_ENV} "
+        raise ShardError(setup_error(f"cannot reach {where}: no connection within {timeout:g} s (set {TIMEOUT_ENV} "
                                 f"to wait longer)")) from None
     except (OSError, UnicodeError) as e:
-        raise ShardError(_setup(f"cannot reach {where}: {getattr(e, 'strerror', None) or e}")) from None
+        raise ShardError(setup_error(f"cannot reach {where}: {getattr(e, 'strerror', None) or e}")) from None
 
     def read(n: int) -> bytes:
         data = b""
@@ -230,7 +230,7 @@ def probe(spec: str, timeout: Optional[float] = None) -> None:
                 return
             head = read(8)
             if len(head) < 8:
-                raise ShardError(_setup(f"scheduler {spec!r} closed the connection without greeting gradir as a "
+                raise ShardError(setup_error(f"scheduler {spec!r} closed the connection without greeting gradir as a "
                                         f"Dask scheduler does: is it a Dask scheduler?"))
             total = struct.unpack("<Q", head)[0]
             body = read(total) if 16 <= total <= 1 << 20 else b""
@@ -243,13 +243,13 @@ def probe(spec: str, timeout: Optional[float] = None) -> None:
                     with contextlib.suppress(OSError):
                         body = sock.recv(32)
                 text = (head + body)[:40]
-                raise ShardError(_setup(f"scheduler {spec!r} is not a Dask scheduler: it answered {text!r}, not Dask's "
-                                        f"handshake (is the port the scheduler's, usually 8786, not its "
-                                        f"dashboard's?)"))
+                raise ShardError(setup_error(
+                    f"scheduler {spec!r} is not a Dask scheduler: it answered {text!r}, not Dask's handshake (is "
+                    f"the port the scheduler's, usually 8786, not its dashboard's?)"))
     except socket.timeout:
-        raise ShardError(_setup(silent)) from None
+        raise ShardError(setup_error(silent)) from None
     except OSError as e:  # a reset connection, a failed TLS handshake (ssl.SSLError)
-        raise ShardError(_setup(f"cannot connect to {where}: {type(e).__name__}: {e}")) from None
+        raise ShardError(setup_error(f"cannot connect to {where}: {type(e).__name__}: {e}")) from None
 
 
 def _websocket_probe(sock: Any, host: str, port: int, read: Any, where: str) -> None:
@@ -267,4 +267,4 @@ def _websocket_probe(sock: Any, host: str, port: int, read: Any, where: str) -> 
         line += c
     if not line.startswith(b"HTTP/1.1 101"):
         what = f"it answered {line[:60]!r}" if line else "it closed the connection"
-        raise ShardError(_setup(f"{where} is not a Dask scheduler: {what}, not a websocket upgrade"))
+        raise ShardError(setup_error(f"{where} is not a Dask scheduler: {what}, not a websocket upgrade"))
