@@ -118,14 +118,14 @@ def check_labels(graph: "Graph", err) -> None:
                 span)
             continue
         owner.setdefault(label, name)
-    for i in graph.inputs:  # an output of an input with a different label would give the value two labels
-        if i.label is None:
-            continue
-        for k, (name, label) in enumerate(zip(graph.outputs, output_labels_of(graph))):
-            if name == i.name and label is not None and label != i.label:
-                sp = spans[k] if k < len(spans) and spans[k] is not None else None
-                err(f"output {name}: labelled {json.dumps(label, ensure_ascii=False)}, but input {name} is labelled "
-                    f"{json.dumps(i.label, ensure_ascii=False)} (an input output may only repeat its label)", sp)
+    input_labels = {i.name: i.label for i in graph.inputs if i.label is not None}
+    for k, (name, label) in enumerate(zip(graph.outputs, output_labels_of(graph))):
+        # an output of an input with a different label would give the value two labels
+        own = input_labels.get(name)
+        if own is not None and label is not None and label != own:
+            sp = spans[k] if k < len(spans) and spans[k] is not None else None
+            err(f"output {name}: labelled {json.dumps(label, ensure_ascii=False)}, but input {name} is labelled "
+                f"{json.dumps(own, ensure_ascii=False)} (an input output may only repeat its label)", sp)
 
 
 def input_key(inp: Any) -> str:
