@@ -49,16 +49,15 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     executor, or ``"reference"``, one step after another).  Bad arguments raise
     ``gradir.ArgumentError``.
     """
-    from .syntax import load, parse
+    from .syntax import load, names_a_file, parse
     check_threads(threads)
     passes = pass_list(passes, "passes")
     disable = pass_list(disable, "disable")
     if isinstance(graph_or_text, os.PathLike):
         graph = load(graph_or_text)
     elif isinstance(graph_or_text, str):
-        one_line = "\n" not in graph_or_text and graph_or_text.strip()
-        if one_line and (os.path.isfile(graph_or_text) or graph_or_text.strip().endswith(".gir")):
-            graph = load(graph_or_text)  # a path (a missing .gir file is "cannot read file", not a syntax error)
+        if names_a_file(graph_or_text):
+            graph = load(graph_or_text)
         else:
             graph = parse(graph_or_text, filename)
     elif isinstance(graph_or_text, Graph):

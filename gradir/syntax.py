@@ -360,7 +360,9 @@ MAX_SOURCE_BYTES = 256 << 20
 def graph_argument(value: Any, who: str) -> Graph:
     """A validated Graph from what ``grad()`` and ``gradcheck()`` take: a Graph, IR text or the path of a
     .gir file; anything else is an ``ArgumentError`` naming ``who`` (the function, or its argument)."""
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, str) and names_a_file(value):
+        value = load(value)
+    elif isinstance(value, (str, bytes)):
         value = parse(value)
     elif isinstance(value, os.PathLike):
         value = load(value)
@@ -369,6 +371,13 @@ def graph_argument(value: Any, who: str) -> Graph:
     if not value.validated:
         value.validate()
     return value
+
+
+def names_a_file(text: str) -> bool:
+    """Whether a str given where a graph goes is a path rather than IR text: one line that names an existing
+    file or ends in ``.gir`` (a missing ``.gir`` file is then "cannot read file", not a syntax error)."""
+    one_line = "\n" not in text and text.strip()
+    return bool(one_line) and (text.strip().endswith(".gir") or os.path.isfile(text))
 
 
 def load(path: Union[str, os.PathLike], *, verify: bool = True) -> Graph:

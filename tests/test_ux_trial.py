@@ -197,3 +197,16 @@ def test_python_dash_m_gradir_is_the_command_line():
     r = subprocess.run([sys.executable, "-m", "gradir", "check", "/nonexistent/g.gir"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_grad_gradcheck_and_export_take_a_gir_path_as_compile_does(tmp_path):
+    """Their docstrings say a .gir path is accepted; a str path was parsed as IR text ("unexpected 'f'")."""
+    import gradir
+    from gradir.onnxio import export_onnx
+    f = tmp_path / "f.gir"
+    f.write_text("input t0 : Float64 [3]\nt1 = Tanh(t0)\nt2 = ReduceSum(t1)\noutput t2\n")
+    assert gradir.grad(str(f)).outputs
+    assert gradir.gradcheck(str(f)).ok
+    assert export_onnx(str(f)).graph.node
+    with pytest.raises(gradir.GradirError, match="missing.gir"):
+        gradir.grad(str(tmp_path / "missing.gir"))  # a path that is not there: cannot read it, not a syntax error
