@@ -826,3 +826,72 @@ def test_folding_an_integer_division_by_zero_is_an_error_not_a_numpy_warning() -
         warnings.simplefilter("error")
         with pytest.raises(gradir.OnnxError, match=r"node 'div' \(ai.onnx Div\): it divides integers by zero"):
             import_onnx(m)
+
+
+def _zero_size_models() -> dict[str, tuple[onnx.ModelProto, str]]:
+    """Models whose graph needs a zero-size value (gradir's dimensions are at least 1), and where the error
+    must be located: the node, initializer or output that makes the value."""
+    empty = np.zeros((0,), np.float32)
+    const = {"value": nh.from_array(np.array([2, 0], np.int64))}
+    bga = [h.make_node("Constant", [], ["a"], value=nh.from_array(np.array([2, 3], np.int64))),
+           h.make_node("Constant", [], ["b"], value=nh.from_array(np.array([3], np.int64))),
+           h.make_node("BroadcastGradientArgs", ["a", "b"], ["ra", "rb"], name="bga", domain="com.microsoft")]
+    return {
+        "shape_of_a_scalar": (M.make([h.make_node("Shape", ["x"], ["s"], name="shape")], [M.vi("x", [])],
+                                     [M.vi("s", [0], T.INT64)], {}), "node 'shape' (ai.onnx Shape): graph output 's'"),
+        "empty_constant": (M.make([h.make_node("Constant", [], ["c"], name="k", value=nh.from_array(empty))], [],
+                                  [M.vi("c", [0])], {}), "node 'k' (ai.onnx Constant): graph output 'c'"),
+        "empty_initializer_output": (M.make([], [], [M.vi("W", [0])], {"W": empty}),
+                                     "initializer 'W': graph output 'W'"),
+        "empty_initializer_read": (M.make([h.make_node("Relu", ["W"], ["y"], name="relu")], [], [M.vi("y", [0])],
+                                          {"W": empty}), "node 'relu' (ai.onnx Relu): 'W' (made by initializer 'W')"),
+        "constant_of_shape": (M.make([h.make_node("Constant", [], ["s"], **const),
+                                      h.make_node("ConstantOfShape", ["s"], ["y"], name="cos")], [],
+                                     [M.vi("y", [2, 0])], {}), "node 'cos' (ai.onnx ConstantOfShape): graph output"),
+        "broadcast_gradient_args": (M.make(bga, [], [M.vi("ra", [None], T.INT64), M.vi("rb", [None], T.INT64)],
+                                           {}, ms=True), "node 'bga' (com.microsoft BroadcastGradientArgs): graph "
+                                                         "output 'ra'"),
+    }
+
+
+ZERO_SIZE = _zero_size_models()
+
+
+@pytest.mark.parametrize("kind", sorted(ZERO_SIZE))
+def test_a_zero_size_value_is_an_onnx_error_at_what_makes_it(kind: str, tmp_path, capsys) -> None:
+    """A zero-size value was an ArgumentError from TensorType ('dimension 0 is not a positive integer'), with
+    no location (exit 1 from the command line, but no file and no node)."""
+    m, where = ZERO_SIZE[kind]
+    onnx.checker.check_model(m)
+    with pytest.raises(gradir.OnnxError) as e:
+        import_onnx(m)
+    assert where in str(e.value) and "zero-size value" in str(e.value)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert main(["import", str(path), "-o", str(tmp_path / "m.gir")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{path}: error: " in err and where in err and "zero-size value" in err
+    assert not (tmp_path / "m.gir").exists()
+
+
+def test_a_zero_size_value_that_only_feeds_folding_still_imports() -> None:
+    """An empty axes list (ReduceSum over all axes) and an empty shape part are intermediates of folding:
+    never gradir values, so they import."""
+    nodes = [h.make_node("Shape", ["x"], ["s"], name="shape", start=2),  # [] of a rank-2 input: empty
+             h.make_node("Concat", ["six", "s"], ["t"], name="cat", axis=0),
+             h.make_node("Reshape", ["x", "t"], ["r"], name="rs"),
+             h.make_node("ReduceSum", ["r", "none"], ["y"], name="sum", keepdims=0)]
+    m = M.make(nodes, [M.vi("x", [2, 3])], [M.vi("y", [])],
+               {"six": np.array([6], np.int64), "none": np.zeros((0,), np.int64)})
+    text = import_onnx(m).graph.to_text()
+    assert "Reshape(t0, shape=[6])" in text and "ReduceSum" in text
+
+
+def test_broadcast_gradient_args_refuses_shapes_that_do_not_broadcast() -> None:
+    nodes = [h.make_node("Constant", [], ["a"], value=nh.from_array(np.array([2, 3], np.int64))),
+             h.make_node("Constant", [], ["b"], value=nh.from_array(np.array([4, 5], np.int64))),
+             h.make_node("BroadcastGradientArgs", ["a", "b"], ["ra", "rb"], name="bga", domain="com.microsoft")]
+    m = M.make(nodes, [], [M.vi("ra", [None], T.INT64), M.vi("rb", [None], T.INT64)], {}, ms=True)
+    with pytest.raises(gradir.OnnxError, match=r"node 'bga' \(com.microsoft BroadcastGradientArgs\): its shapes "
+                                               r"\[2, 3\] and \[4, 5\] do not broadcast"):
+        import_onnx(m)

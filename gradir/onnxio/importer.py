@@ -301,7 +301,21 @@ class Importer(Folding):
         else:
             self.consts[name] = a
 
-    def _materialize(self, name: str, a: np.ndarray) -> Any:
+    def _maker(self, name: str) -> str:
+        """What makes the value ``name``, to locate a problem with it: its node, or the initializer."""
+        node = self.made_by.get(name)
+        if node is not None:
+            return self._where(node)
+        return f"initializer {name!r}" if name in self.consts else f"{name!r}"
+
+    def _materialize(self, name: str, a: np.ndarray, maker: bool = True) -> Any:
+        """The known value ``a`` as a gradir value (a ``Constant``).  A zero-size one is refused, naming
+        what makes it (unless ``maker`` is false: the caller locates it): gradir's dimensions are at least
+        1.  While it only feeds folding (an empty axes list) it is never materialized, so it works."""
+        if a.size == 0:
+            made = f" (made by {self._maker(name)})" if maker else ""
+            raise Unsupported(f"{name!r}{made} is a zero-size value (shape {list(a.shape)}); gradir's dimensions "
+                              "are at least 1, so no gradir value can hold it")
         try:
             DType.from_numpy(a.dtype)
         except ValueError:
@@ -421,11 +435,9 @@ class Importer(Folding):
                 v = self.values[n]
             elif n in self.consts:
                 try:
-                    v = self._materialize(n, self.consts[n])
+                    v = self._materialize(n, self.consts[n], maker=False)
                 except Unsupported as e:
-                    node = self.made_by.get(n)
-                    self.problems.append(f"{self._where(node) + ': ' if node is not None else ''}graph output "
-                                         f"{n!r}: {e}")
+                    self.problems.append(f"{self._maker(n)}: graph output {n!r}: {e}")
                     continue
             else:
                 raise OnnxError(Diagnostic(f"graph output {n!r} is computed by nothing gradir imported",
