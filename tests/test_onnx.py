@@ -895,3 +895,36 @@ def test_broadcast_gradient_args_refuses_shapes_that_do_not_broadcast() -> None:
     with pytest.raises(gradir.OnnxError, match=r"node 'bga' \(com.microsoft BroadcastGradientArgs\): its shapes "
                                                r"\[2, 3\] and \[4, 5\] do not broadcast"):
         import_onnx(m)
+
+
+def test_a_canonical_looking_name_too_long_for_a_value_name_is_a_label() -> None:
+    """An input named t99999999999999999999999 (23 digits; a value name has at most 18) was taken for a value
+    name, and the import failed at <graph>: it is an ordinary ONNX name, so a label."""
+    long = "t" + "9" * 23
+    m = M.make([h.make_node("Relu", [long], ["t5"], name="relu")], [M.vi(long, [2])], [M.vi("t5", [2])], {})
+    onnx.checker.check_model(m, full_check=True)
+    g = import_onnx(m).graph
+    assert g.inputs[0].label == long and g.outputs == ["t5"]
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(_run(g, {long: x})["t5"], np.maximum(x, 0))
+
+
+def test_a_graph_output_listed_twice_imports_as_one_output() -> None:
+    m = M.make([h.make_node("Relu", ["x"], ["Y"], name="relu")], [M.vi("x", [2])], [M.vi("Y", [2]), M.vi("Y", [2])],
+               {})
+    onnx.checker.check_model(m)
+    g = import_onnx(m).graph
+    assert g.output_labels == ["Y"] and len(g.outputs) == 1
+
+
+def test_an_error_of_the_graphs_own_checks_is_located_at_the_model(tmp_path, capsys) -> None:
+    """An input name with a NUL (the checker passes it) was an error of '<GraphBuilder g>', not of the model."""
+    m = M.make([h.make_node("Relu", ["a\0b"], ["y"], name="relu")], [M.vi("a\0b", [2])], [M.vi("y", [2])], {})
+    onnx.checker.check_model(m)
+    with pytest.raises(gradir.OnnxError, match=r"^<model>: error: .*may not contain NUL"):
+        import_onnx(m)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert main(["import", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}: error: ") and "NUL" in err and "<graph" not in err.lower()

@@ -190,6 +190,16 @@ class Importer(Folding):
 
     # -- the import ----------------------------------------------------------------------------------------
     def run(self) -> ImportedModel:
+        """The import; an error of the builder's or of the graph's own checks (a label gradir cannot hold,
+        ...) is said of the model file, with its message, never of ``<graph>`` or ``<GraphBuilder g>``."""
+        try:
+            return self._run()
+        except OnnxError:
+            raise
+        except GradirError as e:
+            raise OnnxError([Diagnostic(d.message, filename=self.filename) for d in e.diagnostics]) from None
+
+    def _run(self) -> ImportedModel:
         g = self.proto.graph
         nodes, grad_outputs = self._strip_accumulators(list(g.node))
         inits = {t.name: t for t in g.initializer}
@@ -220,8 +230,9 @@ class Importer(Folding):
             self._node(node)
         if self.problems:
             self._fail()
-        outputs = [(o.name, o.name) for o in g.output if o.name not in self._dropped]
-        outputs += [(n, label) for n, label in grad_outputs.items()]
+        # a graph output listed twice is one output (ONNX names one value once)
+        outputs = list({o.name: (o.name, o.name) for o in g.output if o.name not in self._dropped}.values())
+        outputs += [(n, label) for n, label in grad_outputs.items() if n not in {o.name for o in g.output}]
         self._outputs(outputs)
         if self.problems:
             self._fail()
