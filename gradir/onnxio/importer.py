@@ -334,7 +334,8 @@ class Importer(Folding):
                               "Int32, Int64, Bool") from None
         flat = a.reshape(-1)
         if a.size > MAX_CONSTANT_ELEMENTS:
-            if a.size and np.all(flat == flat[0]) and not np.isnan(flat[0]).any():
+            bits = flat.view(f"u{flat.dtype.itemsize}")  # by bits: NaN is one value, -0.0 is not 0.0
+            if np.all(bits == bits[0]):
                 return self.b.constant(flat[0].item(), DType.from_numpy(a.dtype).value, list(a.shape))
             raise Unsupported(f"{name!r} is a {a.size:,}-element value known at import time; a Constant holds at "
                               f"most {MAX_CONSTANT_ELEMENTS:,}")
