@@ -940,3 +940,14 @@ def test_a_large_fill_constant_round_trips_whatever_its_value(fill: str) -> None
     got = _run(back, {})["t1"]
     want = np.full((1000, 1000), float(fill), np.float32)
     assert got.tobytes() == want.tobytes()
+
+
+def test_a_reshape_with_two_minus_ones_is_refused_at_its_node() -> None:
+    """Reshape(X, [-1, -1]) passes the checker and was imported as shape=[6, -1]."""
+    nodes = [h.make_node("Constant", [], ["s"], value=nh.from_array(np.array([-1, -1], np.int64))),
+             h.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    m = M.make(nodes, [M.vi("x", [2, 3])], [M.vi("y", [6, 1])], {})
+    onnx.checker.check_model(m)
+    with pytest.raises(gradir.OnnxError, match=r"node 'rs' \(ai.onnx Reshape\): its shape \[-1, -1\] has 2 -1s; "
+                                               r"ONNX allows at most one"):
+        import_onnx(m)
