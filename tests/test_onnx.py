@@ -720,7 +720,7 @@ def test_20000_outputs_import() -> None:
     ({"dims": 1}, "dims must be a dict"),
     ({"dims": [("b", 1)]}, "dims must be a dict"),
     ({"dims": {"b": "4"}}, r"dims\['b'\] must be an int"),
-    ({"dims": {"b": 0}}, r"dims\['b'\] must be an int of at least 1"),
+    ({"dims": {"b": 0}}, r"dims\['b'\] must be an int from 1 to 4,611,686,018,427,387,904"),
     ({"dims": {"b": True}}, r"dims\['b'\] must be an int"),
     ({"dims": {"b": 2.0}}, r"dims\['b'\] must be an int"),
     ({"dims": {1: 2}}, "a dimension name must be a non-empty str"),
@@ -951,3 +951,62 @@ def test_a_reshape_with_two_minus_ones_is_refused_at_its_node() -> None:
     with pytest.raises(gradir.OnnxError, match=r"node 'rs' \(ai.onnx Reshape\): its shape \[-1, -1\] has 2 -1s; "
                                                r"ONNX allows at most one"):
         import_onnx(m)
+
+
+def test_dim_errors_speak_their_callers_language(tmp_path, capsys) -> None:
+    """`gradir import --dim batch=<22 digits>` spoke of import_onnx()'s dims and not of the limit; the API's
+    unknown dims['...'] spoke of --dim."""
+    m = M.make([h.make_node("Relu", ["x"], ["y"], name="relu")], [M.vi("x", ["batch", 3])], [M.vi("y", ["batch", 3])],
+               {})
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    assert main(["import", str(path), "--dim", "batch=999999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    assert "--dim" in err and "at most 4,611,686,018,427,387,904" in err and "import_onnx" not in err
+    assert main(["import", str(path), "--dim", "nosuch=2"]) == 1
+    assert f"{path}: error: --dim nosuch: no input has a dimension named 'nosuch'" in capsys.readouterr().err
+    with pytest.raises(gradir.OnnxError, match=r"dims\['nosuch'\]: no input has a dimension named") as e:
+        import_onnx(m, dims={"nosuch": 2})
+    assert "--dim" not in str(e.value)
+    with pytest.raises(gradir.ArgumentError, match=r"dims\['batch'\] must be an int from 1 to 4,611,686,018,427,387,904"):
+        import_onnx(m, dims={"batch": 2 ** 70})
+
+
+def test_the_error_header_names_what_failed() -> None:
+    """The header said 'N node(s) cannot be imported' whatever failed, an initializer or a graph input too."""
+    half = {"W": np.ones(2, np.float16)}
+    m = M.make([h.make_node("Relu", ["W"], ["y"], name="relu")], [], [M.vi("y", [2])], half)
+    with pytest.raises(gradir.OnnxError, match=r"(?s)1 initializer cannot be imported:.*initializer 'W'"):
+        import_onnx(m)
+    m = M.make([h.make_node("Relu", ["x"], ["y"], name="relu")], [M.vi("x", [2], T.FLOAT16)], [M.vi("y", [2])], {})
+    with pytest.raises(gradir.OnnxError, match=r"(?s)1 graph input cannot be imported:.*graph input 'x'"):
+        import_onnx(m)
+    m = M.make([h.make_node("Relu", ["W"], ["y"], name="relu"),
+                h.make_node("LayerNormalization", ["x", "s"], ["n"], name="ln")],
+               [M.vi("x", [2, 4])], [M.vi("y", [2]), M.vi("n", [2, 4])], {**half, "s": np.ones(4, np.float32)})
+    with pytest.raises(gradir.OnnxError, match=r"(?s)the model cannot be imported: 2 problems:.*initializer 'W'.*"
+                                               r"node 'ln'"):
+        import_onnx(m)
+
+
+def test_an_op_the_importer_only_evaluates_reading_a_value_too_big_to_evaluate_says_its_size() -> None:
+    """Cast of a 9,000,000-element ConstantOfShape said only 'gradir has no equivalent op'."""
+    nodes = [h.make_node("Constant", [], ["s"], value=nh.from_array(np.array([3000, 3000], np.int64))),
+             h.make_node("ConstantOfShape", ["s"], ["c"], value=nh.from_array(np.array([1], np.int64))),
+             h.make_node("Cast", ["c"], ["y"], name="cast", to=T.FLOAT)]
+    m = M.make(nodes, [], [M.vi("y", [3000, 3000])], {})
+    with pytest.raises(gradir.OnnxError, match=r"node 'cast' \(ai.onnx Cast\): its input 0 \('c', Int64 \[3000, "
+                                               r"3000\]\) has 9,000,000 elements, too many to evaluate at import time "
+                                               r"\(at most 4,194,304\), and gradir has no Cast op"):
+        import_onnx(m)
+
+
+def test_shape_of_a_dimension_with_no_name_does_not_advise_dim() -> None:
+    """A '?' with no name cannot be given a size by --dim NAME=SIZE: the error says what can be done."""
+    nodes = [h.make_node("Shape", ["x"], ["s"], name="shape"), h.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    m = M.make(nodes, [M.vi("x", [None, 3])], [M.vi("y", [None, 3])], {})
+    with pytest.raises(gradir.OnnxError) as e:
+        import_onnx(m)
+    msg = str(e.value)
+    assert "node 'shape' (ai.onnx Shape)" in msg and "--dim" not in msg and "no name" in msg
+    assert "give the model static sizes (or named dimensions) before importing it" in msg

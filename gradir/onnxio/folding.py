@@ -43,6 +43,7 @@ class Folding:
     made_by: dict[str, Any]
     readers: dict[str, list[tuple[str, str, int]]]
     symbolic: set[str]
+    unnamed: bool
     comments: list[tuple[int, int, str]]
 
     def _fold(self, node: Any, domain: str, attrs: dict) -> bool:
@@ -69,10 +70,15 @@ class Folding:
                     self.shape_of[node.output[0]] = v
                     return True
             names = sorted(self.symbolic)
+            unnamed = ("a dimension with no name (ONNX's '?', neither a size nor a name) cannot be given a size "
+                       "on import: give the model static sizes (or named dimensions) before importing it")
+            if not names:
+                raise Unsupported(f"the shape of its input ({v.type}) is not known at import time (gradir computes "
+                                  f"{node.op_type} when it imports), and {unnamed}")
             raise Unsupported(f"the shape of its input ({v.type}) is not known at import time; gradir computes "
                               f"{node.op_type} when it imports, so give the symbolic dimensions sizes with --dim "
-                              f"NAME=SIZE (import_onnx(dims={{...}}))" +
-                              (f"; this model's are: {', '.join(names)}" if names else ""))
+                              f"NAME=SIZE (import_onnx(dims={{...}})); this model's are: {', '.join(names)}" +
+                              (f"; {unnamed}" if self.unnamed else ""))
         if domain == "" and node.op_type == "ConstantOfShape" and node.input[0] in self.shape_of:
             v = self.shape_of[node.input[0]]
             fill = tensor_array(self.onnx, attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)

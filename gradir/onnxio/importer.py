@@ -35,7 +35,7 @@ from ..syntax import parse
 from ..types import DType
 from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
 from ..errors import OnnxUnsupported as Unsupported
-from .folding import FOLDABLE, Folding, constant_value
+from .folding import FOLD_ELEMENTS, FOLDABLE, Folding, constant_value
 from .import_ops import HANDLERS, check_limits, custom
 from .loading import (all_tensors, check_import_arguments, elem_type_name, is_external, load_external, not_utf8,
                       tensor_array)
@@ -43,7 +43,7 @@ from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
 from .patterns import fuse_erf_gelu
 
-__all__ = ["import_onnx", "Importer"]
+__all__ = ["import_onnx", "import_model", "Importer"]
 
 ACCUMULATOR = "InPlaceAccumulatorV2"
 # the type (AttributeProto.AttributeType) of each attribute the importer reads, whatever the op
@@ -70,6 +70,15 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     your files become its weights).  External data stays inside that directory: no ``..``, no absolute
     path, no symbolic link out of it.
     """
+    return import_model(model, dims=dims, name=name, base_dir=base_dir)
+
+
+def import_model(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Optional[dict[str, int]] = None,
+                 name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None,
+                 option: str = "dims") -> ImportedModel:
+    """``import_onnx`` for a caller whose sizes of symbolic dimensions are called ``option``: ``"dims"``
+    (the API: ``dims['batch']``) or ``"--dim"`` (``gradir import``: ``--dim batch``), so that an error
+    about one speaks its caller's language."""
     onnx = require_onnx()
     dims, name, base = check_import_arguments(model, dims, name, base_dir)
     filename = "<model>"
@@ -114,7 +123,8 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
         named = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
         unknown = sorted(set(dims) - named)
         if unknown:
-            raise OnnxError(Diagnostic(f"--dim {unknown[0]}: no input has a dimension named {unknown[0]!r} (the "
+            which = f"--dim {unknown[0]}" if option == "--dim" else f"dims[{unknown[0]!r}]"
+            raise OnnxError(Diagnostic(f"{which}: no input has a dimension named {unknown[0]!r} (the "
                                        f"symbolic dimensions are: {', '.join(sorted(named)) or 'none'})",
                                        filename=filename))
     return Importer(proto, filename, dims or {}, name).run()
@@ -142,6 +152,9 @@ class Importer(Folding):
         self.made_by: dict[str, Any] = {}  # folded value -> the node that computed it (to locate errors)
         self.symbolic = {d.dim_param for vi in g.input for d in vi.type.tensor_type.shape.dim
                          if d.HasField("dim_param") and d.dim_param not in dims}
+        # an input dimension with neither a size nor a name: no --dim can give it a size
+        self.unnamed = any(not d.HasField("dim_value") and not d.dim_param for vi in g.input
+                           for d in vi.type.tensor_type.shape.dim)
         self.comments: list[tuple[int, int, str]] = []  # (first op, end op, ONNX node name)
         self.notes: list[str] = []
 
@@ -358,6 +371,8 @@ class Importer(Folding):
             fn = HANDLERS.get((domain, node.op_type))
             if fn is None and domain == GRADIR_DOMAIN and node.op_type in OPS:
                 fn = custom(node.op_type)
+            if fn is None and domain == "" and node.op_type in FOLDABLE:
+                self._too_big_input(node)
             if fn is None:
                 raise Unsupported("gradir has no equivalent op" if domain in ("", MS_DOMAIN) else
                                   f"the domain {domain!r} is not supported")
@@ -380,6 +395,19 @@ class Importer(Folding):
                 self.poisoned.add(n)
             else:
                 self.values[n] = v
+
+    def _too_big_input(self, node: Any) -> None:
+        """An op the importer only evaluates (``Cast``) read a value that was too big to evaluate (a large
+        ``ConstantOfShape`` became a filled ``Constant``): say so, with its size, rather than only that
+        gradir has no such op."""
+        for k, n in enumerate(node.input):
+            v = self.values.get(n) if n else None
+            if v is not None and None not in v.shape:
+                size = int(np.prod(v.shape, dtype=object))
+                if size > FOLD_ELEMENTS:
+                    raise Unsupported(f"its input {k} ({n!r}, {v.type}) has {size:,} elements, too many to evaluate "
+                                      f"at import time (at most {FOLD_ELEMENTS:,}), and gradir has no "
+                                      f"{node.op_type} op")
 
     def _failed(self, node: Any, problem: str) -> None:
         """``node`` could not be imported: its problem is listed, and what it computes is poisoned (a
@@ -461,7 +489,12 @@ class Importer(Folding):
 
     def _fail(self) -> None:
         n = len(self.problems)
-        head = Diagnostic(f"{n} node{'s' if n > 1 else ''} cannot be imported:", filename=self.filename)
+        # the header names what failed: nodes, initializers or graph inputs, or when they are mixed, problems
+        kinds = {next((k for k in ("node", "initializer", "graph input") if p.startswith(k + " ")), "")
+                 for p in self.problems}
+        kind = kinds.pop() if len(kinds) == 1 else ""
+        head = Diagnostic(f"{n} {kind}{'s' if n > 1 else ''} cannot be imported:" if kind else
+                          f"the model cannot be imported: {n} problem{'s' if n > 1 else ''}:", filename=self.filename)
         raise OnnxError([head] + [Diagnostic(p, filename=self.filename) for p in self.problems])
 
     def _with_comments(self, graph: Any) -> Any:

@@ -28,6 +28,10 @@ __all__ = ["tensor_array", "check_import_arguments", "not_utf8", "all_tensors", 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+# the largest size a symbolic dimension may be given (``dims``, ``--dim``): 2^62
+MAX_DIM = 2 ** 62
+
+
 def check_import_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> tuple[dict[str, int], Optional[str],
                                                                                 Optional[str]]:
     """``import_onnx``'s arguments checked (``ArgumentError``, which says which one and why)."""
@@ -52,8 +56,8 @@ def check_import_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> t
     for k, v in dims.items():
         if not isinstance(k, str) or not k:
             raise ArgumentError(f"import_onnx(): dims: a dimension name must be a non-empty str, got {shown(k)}")
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= 2 ** 62:
-            raise ArgumentError(f"import_onnx(): dims[{k!r}] must be an int of at least 1, got {shown(v)}")
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= MAX_DIM:
+            raise ArgumentError(f"import_onnx(): dims[{k!r}] must be an int from 1 to {MAX_DIM:,}, got {shown(v)}")
     dims = {k: int(v) for k, v in dims.items()}
     if name is not None and not isinstance(name, str):
         raise ArgumentError(f"import_onnx(): name must be a str or None, got {type(name).__name__}")
