@@ -37,8 +37,7 @@ from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx
 from ..errors import OnnxUnsupported as Unsupported
 from .folding import FOLD_ELEMENTS, FOLDABLE, Folding, constant_value
 from .import_ops import HANDLERS, check_limits, custom
-from .loading import (all_tensors, check_import_arguments, elem_type_name, is_external, load_external, not_utf8,
-                      tensor_array)
+from .loading import check_import_arguments, elem_type_name, read_model, tensor_array
 from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
 from .patterns import fuse_erf_gelu
@@ -81,44 +80,7 @@ def import_model(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opt
     about one speaks its caller's language."""
     onnx = require_onnx()
     dims, name, base = check_import_arguments(model, dims, name, base_dir)
-    filename = "<model>"
-    if isinstance(model, (str, os.PathLike)):
-        filename = os.fspath(model)
-        try:
-            proto = onnx.load(filename, load_external_data=False)
-        except OSError as e:
-            raise OnnxError(Diagnostic(f"cannot read the model: {e.strerror or e}", filename=filename)) from None
-        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
-            raise OnnxError(Diagnostic(f"not an ONNX model ({type(e).__name__}: {e})", filename=filename)) from None
-        if base is None:
-            base = os.path.dirname(os.path.abspath(filename))
-    elif isinstance(model, (bytes, bytearray)):
-        try:
-            proto = onnx.load_from_string(bytes(model))
-        except Exception as e:  # noqa: BLE001
-            raise OnnxError(Diagnostic(f"not an ONNX model ({type(e).__name__}: {e})", filename=filename)) from None
-    else:
-        proto = model
-    if proto.ByteSize() == 0 or not proto.HasField("graph"):  # an empty file parses as an empty model
-        raise OnnxError(Diagnostic("not an ONNX model: it is empty" if proto.ByteSize() == 0 else
-                                   "not an ONNX model: it has no graph", filename=filename))
-    bad = not_utf8(proto)
-    if bad:
-        raise OnnxError(Diagnostic(f"not a valid ONNX model: {bad[0]} is not valid UTF-8 ({shown(bad[1])})",
-                                   filename=filename))
-    external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
-    if external:
-        if proto is model:  # the caller's ModelProto is not changed: its copy gets the data
-            proto = onnx.ModelProto()
-            proto.CopyFrom(model)
-            external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
-        for t in external:
-            load_external(onnx, t, base, filename)
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as e:  # noqa: BLE001 - onnx.checker.ValidationError and C++ errors
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise OnnxError(Diagnostic(f"the model fails onnx.checker: {first}", filename=filename)) from None
+    proto, filename = read_model(onnx, model, base)
     if dims:
         named = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
         unknown = sorted(set(dims) - named)
