@@ -21,16 +21,19 @@ def values_path(output: str) -> str:
 
 def _dim(text: str) -> tuple[str, int]:
     name, eq, size = text.partition("=")
+    from .loading import MAX_DIM
     if not eq or not name or not size.strip().isdigit() or int(size) < 1:
         raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a symbolic dimension and its size, at least 1), "
                                          f"got {text!r}")
+    if int(size) > MAX_DIM:
+        raise argparse.ArgumentTypeError(f"{text}: the size of {name} is at most {MAX_DIM:,} (2^62)")
     return name, int(size)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ..arrayfiles import npz_bytes
     from ..fileio import check_output_paths, is_special, write_files
-    from .importer import import_onnx
+    from .importer import import_model
     dims = dict(args.dim)
     if len(dims) != len(args.dim):
         twice = sorted({n for n, _ in args.dim if sum(1 for m, _ in args.dim if m == n) > 1})
@@ -42,7 +45,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     values = args.values or (values_path(args.output) if derived else None)
     if derived:
         check_output_paths([("MODEL", args.model)], [("-o", args.output), ("-o's weights file", values)])
-    m = import_onnx(args.model, dims=dims)
+    m = import_model(args.model, dims=dims, option="--dim")
     files = [(args.output or "-", m.text.encode("utf-8"))]  # "-": the graph to standard output
     if m.inputs and values is not None:
         files.append((values, npz_bytes(m.inputs, values, "the initializer values")))

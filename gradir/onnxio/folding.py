@@ -43,6 +43,7 @@ class Folding:
     made_by: dict[str, Any]
     readers: dict[str, list[tuple[str, str, int]]]
     symbolic: set[str]
+    unnamed: bool
     comments: list[tuple[int, int, str]]
 
     def _fold(self, node: Any, domain: str, attrs: dict) -> bool:
@@ -51,12 +52,14 @@ class Folding:
             v = self.values[node.input[0]]
             if node.op_type == "Size" and None not in v.shape:
                 self.consts[node.output[0]] = np.array(int(np.prod(v.shape, dtype=np.int64)), np.int64)
+                self.made_by[node.output[0]] = node
                 return True
             if node.op_type == "Shape":
                 start, end = int(attrs.get("start", 0)), attrs.get("end")
                 part = list(v.shape)[start:None if end is None else int(end)]
                 if None not in part:  # the dimensions asked for are static, even if others are not
                     self.consts[node.output[0]] = np.array(part, np.int64)
+                    self.made_by[node.output[0]] = node
                     if start == 0 and end is None:
                         self.shape_of[node.output[0]] = v
                     return True
@@ -67,10 +70,15 @@ class Folding:
                     self.shape_of[node.output[0]] = v
                     return True
             names = sorted(self.symbolic)
+            unnamed = ("a dimension with no name (ONNX's '?', neither a size nor a name) cannot be given a size "
+                       "on import: give the model static sizes (or named dimensions) before importing it")
+            if not names:
+                raise Unsupported(f"the shape of its input ({v.type}) is not known at import time (gradir computes "
+                                  f"{node.op_type} when it imports), and {unnamed}")
             raise Unsupported(f"the shape of its input ({v.type}) is not known at import time; gradir computes "
                               f"{node.op_type} when it imports, so give the symbolic dimensions sizes with --dim "
-                              f"NAME=SIZE (import_onnx(dims={{...}}))" +
-                              (f"; this model's are: {', '.join(names)}" if names else ""))
+                              f"NAME=SIZE (import_onnx(dims={{...}})); this model's are: {', '.join(names)}" +
+                              (f"; {unnamed}" if self.unnamed else ""))
         if domain == "" and node.op_type == "ConstantOfShape" and node.input[0] in self.shape_of:
             v = self.shape_of[node.input[0]]
             fill = tensor_array(self.onnx, attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
@@ -218,6 +226,9 @@ def _broadcast_gradient_args(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, 
     a, b = [int(x) for x in a.reshape(-1)], [int(x) for x in b.reshape(-1)]
     n = max(len(a), len(b))
     pa, pb = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    for k, (x, y) in enumerate(zip(pa, pb)):
+        if x != y and x != 1 and y != 1:
+            raise Unsupported(f"its shapes {a} and {b} do not broadcast (dimension {k}: {x} and {y})")
     ra = [k for k in range(n) if pa[k] == 1 and pb[k] != 1 or k < n - len(a)]
     rb = [k for k in range(n) if pb[k] == 1 and pa[k] != 1 or k < n - len(b)]
     return np.array(ra, np.int64), np.array(rb, np.int64)

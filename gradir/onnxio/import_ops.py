@@ -110,6 +110,9 @@ def _reshape(ctx: Any, node: Any, attrs: dict) -> list:
     _only(attrs, {"allowzero"}, node)
     x = ctx.x(node, 0)
     shape = [int(d) for d in ctx.const(node, 1, "shape", ints=True).reshape(-1)]
+    if shape.count(-1) > 1:  # ONNX infers at most one dimension; the checker does not look at the values
+        raise Unsupported(f"its shape {shape} has {shape.count(-1)} -1s; ONNX allows at most one (the dimension "
+                          "inferred from the others)")
     if 0 in shape and not attrs.get("allowzero", 0):
         src = _static(x, "Reshape with a 0 (copy this dimension) in its shape")
         beyond = [k for k, d in enumerate(shape) if d == 0 and k >= len(src)]

@@ -35,15 +35,14 @@ from ..syntax import parse
 from ..types import DType
 from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
 from ..errors import OnnxUnsupported as Unsupported
-from .folding import FOLDABLE, Folding, constant_value
+from .folding import FOLD_ELEMENTS, FOLDABLE, Folding, constant_value
 from .import_ops import HANDLERS, check_limits, custom
-from .loading import (all_tensors, check_import_arguments, elem_type_name, is_external, load_external, not_utf8,
-                      tensor_array)
+from .loading import check_import_arguments, elem_type_name, read_model, tensor_array
 from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
 from .patterns import fuse_erf_gelu
 
-__all__ = ["import_onnx", "Importer"]
+__all__ = ["import_onnx", "import_model", "Importer"]
 
 ACCUMULATOR = "InPlaceAccumulatorV2"
 # the type (AttributeProto.AttributeType) of each attribute the importer reads, whatever the op
@@ -70,51 +69,24 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     your files become its weights).  External data stays inside that directory: no ``..``, no absolute
     path, no symbolic link out of it.
     """
+    return import_model(model, dims=dims, name=name, base_dir=base_dir)
+
+
+def import_model(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Optional[dict[str, int]] = None,
+                 name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None,
+                 option: str = "dims") -> ImportedModel:
+    """``import_onnx`` for a caller whose sizes of symbolic dimensions are called ``option``: ``"dims"``
+    (the API: ``dims['batch']``) or ``"--dim"`` (``gradir import``: ``--dim batch``), so that an error
+    about one speaks its caller's language."""
     onnx = require_onnx()
     dims, name, base = check_import_arguments(model, dims, name, base_dir)
-    filename = "<model>"
-    if isinstance(model, (str, os.PathLike)):
-        filename = os.fspath(model)
-        try:
-            proto = onnx.load(filename, load_external_data=False)
-        except OSError as e:
-            raise OnnxError(Diagnostic(f"cannot read the model: {e.strerror or e}", filename=filename)) from None
-        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
-            raise OnnxError(Diagnostic(f"not an ONNX model ({type(e).__name__}: {e})", filename=filename)) from None
-        if base is None:
-            base = os.path.dirname(os.path.abspath(filename))
-    elif isinstance(model, (bytes, bytearray)):
-        try:
-            proto = onnx.load_from_string(bytes(model))
-        except Exception as e:  # noqa: BLE001
-            raise OnnxError(Diagnostic(f"not an ONNX model ({type(e).__name__}: {e})", filename=filename)) from None
-    else:
-        proto = model
-    if proto.ByteSize() == 0 or not proto.HasField("graph"):  # an empty file parses as an empty model
-        raise OnnxError(Diagnostic("not an ONNX model: it is empty" if proto.ByteSize() == 0 else
-                                   "not an ONNX model: it has no graph", filename=filename))
-    bad = not_utf8(proto)
-    if bad:
-        raise OnnxError(Diagnostic(f"not a valid ONNX model: {bad[0]} is not valid UTF-8 ({shown(bad[1])})",
-                                   filename=filename))
-    external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
-    if external:
-        if proto is model:  # the caller's ModelProto is not changed: its copy gets the data
-            proto = onnx.ModelProto()
-            proto.CopyFrom(model)
-            external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
-        for t in external:
-            load_external(onnx, t, base, filename)
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as e:  # noqa: BLE001 - onnx.checker.ValidationError and C++ errors
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise OnnxError(Diagnostic(f"the model fails onnx.checker: {first}", filename=filename)) from None
+    proto, filename = read_model(onnx, model, base)
     if dims:
         named = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
         unknown = sorted(set(dims) - named)
         if unknown:
-            raise OnnxError(Diagnostic(f"--dim {unknown[0]}: no input has a dimension named {unknown[0]!r} (the "
+            which = f"--dim {unknown[0]}" if option == "--dim" else f"dims[{unknown[0]!r}]"
+            raise OnnxError(Diagnostic(f"{which}: no input has a dimension named {unknown[0]!r} (the "
                                        f"symbolic dimensions are: {', '.join(sorted(named)) or 'none'})",
                                        filename=filename))
     return Importer(proto, filename, dims or {}, name).run()
@@ -142,6 +114,9 @@ class Importer(Folding):
         self.made_by: dict[str, Any] = {}  # folded value -> the node that computed it (to locate errors)
         self.symbolic = {d.dim_param for vi in g.input for d in vi.type.tensor_type.shape.dim
                          if d.HasField("dim_param") and d.dim_param not in dims}
+        # an input dimension with neither a size nor a name: no --dim can give it a size
+        self.unnamed = any(not d.HasField("dim_value") and not d.dim_param for vi in g.input
+                           for d in vi.type.tensor_type.shape.dim)
         self.comments: list[tuple[int, int, str]] = []  # (first op, end op, ONNX node name)
         self.notes: list[str] = []
 
@@ -190,6 +165,16 @@ class Importer(Folding):
 
     # -- the import ----------------------------------------------------------------------------------------
     def run(self) -> ImportedModel:
+        """The import; an error of the builder's or of the graph's own checks (a label gradir cannot hold,
+        ...) is said of the model file, with its message, never of ``<graph>`` or ``<GraphBuilder g>``."""
+        try:
+            return self._run()
+        except OnnxError:
+            raise
+        except GradirError as e:
+            raise OnnxError([Diagnostic(d.message, filename=self.filename) for d in e.diagnostics]) from None
+
+    def _run(self) -> ImportedModel:
         g = self.proto.graph
         nodes, grad_outputs = self._strip_accumulators(list(g.node))
         inits = {t.name: t for t in g.initializer}
@@ -220,8 +205,9 @@ class Importer(Folding):
             self._node(node)
         if self.problems:
             self._fail()
-        outputs = [(o.name, o.name) for o in g.output if o.name not in self._dropped]
-        outputs += [(n, label) for n, label in grad_outputs.items()]
+        # a graph output listed twice is one output (ONNX names one value once)
+        outputs = list({o.name: (o.name, o.name) for o in g.output if o.name not in self._dropped}.values())
+        outputs += [(n, label) for n, label in grad_outputs.items() if n not in {o.name for o in g.output}]
         self._outputs(outputs)
         if self.problems:
             self._fail()
@@ -301,7 +287,21 @@ class Importer(Folding):
         else:
             self.consts[name] = a
 
-    def _materialize(self, name: str, a: np.ndarray) -> Any:
+    def _maker(self, name: str) -> str:
+        """What makes the value ``name``, to locate a problem with it: its node, or the initializer."""
+        node = self.made_by.get(name)
+        if node is not None:
+            return self._where(node)
+        return f"initializer {name!r}" if name in self.consts else f"{name!r}"
+
+    def _materialize(self, name: str, a: np.ndarray, maker: bool = True) -> Any:
+        """The known value ``a`` as a gradir value (a ``Constant``).  A zero-size one is refused, naming
+        what makes it (unless ``maker`` is false: the caller locates it): gradir's dimensions are at least
+        1.  While it only feeds folding (an empty axes list) it is never materialized, so it works."""
+        if a.size == 0:
+            made = f" (made by {self._maker(name)})" if maker else ""
+            raise Unsupported(f"{name!r}{made} is a zero-size value (shape {list(a.shape)}); gradir's dimensions "
+                              "are at least 1, so no gradir value can hold it")
         try:
             DType.from_numpy(a.dtype)
         except ValueError:
@@ -309,7 +309,8 @@ class Importer(Folding):
                               "Int32, Int64, Bool") from None
         flat = a.reshape(-1)
         if a.size > MAX_CONSTANT_ELEMENTS:
-            if a.size and np.all(flat == flat[0]) and not np.isnan(flat[0]).any():
+            bits = flat.view(f"u{flat.dtype.itemsize}")  # by bits: NaN is one value, -0.0 is not 0.0
+            if np.all(bits == bits[0]):
                 return self.b.constant(flat[0].item(), DType.from_numpy(a.dtype).value, list(a.shape))
             raise Unsupported(f"{name!r} is a {a.size:,}-element value known at import time; a Constant holds at "
                               f"most {MAX_CONSTANT_ELEMENTS:,}")
@@ -332,6 +333,8 @@ class Importer(Folding):
             fn = HANDLERS.get((domain, node.op_type))
             if fn is None and domain == GRADIR_DOMAIN and node.op_type in OPS:
                 fn = custom(node.op_type)
+            if fn is None and domain == "" and node.op_type in FOLDABLE:
+                self._too_big_input(node)
             if fn is None:
                 raise Unsupported("gradir has no equivalent op" if domain in ("", MS_DOMAIN) else
                                   f"the domain {domain!r} is not supported")
@@ -354,6 +357,19 @@ class Importer(Folding):
                 self.poisoned.add(n)
             else:
                 self.values[n] = v
+
+    def _too_big_input(self, node: Any) -> None:
+        """An op the importer only evaluates (``Cast``) read a value that was too big to evaluate (a large
+        ``ConstantOfShape`` became a filled ``Constant``): say so, with its size, rather than only that
+        gradir has no such op."""
+        for k, n in enumerate(node.input):
+            v = self.values.get(n) if n else None
+            if v is not None and None not in v.shape:
+                size = int(np.prod(v.shape, dtype=object))
+                if size > FOLD_ELEMENTS:
+                    raise Unsupported(f"its input {k} ({n!r}, {v.type}) has {size:,} elements, too many to evaluate "
+                                      f"at import time (at most {FOLD_ELEMENTS:,}), and gradir has no "
+                                      f"{node.op_type} op")
 
     def _failed(self, node: Any, problem: str) -> None:
         """``node`` could not be imported: its problem is listed, and what it computes is poisoned (a
@@ -421,11 +437,9 @@ class Importer(Folding):
                 v = self.values[n]
             elif n in self.consts:
                 try:
-                    v = self._materialize(n, self.consts[n])
+                    v = self._materialize(n, self.consts[n], maker=False)
                 except Unsupported as e:
-                    node = self.made_by.get(n)
-                    self.problems.append(f"{self._where(node) + ': ' if node is not None else ''}graph output "
-                                         f"{n!r}: {e}")
+                    self.problems.append(f"{self._maker(n)}: graph output {n!r}: {e}")
                     continue
             else:
                 raise OnnxError(Diagnostic(f"graph output {n!r} is computed by nothing gradir imported",
@@ -437,7 +451,12 @@ class Importer(Folding):
 
     def _fail(self) -> None:
         n = len(self.problems)
-        head = Diagnostic(f"{n} node{'s' if n > 1 else ''} cannot be imported:", filename=self.filename)
+        # the header names what failed: nodes, initializers or graph inputs, or when they are mixed, problems
+        kinds = {next((k for k in ("node", "initializer", "graph input") if p.startswith(k + " ")), "")
+                 for p in self.problems}
+        kind = kinds.pop() if len(kinds) == 1 else ""
+        head = Diagnostic(f"{n} {kind}{'s' if n > 1 else ''} cannot be imported:" if kind else
+                          f"the model cannot be imported: {n} problem{'s' if n > 1 else ''}:", filename=self.filename)
         raise OnnxError([head] + [Diagnostic(p, filename=self.filename) for p in self.problems])
 
     def _with_comments(self, graph: Any) -> Any:

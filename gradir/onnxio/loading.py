@@ -22,10 +22,14 @@ from ..errors import Diagnostic, OnnxError, shown
 from ..errors import OnnxUnsupported as Unsupported
 from .common import require_onnx
 
-__all__ = ["tensor_array", "check_import_arguments", "not_utf8", "all_tensors", "is_external", "load_external",
-           "elem_type_name"]
+__all__ = ["tensor_array", "check_import_arguments", "read_model", "not_utf8", "all_tensors", "is_external",
+           "load_external", "elem_type_name", "MAX_DIM"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+# the largest size a symbolic dimension may be given (``dims``, ``--dim``): 2^62
+MAX_DIM = 2 ** 62
 
 
 def check_import_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> tuple[dict[str, int], Optional[str],
@@ -52,8 +56,8 @@ def check_import_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> t
     for k, v in dims.items():
         if not isinstance(k, str) or not k:
             raise ArgumentError(f"import_onnx(): dims: a dimension name must be a non-empty str, got {shown(k)}")
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= 2 ** 62:
-            raise ArgumentError(f"import_onnx(): dims[{k!r}] must be an int of at least 1, got {shown(v)}")
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= MAX_DIM:
+            raise ArgumentError(f"import_onnx(): dims[{k!r}] must be an int from 1 to {MAX_DIM:,}, got {shown(v)}")
     dims = {k: int(v) for k, v in dims.items()}
     if name is not None and not isinstance(name, str):
         raise ArgumentError(f"import_onnx(): name must be a str or None, got {type(name).__name__}")
@@ -230,3 +234,48 @@ def tensor_array(onnx: Any, t: Any) -> np.ndarray:
     if a.size != n:
         raise Unsupported(f"its data has {a.size:,} values; its shape {dims} holds {n:,}")
     return a
+
+
+def read_model(onnx: Any, model: Any, base: Optional[str]) -> tuple[Any, str]:
+    """``import_onnx``'s model (a path, bytes or a ``ModelProto``) read, its external data loaded (from
+    ``base``, or the model's own directory) and checked with ``onnx.checker``: the ``ModelProto`` (the
+    caller's is never changed) and the file name errors are located at (``<model>`` without a path)."""
+    filename = "<model>"
+    if isinstance(model, (str, os.PathLike)):
+        filename = os.fspath(model)
+        try:
+            proto = onnx.load(filename, load_external_data=False)
+        except OSError as e:
+            raise OnnxError(Diagnostic(f"cannot read the model: {e.strerror or e}", filename=filename)) from None
+        except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
+            raise OnnxError(Diagnostic(f"not an ONNX model ({type(e).__name__}: {e})", filename=filename)) from None
+        if base is None:
+            base = os.path.dirname(os.path.abspath(filename))
+    elif isinstance(model, (bytes, bytearray)):
+        try:
+            proto = onnx.load_from_string(bytes(model))
+        except Exception as e:  # noqa: BLE001
+            raise OnnxError(Diagnostic(f"not an ONNX model ({type(e).__name__}: {e})", filename=filename)) from None
+    else:
+        proto = model
+    if proto.ByteSize() == 0 or not proto.HasField("graph"):  # an empty file parses as an empty model
+        raise OnnxError(Diagnostic("not an ONNX model: it is empty" if proto.ByteSize() == 0 else
+                                   "not an ONNX model: it has no graph", filename=filename))
+    bad = not_utf8(proto)
+    if bad:
+        raise OnnxError(Diagnostic(f"not a valid ONNX model: {bad[0]} is not valid UTF-8 ({shown(bad[1])})",
+                                   filename=filename))
+    external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
+    if external:
+        if proto is model:  # the caller's ModelProto is not changed: its copy gets the data
+            proto = onnx.ModelProto()
+            proto.CopyFrom(model)
+            external = [t for t in all_tensors(proto.graph) if is_external(onnx, t)]
+        for t in external:
+            load_external(onnx, t, base, filename)
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:  # noqa: BLE001 - onnx.checker.ValidationError and C++ errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise OnnxError(Diagnostic(f"the model fails onnx.checker: {first}", filename=filename)) from None
+    return proto, filename

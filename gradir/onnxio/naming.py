@@ -2,7 +2,8 @@
 gradir name (``t7``), so ``import_onnx`` gives those values their names back, and never makes up a name
 that is one of the model's (an ONNX input named ``t0`` is not "the name of another value").
 
-Only canonical value names (``t0``, ``t12``; not ``t007``) are kept: they are the ones gradir writes.
+Only canonical value names (``t0``, ``t12``; not ``t007``) gradir can hold (at most 18 digits) are kept:
+they are the ones gradir writes.  A longer ``t99999999999999999999999`` is an ordinary ONNX name: a label.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..graph import Graph, GraphInput
 
 __all__ = ["reserve_value_names", "keep_value_names"]
 
-_CANONICAL = re.compile(r"t(?:0|[1-9][0-9]*)\Z")
+_CANONICAL = re.compile(r"t(?:0|[1-9][0-9]{0,17})\Z")  # a value name has at most 18 digits
 
 
 def model_value_names(graph: Any) -> set[str]:
@@ -29,7 +30,7 @@ def model_value_names(graph: Any) -> set[str]:
 def reserve_value_names(builder: Any, graph: Any) -> None:
     """Make ``builder`` number its values after the model's own ``tN`` names, so that none of its names is
     one of the model's (``keep_value_names`` then gives those names back to their values)."""
-    numbers = [int(n[1:]) for n in model_value_names(graph) if len(n) <= 19]  # longer: no builder gets there
+    numbers = [int(n[1:]) for n in model_value_names(graph)]
     if numbers:
         builder._next = max(builder._next, max(numbers) + 1)
 
