@@ -72,6 +72,21 @@ def test_a_fifo_is_written_through(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="needs /dev/stdout")
+@pytest.mark.parametrize("command", ["run", "fmt"])
+def test_o_dev_stdout_writes_through_a_pipe(command):
+    """`gradir run g.gir -o /dev/stdout | cat` exited 1 (`cannot write file`): the real path of /dev/stdout
+    is `pipe:[...]`, which was taken for a new regular file; the pipe itself must be written."""
+    r = gradir_cmd(command, SAMPLE, "-o", "/dev/stdout")  # stdout=PIPE: a real pipe
+    assert r.returncode == 0, r.stderr
+    assert b"error" not in r.stderr
+    if command == "run":
+        with np.load(io.BytesIO(r.stdout)) as z:
+            assert z.files == ["t2", "t3", "t4", "t5"]
+    else:
+        assert r.stdout.startswith(b"# The three GELU") and b"graph gelu_backward" in r.stdout
+
+
 def test_new_files_respect_the_umask_and_existing_files_keep_their_mode(tmp_path):
     old = os.umask(0o027)
     try:
