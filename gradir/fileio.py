@@ -21,7 +21,8 @@ from typing import Iterable, Optional, Sequence
 
 from .errors import Diagnostic, GradirError, Terminated
 
-__all__ = ["write_file", "write_files", "check_output_paths", "is_special", "is_stdout", "human_bytes",
+__all__ = ["write_file", "write_files", "check_output_paths", "is_special", "is_stdout", "names_a_file",
+           "human_bytes",
            "terminate_cleanly", "Terminated"]
 
 
@@ -65,6 +66,36 @@ def is_stdout(path: Optional[str]) -> bool:
     try:
         return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no file behind stdout (captured)
+        return False
+
+
+_SPECIAL_TREES = ("/dev", "/proc", "/sys")  # file systems of devices and of the kernel: no user's files in them
+
+
+def _under(path: str, trees: Sequence[str]) -> bool:
+    return any(path == t or path.startswith(t + os.sep) for t in trees)
+
+
+def names_a_file(path: str) -> bool:
+    """Whether ``path`` is a regular file, or a new file in a real directory: a place where another file may
+    be put beside it (``gradir import -o OUT.gir``'s ``OUT.inputs.npz``).  A new file in a missing
+    directory counts: ``check_output_paths`` then reports the directory.
+
+    Not a device, FIFO or socket, and nothing under ``/dev``, ``/proc`` or ``/sys``, whatever it
+    leads to: ``-o /dev/stdout > out.gir`` is a regular file through a link, but ``/dev/stdout.inputs.npz``
+    is no place for a weights file.
+    """
+    if os.name != "posix":
+        return not is_special(path)
+    try:
+        given = os.path.abspath(path)
+        parent = os.path.realpath(os.path.dirname(given))
+        if _under(given, _SPECIAL_TREES) or _under(parent, _SPECIAL_TREES):
+            return False
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:  # a new file (a missing directory is check_output_paths' error, found before any work)
+        return True
+    except (OSError, ValueError):
         return False
 
 
