@@ -709,6 +709,8 @@ def test_cli_a_shard_count_past_the_batch_is_a_located_error(capsys):
     ({"files": [1]}, "files must be a glob or a list"),
     ({"files": b"x*"}, "files must be a glob or a list"),
     ({"files": []}, "files is an empty list"),
+    ({"files": "\ud800*.npz"}, "cannot be encoded as a file name"),
+    ({"files": ["a.npz", "\ud800.npz"]}, "cannot be encoded as a file name"),
     ({"shards": 2.0}, "shards must be a positive integer"),
     ({"shards": True}, "shards must be a positive integer"),
     ({"shards": 0}, "shards must be a positive integer"),

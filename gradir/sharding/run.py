@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import ArgumentError, Diagnostic, GradirError, InputError, ShardError, shown
+from ..errors import ArgumentError, Diagnostic, GradirError, InputError, ShardError, path_problem, shown
 from ..graph import Graph
 from .analysis import analyze
 from .placement import Placement, resolve_batch
@@ -403,6 +403,14 @@ def _check_run_arguments(inputs: Any, shards: Any, client: Any, files: Any, thre
             raise ArgumentError(f"files must be a glob or a list of paths of shard files, got {shown(files)}")
         if not isinstance(files, one) and not files:
             raise ArgumentError("files is an empty list: give one .npz per shard")
+        for f in [files] if isinstance(files, one) else files:
+            try:
+                name = os.fspath(f)
+            except Exception as e:  # noqa: BLE001 - a caller's __fspath__ that raises
+                raise ArgumentError(f"files: {shown(f)} cannot be read as a path ({type(e).__name__})") from None
+            problem = path_problem(name) if isinstance(name, str) else None
+            if problem:
+                raise ArgumentError(f"files: the path {shown(name)} {problem}")
     check_threads(threads)
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ArgumentError(f"retries must be an integer from 0 to 100, got {shown(retries)}")
