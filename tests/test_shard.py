@@ -740,6 +740,27 @@ def test_wrong_arguments_of_shard_are_argument_errors(args, kwargs, what):
         gradir.shard(*args, **kwargs)
 
 
+@pytest.mark.parametrize("integer", [np.int64, np.int32, np.uint8, np.intp])
+def test_numpy_integers_are_accepted_as_shards_and_batch_axes(integer):
+    """``gradir.shard(g, {"t0": np.int64(0)})`` and ``run(shards=np.int64(2))`` were refused as "must be an
+    integer" although they are (``a.shape[0]`` and NumPy arithmetic give them)."""
+    from gradir.sharding import analyze, split
+    s = gradir.shard(TANH, {"t0": integer(0)})
+    assert s.batch == {"t0": 0} and type(s.batch["t0"]) is int
+    x = {"t0": np.arange(32, dtype=np.float32).reshape(8, 4), "t1": np.ones(4, np.float32)}
+    got = s.run(x, shards=integer(2))
+    assert np.array_equal(got["t3"], np.tanh(x["t0"] + x["t1"]))
+    assert len(s.split_inputs(x, integer(4))) == 4
+    s.check_shards(integer(8))
+    assert split(integer(1)).axis == 1 and type(split(integer(1)).axis) is int
+    assert analyze(s.graph, {"t0": integer(0)})[0]["t3"] == split(0)
+    for bad in (np.True_, np.float64(2.0)):
+        with pytest.raises(gradir.ArgumentError, match="shards must be a positive integer"):
+            s.run(x, shards=bad)
+        with pytest.raises(gradir.ArgumentError, match="must be an integer"):
+            gradir.shard(TANH, {"t0": bad})
+
+
 def test_wrong_arguments_of_the_other_sharding_api_are_argument_errors():
     from gradir.sharding import Placement, analyze, split
     s = gradir.shard(TANH, {"t0": 0})

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import ArgumentError, Diagnostic, GradirError, InputError, ShardError, path_problem, shown
 from ..graph import Graph
 from .analysis import analyze
-from .placement import Placement, resolve_batch
+from .placement import Placement, integer, resolve_batch
 from .scheduler import DASK_HINT, setup_error, check_client, open_scheduler
 from .shardgraph import build_shard_graph
 from .worker import ShardResult, digest, run_compiled, run_shard
@@ -44,8 +44,9 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
     for key, axis in batch.items():
         if not isinstance(key, str):
             raise ArgumentError(f"batch: the keys are input labels or value names (strings), got {shown(key)}")
-        if isinstance(axis, bool) or not isinstance(axis, int):
+        if integer(axis) is None:
             raise ArgumentError(f"batch: the axis of {key!r} must be an integer, got {shown(axis)}")
+    batch = {key: integer(axis) for key, axis in batch.items()}  # np.int64(0) is axis 0
     if isinstance(graph, os.PathLike) or (isinstance(graph, str) and "\n" not in graph and (
             os.path.isfile(graph) or graph.strip().endswith(".gir"))):
         from ..syntax import load
@@ -156,7 +157,7 @@ class Sharded:
         if not isinstance(inputs, Mapping):
             raise ArgumentError(f"inputs must be a mapping of input names (labels or tN) to arrays, got "
                                 f"{type(inputs).__name__}")
-        _check_shards(shards)
+        shards = _check_shards(shards)
         if pool is not None and not callable(getattr(pool, "take", None)):
             raise ArgumentError(f"pool must be None or a gradir.buffers.BufferPool, got {type(pool).__name__}")
         byname = inputs_by_name(self.graph, inputs, self._file)
@@ -207,7 +208,7 @@ class Sharded:
     def check_shards(self, shards: int) -> None:
         """``InputError`` (located at the input) when a batch axis of static size has fewer rows than
         ``shards``: said before any input is read or generated."""
-        _check_shards(shards)
+        shards = _check_shards(shards)
         for i in self.graph.inputs:
             rows = i.type.shape[self.batch[i.name]] if i.name in self.batch else None
             if rows is not None and rows < shards:
@@ -234,6 +235,7 @@ class Sharded:
         (default 1 on Dask workers, gradir's default inline).  ``progress``: a line per finished shard
         on stderr (default: when stderr is a terminal).  ``jitter``: a test hook, see ``run_shard``."""
         _check_run_arguments(inputs, shards, client, files, threads, retries, progress, jitter)
+        shards = None if shards is None else integer(shards)  # np.int64(4) is 4 shards
         paths = self._paths(files)
         if paths is not None:
             if shards is not None and shards != len(paths):
@@ -378,9 +380,12 @@ class Sharded:
         return out
 
 
-def _check_shards(shards: Any) -> None:
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+def _check_shards(shards: Any) -> int:
+    """``shards`` as an int (a NumPy integer too), or ``ArgumentError`` when it is not a positive integer."""
+    number = integer(shards)
+    if number is None or number < 1:
         raise ArgumentError(f"shards must be a positive integer, got {shown(shards)}")
+    return number
 
 
 def _check_run_arguments(inputs: Any, shards: Any, client: Any, files: Any, threads: Any, retries: Any,
