@@ -187,9 +187,8 @@ class Sharded:
                                          f"{ax}", name))
             rows = arrays[name].shape[ax]
             if rows < shards:
-                many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
-                raise InputError(located(f"input {name}: its batch axis {ax} has {rows} rows, fewer than the {many} "
-                                         f"shards", name))
+                raise InputError(located(f"input {name}: its batch axis {ax} has {rows} rows, fewer than "
+                                         f"{shard_count(shards)}", name))
         out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
         for name, a in arrays.items():
             if name in self.batch:
@@ -212,9 +211,8 @@ class Sharded:
         for i in self.graph.inputs:
             rows = i.type.shape[self.batch[i.name]] if i.name in self.batch else None
             if rows is not None and rows < shards:
-                many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
                 raise InputError(Diagnostic(f"input {i.name}: its batch axis {self.batch[i.name]} has {rows} rows, "
-                                            f"fewer than the {many} shards", i.span,
+                                            f"fewer than {shard_count(shards)}", i.span,
                                             self.graph.source if i.span else None, filename=self._file))
 
     @property
@@ -238,8 +236,10 @@ class Sharded:
         shards = None if shards is None else integer(shards)  # np.int64(4) is 4 shards
         paths = self._paths(files)
         if paths is not None:
-            if shards is not None and shards != len(paths):
-                raise ArgumentError(f"shards={shards} but {len(paths)} shard files match {shown(files)}")
+            if shards is not None and shards != len(paths):  # as "no shard files match": "gradir: error: ..."
+                raise ShardError(setup_error(f"shards={shards} but {len(paths)} shard file"
+                                             f"{'s match' if len(paths) != 1 else ' matches'} {shown(files)}: "
+                                             f"give shards={len(paths)} or leave it out (one shard per file)"))
             shards = len(paths)
         if shards is None:
             shards = DEFAULT_SHARDS
@@ -378,6 +378,16 @@ class Sharded:
             else:
                 out[key] = parts[0]
         return out
+
+
+def shard_count(shards: int) -> str:
+    """``shards`` for "has 8 rows, fewer than ...": ``the 1180591620717411303424 shards`` (in full up to 30
+    digits), ``the 2^100 shards`` (a power of two), ``the shards asked for (more than 2^16609)`` (10**5000
+    has no short name, and Python will not print an int of over 4300 digits)."""
+    if shards < 10 ** 30:
+        return f"the {shards} shards"
+    k = shards.bit_length() - 1
+    return f"the 2^{k} shards" if shards == 1 << k else f"the shards asked for (more than 2^{k})"
 
 
 def _check_shards(shards: Any) -> int:
