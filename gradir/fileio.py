@@ -21,7 +21,7 @@ from typing import Iterable, Optional, Sequence
 
 from .errors import Diagnostic, GradirError, Terminated
 
-__all__ = ["write_file", "write_files", "check_output_paths", "is_special", "is_stdout", "names_a_file",
+__all__ = ["write_file", "write_files", "check_output_paths", "is_special", "is_stdout", "can_have_a_file_beside",
            "human_bytes",
            "terminate_cleanly", "Terminated"]
 
@@ -76,7 +76,7 @@ def _under(path: str, trees: Sequence[str]) -> bool:
     return any(path == t or path.startswith(t + os.sep) for t in trees)
 
 
-def names_a_file(path: str) -> bool:
+def can_have_a_file_beside(path: str) -> bool:
     """Whether ``path`` is a regular file, or a new file in a real directory: a place where another file may
     be put beside it (``gradir import -o OUT.gir``'s ``OUT.inputs.npz``).  A new file in a missing
     directory counts: ``check_output_paths`` then reports the directory.

@@ -396,13 +396,13 @@ def test_import_to_dev_stdout_redirected_to_a_file_makes_no_weights_file_under_d
 
 @pytest.mark.parametrize("path", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/dev/null", "/dev/new.gir"])
 def test_no_file_is_put_beside_a_path_under_dev_or_proc(path):
-    assert not fileio.names_a_file(path)
+    assert not fileio.can_have_a_file_beside(path)
 
 
 def test_a_file_may_be_put_beside_a_regular_or_new_file(tmp_path):
     (tmp_path / "old.gir").write_text("x")
-    assert fileio.names_a_file(str(tmp_path / "old.gir")) and fileio.names_a_file(str(tmp_path / "new.gir"))
-    assert not fileio.names_a_file(str(tmp_path))
+    assert fileio.can_have_a_file_beside(str(tmp_path / "old.gir")) and fileio.can_have_a_file_beside(str(tmp_path / "new.gir"))
+    assert not fileio.can_have_a_file_beside(str(tmp_path))
 
 
 def test_import_writes_the_graph_and_its_weights_both_or_neither(tmp_path, monkeypatch):

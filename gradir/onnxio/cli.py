@@ -29,7 +29,7 @@ def _dim(text: str) -> tuple[str, int]:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ..arrayfiles import npz_bytes
-    from ..fileio import check_output_paths, names_a_file, write_files
+    from ..fileio import check_output_paths, can_have_a_file_beside, write_files
     from .importer import import_onnx
     dims = dict(args.dim)
     if len(dims) != len(args.dim):
@@ -39,7 +39,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     # model, not a directory, in a directory that exists), before anything is read or written.  A device
     # (-o /dev/null), or any path under /dev or /proc (-o /dev/stdout > out.gir), has no file beside it: no
     # weights file is made up from its name.
-    derived = bool(args.output and args.output != "-" and not args.values and names_a_file(args.output))
+    derived = bool(args.output and args.output != "-" and not args.values and can_have_a_file_beside(args.output))
     values = args.values or (values_path(args.output) if derived else None)
     if derived:
         check_output_paths([("MODEL", args.model)], [("-o", args.output), ("-o's weights file", values)])
