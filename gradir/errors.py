@@ -17,7 +17,7 @@ __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyE
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
            "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported",
            "Terminated", "ConstantValueError", "OpError", "OpErrors",
-           "FastPathFallback", "ShardError", "Refusal", "shown"]
+           "FastPathFallback", "ShardError", "Refusal", "shown", "path_problem"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -259,6 +259,21 @@ def shown(value: object, limit: int = 60) -> str:
             return f"an int of {value.bit_length()} bits"
         return f"a {type(value).__name__}"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def path_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot name a file (None: it can): a NUL, or a character the file system encoding cannot
+    write (a lone surrogate such as ``"\\ud800"``, which ``open()`` would raise ``UnicodeEncodeError`` on).
+    For the Python API's path arguments: their callers raise ``ArgumentError`` with it."""
+    import os
+    if "\0" in path:
+        return "contains a NUL character"
+    try:
+        os.fsencode(path)
+    except UnicodeError as e:
+        bad = path[e.start] if isinstance(e, UnicodeEncodeError) and e.start < len(path) else "?"
+        return f"cannot be encoded as a file name (character U+{ord(bad):04X})"
+    return None
 
 
 def errors_of(diags: Sequence[Diagnostic]) -> list[Diagnostic]:

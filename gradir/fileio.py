@@ -10,6 +10,7 @@ so that ``gradir run g.gir -o g.gir`` cannot replace the graph being run.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import signal
 import stat
@@ -20,8 +21,9 @@ from typing import Iterable, Optional, Sequence
 
 from .errors import Diagnostic, GradirError, Terminated
 
-__all__ = ["write_file", "write_files", "check_output_paths", "is_special", "human_bytes", "terminate_cleanly",
-           "Terminated"]
+__all__ = ["write_file", "write_files", "check_output_paths", "is_special", "is_stdout", "can_have_a_file_beside",
+           "human_bytes",
+           "terminate_cleanly", "Terminated"]
 
 
 def human_bytes(n: Optional[float]) -> str:
@@ -52,6 +54,49 @@ def is_special(path: str) -> bool:
     except (OSError, ValueError):
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def is_stdout(path: Optional[str]) -> bool:
+    """``-``, or a path to the file standard output is (``/dev/stdout``, ``/dev/fd/1``, or the file stdout was
+    redirected to): a command writing there keeps its own messages off standard output."""
+    if not path:
+        return False
+    if path == "-":
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no file behind stdout (captured)
+        return False
+
+
+_SPECIAL_TREES = ("/dev", "/proc", "/sys")  # file systems of devices and of the kernel: no user's files in them
+
+
+def _under(path: str, trees: Sequence[str]) -> bool:
+    return any(path == t or path.startswith(t + os.sep) for t in trees)
+
+
+def can_have_a_file_beside(path: str) -> bool:
+    """Whether ``path`` is a regular file, or a new file in a real directory: a place where another file may
+    be put beside it (``gradir import -o OUT.gir``'s ``OUT.inputs.npz``).  A new file in a missing
+    directory counts: ``check_output_paths`` then reports the directory.
+
+    Not a device, FIFO or socket, and nothing under ``/dev``, ``/proc`` or ``/sys``, whatever it
+    leads to: ``-o /dev/stdout > out.gir`` is a regular file through a link, but ``/dev/stdout.inputs.npz``
+    is no place for a weights file.
+    """
+    if os.name != "posix":
+        return not is_special(path)
+    try:
+        given = os.path.abspath(path)
+        parent = os.path.realpath(os.path.dirname(given))
+        if _under(given, _SPECIAL_TREES) or _under(parent, _SPECIAL_TREES):
+            return False
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:  # a new file (a missing directory is check_output_paths' error, found before any work)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def check_output_paths(inputs: Iterable[tuple[str, str]], outputs: Sequence[tuple[str, str]],
@@ -109,15 +154,11 @@ def write_file(path: str, data: bytes) -> None:
         _write_stdout(data)
         return
     try:
-        real = os.path.realpath(path)
-        try:
-            st = os.stat(real)
-        except FileNotFoundError:
-            st = None
+        st, real = _target(path)
         if st is not None and not stat.S_ISREG(st.st_mode):
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "Is a directory")
-            with open(real, "wb") as f:  # a device, FIFO or socket: write through, never replace
+            with open(path, "wb") as f:  # a device, FIFO or socket: write through, never replace
                 f.write(data)
             return
         _write_atomic_raw(real, data, None if st is None else stat.S_IMODE(st.st_mode))
@@ -142,11 +183,10 @@ def write_files(files: Sequence[tuple[str, bytes]]) -> None:
             if path == "-":
                 later.append((path, data))
                 continue
-            real = os.path.realpath(path)
             try:
-                st = os.stat(real)
-            except FileNotFoundError:
-                st = None
+                st, real = _target(path)
+            except OSError as e:
+                raise _cannot_write(path, e) from None
             if st is not None and stat.S_ISDIR(st.st_mode):
                 raise _cannot_write(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
             if st is not None and not stat.S_ISREG(st.st_mode):
@@ -167,6 +207,24 @@ def write_files(files: Sequence[tuple[str, bytes]]) -> None:
     finally:
         for _, _, tmp, _ in staged:  # not renamed: a failure, Ctrl-C or SIGTERM before the renames
             _discard(tmp)
+
+
+def _target(path: str) -> tuple[Optional[os.stat_result], str]:
+    """What ``path`` is (its ``os.stat``, following symbolic links; None: it does not exist yet) and where a
+    regular or new file is written (its real path).
+
+    The kind is decided on the path as given, never on its real path: ``/dev/stdout`` is a link to
+    ``/proc/self/fd/1``, whose "target" is ``pipe:[1234]`` when standard output is a pipe, a name that is
+    not a file at all; ``os.stat`` follows the link to the pipe itself.  Only a regular file (or a new
+    one) needs its real path, to be replaced atomically where it is, its links kept.
+    """
+    try:
+        st: Optional[os.stat_result] = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return st, path
+    return st, os.path.realpath(path)
 
 
 def _cannot_write(path: str, error: OSError) -> GradirError:

@@ -312,8 +312,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         times.append(time.perf_counter() - t0)
         if show:
             _progress(k + 1, args.repeat, sys.stderr)
-    # with -o - (or --trace -) standard output carries the file: the report goes to stderr
-    report = sys.stderr if "-" in (args.output, args.trace) else sys.stdout
+    # with -o - (or --trace -, or -o /dev/stdout) standard output carries the file: the report goes to stderr
+    from .fileio import is_stdout
+    report = sys.stderr if is_stdout(args.output) or is_stdout(args.trace) else sys.stdout
     print(_stats_table(outputs), file=report)
     _warn_non_finite(outputs)
     if args.repeat > 1:

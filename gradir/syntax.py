@@ -23,7 +23,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Union
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of
+from .errors import ArgumentError, Diagnostic, ParseError, Source, Span, VerifyError, errors_of, path_problem, shown
 from .fastparse import (Fallback, Stmt, TypeSyntax, dim_literal, fast_line, float_literal, int_literal,
                         label_literal, type_from_syntax)
 from .graph import Graph, GraphInput
@@ -339,6 +339,9 @@ def read_source(path: Union[str, os.PathLike]) -> tuple[bytes, str]:
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentError(f"a file path is a str or os.PathLike, not {type(path).__name__}")
     name = os.fspath(path) if isinstance(os.fspath(path), str) else str(path)
+    problem = path_problem(name) if isinstance(os.fspath(path), str) else None
+    if problem:
+        raise ArgumentError(f"the file path {shown(name)} {problem}")
     try:
         if name == "-":
             data, name = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1), "<stdin>"

@@ -227,3 +227,15 @@ def test_check_reports_the_count_of_unshown_syntax_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count(": error: ") == 50
     assert err.rstrip("\n").endswith(f"{f}: note: ... and 150 more syntax errors not shown")
+
+
+@pytest.mark.parametrize("path, what", [("\ud800", "cannot be encoded as a file name"),
+                                        ("x\ud800.gir", "cannot be encoded as a file name"),
+                                        ("a\0b.gir", "contains a NUL character")])
+def test_load_of_a_path_that_cannot_name_a_file_is_an_argument_error(path, what):
+    """``gradir.load('\\ud800')`` raised UnicodeEncodeError (and a NUL, ValueError) from ``open()``."""
+    with pytest.raises(gradir.ArgumentError, match=what):
+        gradir.load(path)
+    if path.endswith(".gir"):  # compile takes a one-line str ending in .gir as a path (else as IR text)
+        with pytest.raises(gradir.ArgumentError, match=what):
+            gradir.compile(path)

@@ -433,7 +433,8 @@ def test_a_model_over_protobufs_limit_is_a_clear_error(monkeypatch, tmp_path, ca
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"path": 1}, "path must be a str"), ({"path": b"x.onnx"}, "path must be a str"), ({"path": ""}, "non-empty"),
-    ({"path": "a\0b"}, "without NUL"), ({"opset": "17"}, "opset must be an int"), ({"opset": True}, "opset"),
+    ({"path": "a\0b"}, "without NUL"), ({"path": "\ud800"}, "cannot be encoded as a file name"),
+    ({"path": "x\ud800.onnx"}, "cannot be encoded as a file name"), ({"opset": "17"}, "opset must be an int"), ({"opset": True}, "opset"),
     ({"opset": 10}, "opset must be an int from 11"), ({"custom_domain": "yes"}, "custom_domain must be True"),
     ({"custom_domain": 1}, "custom_domain"),
 ])
@@ -717,6 +718,7 @@ def test_20000_outputs_import() -> None:
     ({"model": None}, "takes a path, bytes or an onnx.ModelProto"),
     ({"model": ""}, "model path"),
     ({"model": "a\0b"}, "model path"),
+    ({"model": "\ud800.onnx"}, "the model path .* cannot be encoded as a file name"),
     ({"dims": 1}, "dims must be a dict"),
     ({"dims": [("b", 1)]}, "dims must be a dict"),
     ({"dims": {"b": "4"}}, r"dims\['b'\] must be an int"),
@@ -728,6 +730,7 @@ def test_20000_outputs_import() -> None:
     ({"name": "1x"}, "is not an identifier"),
     ({"base_dir": 1}, "base_dir must be a path"),
     ({"base_dir": "/nonexistent/dir"}, "is not a directory"),
+    ({"base_dir": "\ud800"}, "base_dir .* cannot be encoded as a file name"),
 ])
 def test_import_onnx_refuses_bad_arguments_with_argument_error(kwargs: dict, what: str) -> None:
     m, _ = M.gemm_mlp()

@@ -31,7 +31,9 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 def gradir_cmd(*args: str, **kw) -> subprocess.CompletedProcess:
     exe = os.path.join(os.path.dirname(sys.executable), "gradir")
     cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli"]
-    return subprocess.run(cmd + list(args), capture_output=True, cwd=ROOT, **kw)
+    if "stdout" not in kw:
+        kw["capture_output"] = True
+    return subprocess.run(cmd + list(args), cwd=ROOT, **kw)
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="creating a device node needs root (CI runs as root)")
@@ -70,6 +72,21 @@ def test_a_fifo_is_written_through(tmp_path):
     t.join(10)
     assert got["data"] == b"abc\n"
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="needs /dev/stdout")
+@pytest.mark.parametrize("command", ["run", "fmt"])
+def test_o_dev_stdout_writes_through_a_pipe(command):
+    """`gradir run g.gir -o /dev/stdout | cat` exited 1 (`cannot write file`): the real path of /dev/stdout
+    is `pipe:[...]`, which was taken for a new regular file; the pipe itself must be written."""
+    r = gradir_cmd(command, SAMPLE, "-o", "/dev/stdout")  # stdout=PIPE: a real pipe
+    assert r.returncode == 0, r.stderr
+    assert b"error" not in r.stderr
+    if command == "run":
+        with np.load(io.BytesIO(r.stdout)) as z:
+            assert z.files == ["t2", "t3", "t4", "t5"]
+    else:
+        assert r.stdout.startswith(b"# The three GELU") and b"graph gelu_backward" in r.stdout
 
 
 def test_new_files_respect_the_umask_and_existing_files_keep_their_mode(tmp_path):
@@ -358,6 +375,34 @@ def test_import_to_a_device_makes_no_weights_file_beside_it(tmp_path, capsys):
     assert main(["import", str(tmp_path / "m.onnx"), "-o", str(null)]) == 0
     assert "no weights file is written beside it" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["m.onnx", "null"]
+
+
+def test_import_to_dev_stdout_redirected_to_a_file_makes_no_weights_file_under_dev(tmp_path):
+    """`gradir import m.onnx -o /dev/stdout > out.gir` wrote /dev/stdout.inputs.npz (as root): /dev/stdout
+    leads to a regular file, but no weights file may be named after a path under /dev or /proc."""
+    _keyword_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.gir"
+    with open(out, "wb") as f:
+        r = gradir_cmd("import", str(tmp_path / "m.onnx"), "-o", "/dev/stdout", stdout=f, stderr=subprocess.PIPE)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert b"no weights file is written beside it" in r.stderr and b"--values" in r.stderr
+        assert b"graph " in out.read_bytes() and b"MatMul" in out.read_bytes()
+        assert sorted(os.listdir(tmp_path)) == ["m.onnx", "out.gir"]
+    finally:
+        for stray in ("/dev/stdout.inputs.npz", "/dev/fd/1.inputs.npz", "/proc/self/fd/1.inputs.npz"):
+            assert not os.path.lexists(stray)
+
+
+@pytest.mark.parametrize("path", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/dev/null", "/dev/new.gir"])
+def test_no_file_is_put_beside_a_path_under_dev_or_proc(path):
+    assert not fileio.can_have_a_file_beside(path)
+
+
+def test_a_file_may_be_put_beside_a_regular_or_new_file(tmp_path):
+    (tmp_path / "old.gir").write_text("x")
+    assert fileio.can_have_a_file_beside(str(tmp_path / "old.gir")) and fileio.can_have_a_file_beside(str(tmp_path / "new.gir"))
+    assert not fileio.can_have_a_file_beside(str(tmp_path))
 
 
 def test_import_writes_the_graph_and_its_weights_both_or_neither(tmp_path, monkeypatch):

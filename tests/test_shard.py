@@ -540,6 +540,14 @@ def test_cli_shard_files(tmp_path, capsys):
     assert "(3 shards, inline)" in capsys.readouterr().out
     assert main(["run", f, "--shard", "t0:0,t11:0", "--shard-files", str(tmp_path / "none-*.npz")]) == 1
     assert capsys.readouterr().err.startswith("gradir: error: no shard files match")  # before any demo input
+    # "shards=2 but 3 shard files match" had no "error:" and came after the demo inputs were generated
+    assert main(["run", f, "--shard", "t0:0,t11:0", "--shard-files", str(tmp_path / "p*.npz"), "--shards", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gradir: error: --shards 2 but 3 shard files match --shard-files ") and "generated" not in err
+    assert "give --shards 3 or leave it out" in err
+    with pytest.raises(ShardError, match="shards=2 but 3 shard files match") as e:
+        s.run({}, shards=2, files=str(tmp_path / "p*.npz"))
+    assert e.value.render().startswith("gradir: error: shards=2 but 3 shard files match")
     with np.load(a) as x, np.load(b) as y:
         assert all(np.array_equal(x[k], y[k]) for k in x.files) and len(x.files) == 5
 
@@ -677,9 +685,14 @@ def test_a_shard_count_past_the_batch_is_refused_before_anything_is_allocated():
     s = gradir.shard(TANH, {"t0": 0})
     x = {"t0": np.ones((8, 4), np.float32), "t1": np.ones(4, np.float32)}
     with time_limit(20, "huge shard counts"):
-        for k, shown in ((9, "9"), (10 ** 9, "1000000000"), (2 ** 70, "about 2^70"), (10 ** 5000, "about 2^16609")):
-            with pytest.raises(gradir.InputError, match=re.escape(f"has 8 rows, fewer than the {shown} shards")):
+        # "fewer than the about 2^70 shards" did not read well: the count in full, or 2^N, or its size
+        for k, shown in ((9, "the 9 shards"), (10 ** 9, "the 1000000000 shards"),
+                         (2 ** 70, "the 1180591620717411303424 shards"), (2 ** 100, "the 2^100 shards"),
+                         (10 ** 5000, "the shards asked for (more than 2^16609)")):
+            with pytest.raises(gradir.InputError, match=re.escape(f"has 8 rows, fewer than {shown}")):
                 s.run(x, shards=k)
+            with pytest.raises(gradir.InputError, match=re.escape(f"has 8 rows, fewer than {shown}")):
+                s.check_shards(k)
         with pytest.raises(gradir.InputError, match=r"missing input t0 \(Float32 \[8, 4\]\), split along axis 0"):
             s.run({"t1": x["t1"]}, shards=2 ** 70)
         with pytest.raises(gradir.InputError, match="fewer than the"):
@@ -709,6 +722,8 @@ def test_cli_a_shard_count_past_the_batch_is_a_located_error(capsys):
     ({"files": [1]}, "files must be a glob or a list"),
     ({"files": b"x*"}, "files must be a glob or a list"),
     ({"files": []}, "files is an empty list"),
+    ({"files": "\ud800*.npz"}, "cannot be encoded as a file name"),
+    ({"files": ["a.npz", "\ud800.npz"]}, "cannot be encoded as a file name"),
     ({"shards": 2.0}, "shards must be a positive integer"),
     ({"shards": True}, "shards must be a positive integer"),
     ({"shards": 0}, "shards must be a positive integer"),
@@ -736,6 +751,27 @@ def test_wrong_arguments_of_sharded_run_are_argument_errors(kwargs, what):
 def test_wrong_arguments_of_shard_are_argument_errors(args, kwargs, what):
     with pytest.raises(gradir.ArgumentError, match=what):
         gradir.shard(*args, **kwargs)
+
+
+@pytest.mark.parametrize("integer", [np.int64, np.int32, np.uint8, np.intp])
+def test_numpy_integers_are_accepted_as_shards_and_batch_axes(integer):
+    """``gradir.shard(g, {"t0": np.int64(0)})`` and ``run(shards=np.int64(2))`` were refused as "must be an
+    integer" although they are (``a.shape[0]`` and NumPy arithmetic give them)."""
+    from gradir.sharding import analyze, split
+    s = gradir.shard(TANH, {"t0": integer(0)})
+    assert s.batch == {"t0": 0} and type(s.batch["t0"]) is int
+    x = {"t0": np.arange(32, dtype=np.float32).reshape(8, 4), "t1": np.ones(4, np.float32)}
+    got = s.run(x, shards=integer(2))
+    assert np.array_equal(got["t3"], np.tanh(x["t0"] + x["t1"]))
+    assert len(s.split_inputs(x, integer(4))) == 4
+    s.check_shards(integer(8))
+    assert split(integer(1)).axis == 1 and type(split(integer(1)).axis) is int
+    assert analyze(s.graph, {"t0": integer(0)})[0]["t3"] == split(0)
+    for bad in (np.True_, np.float64(2.0)):
+        with pytest.raises(gradir.ArgumentError, match="shards must be a positive integer"):
+            s.run(x, shards=bad)
+        with pytest.raises(gradir.ArgumentError, match="must be an integer"):
+            gradir.shard(TANH, {"t0": bad})
 
 
 def test_wrong_arguments_of_the_other_sharding_api_are_argument_errors():
@@ -842,6 +878,7 @@ def test_a_listener_that_is_not_a_dask_scheduler_says_so(listener, monkeypatch, 
 
 @pytest.mark.parametrize("address, what", [
     ("tls://127.0.0.1:9", "a tls:// scheduler needs TLS certificates in Dask's configuration"),
+    ("wss://127.0.0.1:9", "a wss:// scheduler needs TLS certificates in Dask's configuration"),
     ("ucx://127.0.0.1:9", "gradir connects to a Dask scheduler over tcp:// (or tls://, ws://, wss://), not ucx://"),
     ("inproc://127.0.0.1/1/1", "not inproc://"),
     ("ws://nohostport", "expected ws://HOST:PORT"),
@@ -858,6 +895,16 @@ def test_a_bad_scheduler_timeout_setting_is_an_error(monkeypatch, capsys):
     assert main(["run", sample("mlp_forward.grad.gir"), "--shard", "t0:0,t11:0", "--scheduler",
                  "tcp://127.0.0.1:9"]) == 1
     assert "GRADIR_SCHEDULER_TIMEOUT must be a number of seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "3601", "nan"])
+def test_the_scheduler_timeout_message_states_the_rule_it_applies(monkeypatch, capsys, value):
+    """``GRADIR_SCHEDULER_TIMEOUT=0`` said "from 0 to 3600, got '0'": 0 is refused, so the rule says so."""
+    monkeypatch.setenv("GRADIR_SCHEDULER_TIMEOUT", value)
+    assert main(["run", sample("mlp_forward.grad.gir"), "--shard", "t0:0,t11:0", "--scheduler",
+                 "tcp://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert f"GRADIR_SCHEDULER_TIMEOUT must be a number of seconds more than 0 and at most 3600, got '{value}'" in err
 
 
 def test_local_clusters_start_no_dashboard_and_listen_on_127_0_0_1_only(client):

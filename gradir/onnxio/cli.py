@@ -32,7 +32,7 @@ def _dim(text: str) -> tuple[str, int]:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ..arrayfiles import npz_bytes
-    from ..fileio import check_output_paths, is_special, write_files
+    from ..fileio import check_output_paths, can_have_a_file_beside, write_files
     from .importer import import_model
     dims = dict(args.dim)
     if len(dims) != len(args.dim):
@@ -40,8 +40,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise UsageError(f"import: --dim {twice[0]} is given twice")
     # -o OUT.gir also names the weights file, OUT.inputs.npz: the same checks as every output (not the
     # model, not a directory, in a directory that exists), before anything is read or written.  A device
-    # (-o /dev/null) has no file beside it: no weights file is made up from its name.
-    derived = bool(args.output and args.output != "-" and not args.values and not is_special(args.output))
+    # (-o /dev/null), or any path under /dev or /proc (-o /dev/stdout > out.gir), has no file beside it: no
+    # weights file is made up from its name.
+    derived = bool(args.output and args.output != "-" and not args.values and can_have_a_file_beside(args.output))
     values = args.values or (values_path(args.output) if derived else None)
     if derived:
         check_output_paths([("MODEL", args.model)], [("-o", args.output), ("-o's weights file", values)])
@@ -55,8 +56,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     if m.inputs:
         if values is None and args.output and args.output != "-":
             print(f"gradir: {len(m.inputs)} initializer{'s' if len(m.inputs) > 1 else ''} became labelled inputs; "
-                  f"-o {args.output} is not a regular file, so no weights file is written beside it: give --values "
-                  "FILE.npz to save their values", file=sys.stderr)
+                  f"-o {args.output} is a device or a special path, so no weights file is written beside it: give "
+                  "--values FILE.npz to save their values", file=sys.stderr)
         elif values is None:
             print(f"gradir: {len(m.inputs)} initializer{'s' if len(m.inputs) > 1 else ''} became labelled inputs; "
                   "give -o OUT.gir (writes OUT.inputs.npz) or --values FILE.npz to save their values",

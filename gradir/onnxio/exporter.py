@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from ..constants import value_array
-from ..errors import ArgumentError, Diagnostic, GradirError, OnnxError, shown
+from ..errors import ArgumentError, Diagnostic, GradirError, OnnxError, path_problem, shown
 from ..errors import OnnxUnsupported as NoCounterpart
 from ..graph import Graph
 from ..ir import Op
@@ -81,6 +81,9 @@ def _path_argument(path: Any) -> Optional[str]:
         raise ArgumentError(f"export_onnx(): path must be a str, an os.PathLike or None, got {type(path).__name__}")
     if not path or "\0" in path:
         raise ArgumentError(f"export_onnx(): path must be a non-empty file name without NUL, got {shown(path)}")
+    problem = path_problem(path)
+    if problem:
+        raise ArgumentError(f"export_onnx(): path {shown(path)} {problem}")
     return path
 
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from ..errors import Diagnostic, OnnxError, shown
+from ..errors import Diagnostic, OnnxError, path_problem, shown
 from ..errors import OnnxUnsupported as Unsupported
 from .common import require_onnx
 
@@ -48,6 +48,9 @@ def check_import_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> t
         if not isinstance(path, str) or not path or "\0" in path:
             raise ArgumentError(f"import_onnx(): the model path must be a non-empty str without NUL, got "
                                 f"{shown(path)}")
+        problem = path_problem(path)
+        if problem:
+            raise ArgumentError(f"import_onnx(): the model path {shown(path)} {problem}")
     if dims is None:
         dims = {}
     if not isinstance(dims, dict):
@@ -75,6 +78,9 @@ def check_import_arguments(model: Any, dims: Any, name: Any, base_dir: Any) -> t
             raise ArgumentError(f"import_onnx(): base_dir cannot be read as a path ({type(e).__name__})") from None
         if not isinstance(base, str) or not base or "\0" in base:
             raise ArgumentError(f"import_onnx(): base_dir must be a non-empty str without NUL, got {shown(base)}")
+        problem = path_problem(base)
+        if problem:
+            raise ArgumentError(f"import_onnx(): base_dir {shown(base)} {problem}")
         if not os.path.isdir(base):
             raise ArgumentError(f"import_onnx(): base_dir {base!r} is not a directory")
     return dims, name, base

@@ -8,7 +8,7 @@ from typing import Mapping, Optional
 from ..errors import ArgumentError, Diagnostic, Refusal, ShardError, shown
 from ..graph import Graph
 from ..ir import Op
-from .placement import REPLICATED, Placement, RuleContext, split
+from .placement import REPLICATED, Placement, RuleContext, integer, split
 from .rules import RULES
 
 __all__ = ["analyze"]
@@ -36,7 +36,8 @@ def analyze(graph: Graph, batch: Mapping[str, int]) -> tuple[dict[str, Placement
         if not isinstance(key, str) or key not in ranks:
             raise ArgumentError(f"batch: {shown(key)} is not the value name of an input (labels are resolved by "
                                 f"gradir.shard)")
-        if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < ranks[key]:
+        number = integer(axis)
+        if number is None or not 0 <= number < ranks[key]:
             raise ArgumentError(f"batch: the axis of {key} must be an integer from 0 to {ranks[key] - 1}, got "
                                 f"{shown(axis)}")
     if not graph.validated:

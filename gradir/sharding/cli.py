@@ -99,7 +99,13 @@ def check_run_arguments(args: argparse.Namespace, graph: Any = None) -> None:
         probe(args.scheduler)  # nothing (or no Dask scheduler) there: said before any input is read or generated
     if args.shard_files:
         from .run import shard_file_paths
-        shard_file_paths(args.shard_files)  # no file matches: said before any input is generated
+        n = len(shard_file_paths(args.shard_files))  # no file matches: said before any input is generated
+        if args.shards is not None and args.shards != n:
+            from ..errors import ShardError
+            from .scheduler import setup_error
+            match = "shard files match" if n != 1 else "shard file matches"
+            raise ShardError(setup_error(f"--shards {args.shards} but {n} {match} --shard-files {args.shard_files!r}: "
+                                         f"give --shards {n} or leave it out (one shard per file)"))
     for opt, bad in (("--trace", args.trace), ("--check-numerics", args.check_numerics),
                      ("--backend reference", args.backend != "cpu")):
         if bad:

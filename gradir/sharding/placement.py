@@ -18,15 +18,27 @@ names the op and says why.  The rules follow GSPMD, ``jax.shard_map`` and PyTorc
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
 
 from ..errors import ArgumentError, Diagnostic, Refusal, ShardError, shown
 from ..graph import Graph
 from ..ir import Op
 from ..types import TensorType
 
-__all__ = ["Placement", "REPLICATED", "PARTIAL", "split", "RuleContext", "resolve_batch"]
+__all__ = ["Placement", "REPLICATED", "PARTIAL", "split", "RuleContext", "resolve_batch", "integer"]
+
+
+def integer(value: Any) -> Optional[int]:
+    """``value`` as a Python int when it is an integer (an ``int`` or a NumPy integer such as ``np.int64``,
+    which ``a.shape[0]`` or ``np.argmax`` give; any ``numbers.Integral``), else None.  A bool (``True``,
+    ``np.True_``) is not an integer here: ``shards=True`` is a mistake, not one shard."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        return None
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -38,8 +50,10 @@ class Placement:
         if self.kind not in ("replicated", "split", "partial"):
             raise ArgumentError(f"a placement is \"replicated\", \"split\" or \"partial\", not {shown(self.kind)}")
         if self.kind == "split":
-            if isinstance(self.axis, bool) or not isinstance(self.axis, int) or self.axis < 0:
+            axis = integer(self.axis)
+            if axis is None or axis < 0:
                 raise ArgumentError(f"a split placement needs an axis >= 0, got {shown(self.axis)}")
+            object.__setattr__(self, "axis", axis)  # frozen: a NumPy integer becomes the int it is
         elif self.axis is not None:
             raise ArgumentError(f"a {self.kind} placement has no axis, got {shown(self.axis)}")
 
@@ -117,10 +131,11 @@ def resolve_batch(graph: Graph, batch: Mapping[str, int], option: str = "batch")
         if inp is None:
             raise ShardError(Diagnostic(f"{option}: {key!r} is not an input of the graph (its inputs are {inputs})",
                                         filename=graph.source.filename if graph.source else None))
-        if isinstance(axis, bool) or not isinstance(axis, int) or not -inp.type.rank <= axis < inp.type.rank:
+        number = integer(axis)
+        if number is None or not -inp.type.rank <= number < inp.type.rank:
             raise ShardError(Diagnostic(f"{option}: axis {shown(axis)} of input {key} is out of range for its type "
                                         f"{inp.type} (rank {inp.type.rank})", inp.span, graph.source))
-        out[inp.name] = axis % inp.type.rank
+        out[inp.name] = number % inp.type.rank
     sizes = {n: dict((i.name, i.type) for i in graph.inputs)[n].shape[a] for n, a in out.items()}
     known = {n: s for n, s in sizes.items() if s is not None}
     if len(set(known.values())) > 1:

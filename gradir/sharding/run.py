@@ -18,10 +18,10 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import ArgumentError, Diagnostic, GradirError, InputError, ShardError, shown
+from ..errors import ArgumentError, Diagnostic, GradirError, InputError, ShardError, path_problem, shown
 from ..graph import Graph
 from .analysis import analyze
-from .placement import Placement, resolve_batch
+from .placement import Placement, integer, resolve_batch
 from .scheduler import DASK_HINT, setup_error, check_client, open_scheduler
 from .shardgraph import build_shard_graph
 from .worker import ShardResult, digest, run_compiled, run_shard
@@ -44,8 +44,9 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
     for key, axis in batch.items():
         if not isinstance(key, str):
             raise ArgumentError(f"batch: the keys are input labels or value names (strings), got {shown(key)}")
-        if isinstance(axis, bool) or not isinstance(axis, int):
+        if integer(axis) is None:
             raise ArgumentError(f"batch: the axis of {key!r} must be an integer, got {shown(axis)}")
+    batch = {key: integer(axis) for key, axis in batch.items()}  # np.int64(0) is axis 0
     if isinstance(graph, os.PathLike) or (isinstance(graph, str) and "\n" not in graph and (
             os.path.isfile(graph) or graph.strip().endswith(".gir"))):
         from ..syntax import load
@@ -156,7 +157,7 @@ class Sharded:
         if not isinstance(inputs, Mapping):
             raise ArgumentError(f"inputs must be a mapping of input names (labels or tN) to arrays, got "
                                 f"{type(inputs).__name__}")
-        _check_shards(shards)
+        shards = _check_shards(shards)
         if pool is not None and not callable(getattr(pool, "take", None)):
             raise ArgumentError(f"pool must be None or a gradir.buffers.BufferPool, got {type(pool).__name__}")
         byname = inputs_by_name(self.graph, inputs, self._file)
@@ -186,9 +187,8 @@ class Sharded:
                                          f"{ax}", name))
             rows = arrays[name].shape[ax]
             if rows < shards:
-                many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
-                raise InputError(located(f"input {name}: its batch axis {ax} has {rows} rows, fewer than the {many} "
-                                         f"shards", name))
+                raise InputError(located(f"input {name}: its batch axis {ax} has {rows} rows, fewer than "
+                                         f"{shard_count(shards)}", name))
         out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
         for name, a in arrays.items():
             if name in self.batch:
@@ -207,13 +207,12 @@ class Sharded:
     def check_shards(self, shards: int) -> None:
         """``InputError`` (located at the input) when a batch axis of static size has fewer rows than
         ``shards``: said before any input is read or generated."""
-        _check_shards(shards)
+        shards = _check_shards(shards)
         for i in self.graph.inputs:
             rows = i.type.shape[self.batch[i.name]] if i.name in self.batch else None
             if rows is not None and rows < shards:
-                many = str(shards) if shards < 10 ** 18 else f"about 2^{shards.bit_length() - 1}"
                 raise InputError(Diagnostic(f"input {i.name}: its batch axis {self.batch[i.name]} has {rows} rows, "
-                                            f"fewer than the {many} shards", i.span,
+                                            f"fewer than {shard_count(shards)}", i.span,
                                             self.graph.source if i.span else None, filename=self._file))
 
     @property
@@ -234,10 +233,13 @@ class Sharded:
         (default 1 on Dask workers, gradir's default inline).  ``progress``: a line per finished shard
         on stderr (default: when stderr is a terminal).  ``jitter``: a test hook, see ``run_shard``."""
         _check_run_arguments(inputs, shards, client, files, threads, retries, progress, jitter)
+        shards = None if shards is None else integer(shards)  # np.int64(4) is 4 shards
         paths = self._paths(files)
         if paths is not None:
-            if shards is not None and shards != len(paths):
-                raise ArgumentError(f"shards={shards} but {len(paths)} shard files match {shown(files)}")
+            if shards is not None and shards != len(paths):  # as "no shard files match": "gradir: error: ..."
+                raise ShardError(setup_error(f"shards={shards} but {len(paths)} shard file"
+                                             f"{'s match' if len(paths) != 1 else ' matches'} {shown(files)}: "
+                                             f"give shards={len(paths)} or leave it out (one shard per file)"))
             shards = len(paths)
         if shards is None:
             shards = DEFAULT_SHARDS
@@ -378,9 +380,22 @@ class Sharded:
         return out
 
 
-def _check_shards(shards: Any) -> None:
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+def shard_count(shards: int) -> str:
+    """``shards`` for "has 8 rows, fewer than ...": ``the 1180591620717411303424 shards`` (in full up to 30
+    digits), ``the 2^100 shards`` (a power of two), ``the shards asked for (more than 2^16609)`` (10**5000
+    has no short name, and Python will not print an int of over 4300 digits)."""
+    if shards < 10 ** 30:
+        return f"the {shards} shards"
+    k = shards.bit_length() - 1
+    return f"the 2^{k} shards" if shards == 1 << k else f"the shards asked for (more than 2^{k})"
+
+
+def _check_shards(shards: Any) -> int:
+    """``shards`` as an int (a NumPy integer too), or ``ArgumentError`` when it is not a positive integer."""
+    number = integer(shards)
+    if number is None or number < 1:
         raise ArgumentError(f"shards must be a positive integer, got {shown(shards)}")
+    return number
 
 
 def _check_run_arguments(inputs: Any, shards: Any, client: Any, files: Any, threads: Any, retries: Any,
@@ -403,6 +418,14 @@ def _check_run_arguments(inputs: Any, shards: Any, client: Any, files: Any, thre
             raise ArgumentError(f"files must be a glob or a list of paths of shard files, got {shown(files)}")
         if not isinstance(files, one) and not files:
             raise ArgumentError("files is an empty list: give one .npz per shard")
+        for f in [files] if isinstance(files, one) else files:
+            try:
+                name = os.fspath(f)
+            except Exception as e:  # noqa: BLE001 - a caller's __fspath__ that raises
+                raise ArgumentError(f"files: {shown(f)} cannot be read as a path ({type(e).__name__})") from None
+            problem = path_problem(name) if isinstance(name, str) else None
+            if problem:
+                raise ArgumentError(f"files: the path {shown(name)} {problem}")
     check_threads(threads)
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
         raise ArgumentError(f"retries must be an integer from 0 to 100, got {shown(retries)}")

@@ -138,7 +138,8 @@ def connect_timeout() -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value <= 3600:
-        raise ShardError(setup_error(f"{TIMEOUT_ENV} must be a number of seconds from 0 to 3600, got {text[:40]!r}"))
+        raise ShardError(setup_error(f"{TIMEOUT_ENV} must be a number of seconds more than 0 and at most 3600, "
+                                     f"got {text[:40]!r}"))
     return value
 
 
@@ -163,16 +164,16 @@ def check_client(spec: Any) -> None:
                             f"tcp://host:8786 or a distributed.Client, got {type(spec).__name__}")
 
 
-def _tls_context() -> Any:
+def _tls_context(scheme: str = "tls") -> Any:
     """The client TLS context of Dask's configuration (``distributed.comm.tls.*``), or a ``ShardError``
-    saying it is not configured."""
+    saying it is not configured (naming ``scheme``, the one the address used: tls or wss)."""
     from distributed.security import Security
     try:
         ctx = Security().get_connection_args("client").get("ssl_context")
     except Exception as e:  # a certificate file that cannot be read, ...
         raise ShardError(setup_error(f"Dask's TLS configuration cannot be used: {type(e).__name__}: {e}")) from None
     if ctx is None:
-        raise ShardError(setup_error("a tls:// scheduler needs TLS certificates in Dask's configuration "
+        raise ShardError(setup_error(f"a {scheme}:// scheduler needs TLS certificates in Dask's configuration "
                                 "(distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and .key, or the "
                                 "DASK_DISTRIBUTED__COMM__TLS__... environment variables); none is set"))
     return ctx
@@ -197,7 +198,7 @@ def probe(spec: str, timeout: Optional[float] = None) -> None:
         raise ArgumentError(str(e)) from None
     if timeout is None:
         timeout = connect_timeout()
-    ctx = _tls_context() if scheme in ("tls", "wss") else None
+    ctx = _tls_context(scheme) if scheme in ("tls", "wss") else None
     where = f"the Dask scheduler {spec!r}"
     deadline = time.monotonic() + timeout
     try:
