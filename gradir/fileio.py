@@ -336,25 +336,13 @@ _PENDING: set[str] = set()
 
 
 def _write_atomic_raw(path: str, data: bytes, mode: Optional[int]) -> None:
-    directory = os.path.dirname(path) or "."
-    base = os.path.basename(path)[:40]
-    fd, tmp = tempfile.mkstemp(prefix=f".gradir-{base}-", suffix=".tmp", dir=directory)
-    _PENDING.add(tmp)
+    tmp = _stage(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _discard(tmp)
         raise
-    finally:
-        _PENDING.discard(tmp)
+    _PENDING.discard(tmp)
 
 
 def terminate_cleanly() -> None:

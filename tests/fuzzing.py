@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gradir import DType, Graph, OPS
+from gradir.kernels import KERNELS, jit
 from strategies import commented_texts, graphs
 
 # -- budget ----------------------------------------------------------------------------------------
@@ -55,6 +57,21 @@ MAX_FILE = 1_000_000  # bytes: the size of the largest generated file
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((REPO / "samples").glob("*.gir"))
 SAMPLE_TEXTS = [p.read_text(encoding="utf-8") for p in SAMPLES]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    """NumPy kernels without a budget; with one, numba's, compiled before the clock starts.  A property file
+    that imports this fixture runs under it."""
+    if BUDGET and jit.available():
+        for k in KERNELS.values():
+            if k.warm is not None:
+                for dt in (np.float32, np.float64):
+                    k.warm(np.dtype(dt))
+        yield
+    else:
+        with jit.disabled():
+            yield
 
 
 def fuzz_settings(examples: int) -> settings:

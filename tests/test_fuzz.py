@@ -41,26 +41,14 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir.cli import main
-from gradir.kernels import KERNELS, jit
 from gradir.runcli import demo_inputs
+from fuzzing import kernels  # noqa: F401 - the module's kernels (fixture)
 from fuzzing import (API_SECONDS, BUDGET, CLI_SECONDS, REPO, RUN_ELEMENTS, SAMPLE_TEXTS, CallersError, campaign,
                      examples, fuzz_settings, junk, mutated_bytes, mutated_npy, mutated_npz, mutated_texts,
                      npy_bytes, npz_bytes, time_limit, total_elements)
 from test_syntax import _same
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernels():
-    """NumPy kernels without a budget; with one, numba's, compiled before the clock starts."""
-    if BUDGET and jit.available():
-        for k in KERNELS.values():
-            if k.warm is not None:
-                for dt in (np.float32, np.float64):
-                    k.warm(np.dtype(dt))
-        yield
-    else:
-        with jit.disabled():
-            yield
 
 
 # -- helpers ---------------------------------------------------------------------------------------

@@ -17,32 +17,19 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 import gradir
-from gradir.kernels import KERNELS, jit
 from gradir.runcli import complete_inputs
-from fuzzing import API_SECONDS, BUDGET, RUN_ELEMENTS, campaign, examples, fuzz_settings, time_limit, total_elements
+from fuzzing import kernels  # noqa: F401 - the module's kernels (fixture)
+from fuzzing import API_SECONDS, RUN_ELEMENTS, campaign, examples, fuzz_settings, time_limit, total_elements
 from strategies import graphs
 
 ALLOWED = (gradir.ShardError, gradir.ArgumentError, gradir.InputError)
 RTOL = {np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-9}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernels():
-    """NumPy kernels without a budget; with one, numba's, compiled before the clock starts."""
-    if BUDGET and jit.available():
-        for k in KERNELS.values():
-            if k.warm is not None:
-                for dt in (np.float32, np.float64):
-                    k.warm(np.dtype(dt))
-        yield
-    else:
-        with jit.disabled():
-            yield
 
 
 @st.composite

@@ -47,8 +47,8 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
         if integer(axis) is None:
             raise ArgumentError(f"batch: the axis of {key!r} must be an integer, got {shown(axis)}")
     batch = {key: integer(axis) for key, axis in batch.items()}  # np.int64(0) is axis 0
-    if isinstance(graph, os.PathLike) or (isinstance(graph, str) and "\n" not in graph and (
-            os.path.isfile(graph) or graph.strip().endswith(".gir"))):
+    from ..syntax import names_a_file
+    if isinstance(graph, os.PathLike) or (isinstance(graph, str) and names_a_file(graph)):
         from ..syntax import load
         graph = load(graph)
     elif isinstance(graph, str):
