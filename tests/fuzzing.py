@@ -46,7 +46,6 @@ try:
     BUDGET = float(os.environ.get("GRADIR_FUZZ_BUDGET", "0") or 0)
 except ValueError:
     raise SystemExit(f"GRADIR_FUZZ_BUDGET must be a number of seconds, got {os.environ['GRADIR_FUZZ_BUDGET']!r}")
-CI = bool(os.environ.get("CI"))
 ROUND = 30  # examples per round of a budgeted campaign (a failure found in a round is shrunk at once)
 
 # Per-call time bounds: a gradir command on a file under 1 MB, and one in-process API call.

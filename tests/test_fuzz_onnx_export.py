@@ -4,8 +4,8 @@ For random valid graphs (``strategies.graphs``: every op, both float dtypes, ``?
 (odd ones: unicode, quotes, names like ``t0x``; and names the exporter itself generates, ``shape__1``,
 ``axes__2``), ``export_onnx`` lets only ``GradirError`` escape, within ``API_SECONDS``, and when it exports,
 ``import_onnx`` gives back a graph that computes the same outputs, bit for bit, under the same keys.
-Budget: ``GRADIR_FUZZ_BUDGET`` as in test_fuzz.py (unset: a small fixed number of examples, derandomized
-under CI); docs/fuzzing.md.
+Budget: ``GRADIR_FUZZ_BUDGET`` as in test_fuzz.py (unset: a small fixed number of examples,
+derandomized); docs/fuzzing.md.
 """
 
 from __future__ import annotations

@@ -1033,3 +1033,16 @@ def test_shape_of_a_dimension_with_no_name_does_not_advise_dim() -> None:
     msg = str(e.value)
     assert "node 'shape' (ai.onnx Shape)" in msg and "--dim" not in msg and "no name" in msg
     assert "give the model static sizes (or named dimensions) before importing it" in msg
+
+
+def test_lowered_groups_are_read_back_in_linear_time() -> None:
+    """import_onnx gives n lowered Float64 LogSoftmaxGrads back with one pass over the nodes, not one per group."""
+    from complexity import grows_linearly
+
+    def model(n: int):
+        text = "input t0 : Float64 [2, 3]\ninput t1 : Float64 [2, 3]\n" + "".join(
+            f"t{k + 2} = LogSoftmaxGrad_13(t0, t1)\n" for k in range(n)) + "output " + ", ".join(
+            f"t{k + 2}" for k in range(n)) + "\n"
+        m = export_onnx(gradir.parse(text))
+        return lambda: import_onnx(m)
+    grows_linearly(model, 200)

@@ -39,8 +39,11 @@ def mark(nodes: list, first: int, op_name: str, attrs: dict, inputs: list[str], 
 def regroup(onnx: Any, nodes: list, graph_outputs: set[str], ms_domain: str) -> list:
     """``nodes`` with every complete lowered group replaced by the one op it was written for."""
     finals: dict[str, tuple[int, dict]] = {}
+    parts_of: dict[str, list[int]] = {}  # group key -> its parts' indices (one pass: no scan per group)
     for i, n in enumerate(nodes):
-        if n.doc_string.startswith(_FINAL):
+        if n.doc_string.startswith(_PART):
+            parts_of.setdefault(n.doc_string[len(_PART):], []).append(i)
+        elif n.doc_string.startswith(_FINAL):
             try:
                 spec = json.loads(n.doc_string[len(_FINAL):])
                 key = spec["outputs"][0]
@@ -57,7 +60,7 @@ def regroup(onnx: Any, nodes: list, graph_outputs: set[str], ms_domain: str) -> 
     drop: set[int] = set()
     replace: dict[int, Any] = {}
     for key, (last, spec) in finals.items():
-        parts = [i for i, n in enumerate(nodes) if n.doc_string == _PART + key]
+        parts = parts_of.get(key, [])
         inner = {o for i in parts for o in nodes[i].output}
         inner_uses = sum(1 for i in parts + [last] for x in nodes[i].input if x in inner)
         group_inputs = {x for i in parts + [last] for x in nodes[i].input if x not in inner}
