@@ -17,7 +17,7 @@ __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyE
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
            "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported",
            "Terminated", "ConstantValueError", "OpError", "OpErrors",
-           "FastPathFallback", "ShardError", "Refusal", "shown", "path_problem"]
+           "FastPathFallback", "ShardError", "Refusal", "OpDefinitionError", "shown", "path_problem"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -195,6 +195,12 @@ class OnnxUnsupported(Exception):
 
 class GradcheckError(GradirError):
     """The check cannot be set up as asked (a backward graph that does not fit the forward graph, ...)."""
+
+
+class OpDefinitionError(GradirError):
+    """An op class is defined wrongly (a bad ``FORMULA`` or ``VJP``: syntax, unknown names, a
+    function given the wrong number of arguments): raised when the class is created, naming the op
+    and the file that defines it."""
 
 
 class ShardError(GradirError):

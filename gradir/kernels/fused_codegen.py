@@ -1,5 +1,6 @@
 """Source code for a fused element-wise loop, written from the ops' scalar ``FORMULA`` (the one
-definition of each op's arithmetic, ``gradir.traits``), compiled by numba and cached on disk.
+definition of each op's arithmetic, in the language of ``gradir.formula``), compiled by numba and
+cached on disk.
 
 Numerics: every value is computed in the group's dtype (constants and attributes are rounded to
 the dtype first, as NumPy does with a Python float beside a float32 array).  Float64 loops use
@@ -23,10 +24,8 @@ but every process compiles again).
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.util
-import math
 import os
 import sys
 import tempfile
@@ -36,17 +35,17 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import formula as formula_lang
+
 __all__ = ["TRANSCENDENTAL", "formula_of", "scalar_function", "kernel_source", "compiled_loop", "cache_dir",
            "compile_count", "CODEGEN_VERSION"]
 
 CODEGEN_VERSION = 4
 
-# Formula functions that numba compiles to one libm call per element: such loops do not vectorize
-# and run several times slower than NumPy's SIMD kernels (and round differently), so the pass
-# keeps ops that use them out of fused groups.
-TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sqrt", "erf", "sigmoid"})
-
-_MATH = {"exp": "math.exp", "log": "math.log", "tanh": "math.tanh", "sqrt": "math.sqrt", "erf": "math.erf"}
+# The formula functions numba compiles to one libm call per element (``gradir.formula``): such loops
+# do not vectorize and run several times slower than NumPy's SIMD kernels (and round differently),
+# so the pass keeps ops that use them out of fused groups (unless their kernel is such a loop).
+TRANSCENDENTAL = frozenset(name for name, f in formula_lang.FUNCTIONS.items() if f.transcendental)
 
 
 def formula_of(cls: type, n_operands: int) -> Optional[str]:
@@ -58,42 +57,6 @@ def formula_of(cls: type, n_operands: int) -> Optional[str]:
     if cls is SumOp:
         return " + ".join(f"X{k}" for k in range(n_operands))
     return None
-
-
-class _Translate(ast.NodeTransformer):
-    """A formula's AST with operands as locals, attributes and numbers as dtype constants."""
-
-    def __init__(self, env: dict[str, str], attrs: dict[str, Any], const: Callable[[float], str]) -> None:
-        self.env, self.attrs, self.const = env, attrs, const
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        if node.id in self.env:
-            return ast.Name(self.env[node.id], ast.Load())
-        if node.id in self.attrs:
-            return ast.Name(self.const(float(self.attrs[node.id])), ast.Load())
-        if node.id == "pi":
-            return ast.Name(self.const(math.pi), ast.Load())
-        raise ValueError(f"formula name {node.id!r} cannot be compiled")
-
-    def visit_Constant(self, node: ast.Constant) -> ast.AST:
-        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
-            raise ValueError(f"formula constant {node.value!r} cannot be compiled")
-        return ast.Name(self.const(float(node.value)), ast.Load())
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        args = [self.visit(a) for a in node.args]
-        f = node.func.id if isinstance(node.func, ast.Name) else None
-        if f == "where" and len(args) == 3:
-            return ast.IfExp(test=args[0], body=args[1], orelse=args[2])
-        if f == "zeros_like" and len(args) == 1:
-            return ast.Name(self.const(0.0), ast.Load())
-        if f == "sigmoid" and len(args) == 1:
-            one = ast.Name(self.const(1.0), ast.Load())
-            e = ast.Call(ast.Name("math.exp", ast.Load()), [ast.UnaryOp(ast.USub(), args[0])], [])
-            return ast.BinOp(one, ast.Div(), ast.BinOp(one, ast.Add(), e))
-        if f in _MATH and len(args) == 1:
-            return ast.Call(ast.Name(_MATH[f], ast.Load()), args, [])
-        raise ValueError(f"formula call {ast.unparse(node)!r} cannot be compiled")
 
 
 def kernel_source(body: Any, vector: tuple[bool, ...]) -> str:
@@ -133,13 +96,12 @@ def kernel_source(body: Any, vector: tuple[bool, ...]) -> str:
             imports.add(scalar)
             expr = f"{scalar}({', '.join(args_text)})"
         else:
-            formula = formula_of(cls, len(args))
-            if formula is None:
+            text = formula_of(cls, len(args))
+            if text is None:
                 raise ValueError(f"{cls.op_name} has no formula")
             names = ([f"X{k}" for k in range(len(args))] if cls.FORMULA is None
                      else [o.name for o in cls.OPERANDS][:len(args)])
-            env = dict(zip(names, args_text))
-            expr = ast.unparse(_Translate(env, attrs, const).visit(ast.parse(formula, mode="eval")))
+            expr = formula_lang.scalar_source(text, dict(zip(names, args_text)), attrs, const)
         lines.append(f"v{slot} = keep({expr}, z)" if fenced else f"v{slot} = {expr}")
     fastmath = ", fastmath={'contract'}" if fenced else ""
     if body.sums:
