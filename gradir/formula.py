@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import Diagnostic, OpDefinitionError, Span
 
-__all__ = ["Function", "FUNCTIONS", "check", "evaluate", "free_names", "calls", "is_transcendental",
+__all__ = ["Function", "FUNCTIONS", "check", "fail", "evaluate", "free_names", "calls", "is_transcendental",
            "scalar_source"]
 
 
@@ -111,7 +111,9 @@ _UNARY = (ast.USub, ast.UAdd)
 _COMPARE = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
 
 
-def _fail(where: str, message: str, filename: Optional[str], line: Optional[int]) -> OpDefinitionError:
+def fail(where: str, message: str, filename: Optional[str] = None, line: Optional[int] = None) -> OpDefinitionError:
+    """The ``OpDefinitionError`` for ``message`` about ``where`` (e.g. ``"op Softsign: FORMULA"``),
+    located at ``filename``:``line`` when known."""
     span = Span(line, 1, 2) if line else None
     return OpDefinitionError(Diagnostic(f"{where}: {message}", span, None, filename or "<ops>"))
 
@@ -167,14 +169,14 @@ def check(text: object, names: Iterable[str], *, where: str = "formula", filenam
     ``where`` starts the message (e.g. ``"op Softsign: FORMULA"``); ``filename`` and ``line`` locate
     it (the file and line that define the op)."""
     if not isinstance(text, str) or not text.strip():
-        raise _fail(where, f"must be a non-empty string (a formula), got {text!r}", filename, line)
+        raise fail(where, f"must be a non-empty string (a formula), got {text!r}", filename, line)
     try:
         tree = _parse(text)
     except SyntaxError as e:
-        raise _fail(where, f"{text!r} is not a valid expression ({e.msg})", filename, line) from None
+        raise fail(where, f"{text!r} is not a valid expression ({e.msg})", filename, line) from None
     problems = list(dict.fromkeys(_problems(tree, set(names))))
     if problems:
-        raise _fail(where, f"{text!r}: " + "; ".join(problems), filename, line)
+        raise fail(where, f"{text!r}: " + "; ".join(problems), filename, line)
 
 
 def free_names(text: str) -> set[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir import InferContext, Operand
+from ..ir import BackwardOp, InferContext, Op, Operand
 from ..types import FLOAT_DTYPES, TensorType
 from .common import ALPHA_LEAKY, ALPHA_QUICKGELU, BinaryActivationGradOp, UnaryOp, axis_attr
 
@@ -77,8 +77,9 @@ class QuickGeluOp(UnaryOp):
     ATTRS = (ALPHA_QUICKGELU,)
 
 
-class _SoftmaxForward(UnaryOp):
+class _SoftmaxForward(Op):
     abstract = True
+    OPERANDS = (Operand("X"),)
     ATTRS = (axis_attr(-1),)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
@@ -177,12 +178,14 @@ class FastGeluGradOp(BinaryActivationGradOp):
     LINEAR_IN = (0,)
 
 
-class _SoftmaxGrad(BinaryActivationGradOp):
+class _SoftmaxGrad(BackwardOp):
     abstract = True
     OPERANDS = _Y
+    RESULTS = ("dX",)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
-        t = super().infer(ctx)[0]
+        ctx.dtype_in(0, FLOAT_DTYPES)
+        t = ctx.unify(0, 1)
         ctx.axis("axis", t.rank)
         return [t]
 

@@ -1,13 +1,26 @@
-"""Building blocks shared by the op families: base classes with a type rule."""
+"""Building blocks shared by the op families: base classes with a type rule.
+
+``ElementwiseOp`` is the base of element-wise ops defined by their ``FORMULA`` (built-in or a
+user's): the class is all there is to write.  Its defaults: ``ELEMENTWISE`` "same" for one operand,
+else "broadcast" (``BROADCASTS``); the operands share one dtype of ``DTYPES`` (the float dtypes
+unless the op says otherwise) and the result has their broadcast shape.  The ``FORMULA`` (and a
+``VJP``, when the op has one) is checked when the class is created: a bad one is an
+``OpDefinitionError`` naming the op and the file that defines it, and the op is not registered.
+"""
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
+from typing import Any, Optional, Sequence
 
+from .. import formula
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand
-from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType
+from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType, format_shape
 
-__all__ = ["UnaryOp", "BinaryActivationGradOp", "ALPHA_LEAKY", "ALPHA_QUICKGELU", "axis_attr"]
+__all__ = ["ElementwiseOp", "UnaryOp", "BinaryActivationGradOp", "ALPHA_LEAKY", "ALPHA_QUICKGELU", "axis_attr",
+           "broadcast_shapes", "Operand", "Attr"]
 
 
 ALPHA_MAX = 1e38  # Float32 kernels use alpha·log2(e) and alpha·x: both must stay finite
@@ -28,7 +41,102 @@ def axis_attr(default: int) -> Attr:
     return Attr("axis", "int", default, doc="axis (negative counts from the end)")
 
 
-class UnaryOp(Op):
+def broadcast_shapes(a: Sequence[Dim], b: Sequence[Dim]) -> Optional[tuple]:
+    """NumPy broadcasting with ``?`` dims; ``None`` if the shapes cannot broadcast."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out: list[Dim] = []
+    for x, y in zip(a, b):
+        if x == y:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        elif x is None:
+            out.append(y)
+        elif y is None:
+            out.append(x)
+        else:
+            return None
+    return tuple(out)
+
+
+def _defined_at(cls: type) -> tuple[Optional[str], Optional[int]]:
+    """The file and line that define ``cls`` (for messages; None when unknown)."""
+    mod = sys.modules.get(cls.__module__)
+    filename = getattr(mod, "__file__", None)
+    line = None
+    try:
+        filename = inspect.getsourcefile(cls) or filename
+        line = inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        pass
+    return filename, line
+
+
+class ElementwiseOp(Op):
+    """An element-wise op defined by its ``FORMULA`` (see the module docstring)."""
+
+    abstract = True
+    DTYPES: tuple = FLOAT_DTYPES
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        if not cls.__dict__.get("abstract", False):
+            cls._check_definition()
+            if cls.FORMULA is not None and "ELEMENTWISE" not in _declared(cls):
+                cls.ELEMENTWISE = "same" if len(cls.OPERANDS) == 1 else "broadcast"
+                if "BROADCASTS" not in _declared(cls):
+                    cls.BROADCASTS = cls.ELEMENTWISE == "broadcast"
+        super().__init_subclass__(**kw)
+
+    @classmethod
+    def _check_definition(cls) -> None:
+        """``FORMULA`` and ``VJP`` well-formed over the op's names (``OpDefinitionError`` if not)."""
+        name = cls.__name__[:-2] if cls.__name__.endswith("Op") else cls.__name__
+        filename, line = _defined_at(cls)
+        operands = [o.name for o in cls.OPERANDS]
+        attrs = [a.name for a in cls.ATTRS]
+        if cls.FORMULA is not None:
+            formula.check(cls.FORMULA, operands + attrs, where=f"op {name}: FORMULA", filename=filename, line=line)
+        vjp = getattr(cls, "VJP", None)
+        if vjp is None:
+            return
+        if not isinstance(vjp, dict):
+            raise formula.fail(f"op {name}: VJP", f"must be a dict of operand name -> formula, got "
+                               f"{type(vjp).__name__}", filename, line)
+        for operand, text in vjp.items():
+            if operand not in operands:
+                raise formula.fail(f"op {name}: VJP", f"names {operand!r}, which is not an operand (the operands: "
+                                   f"{', '.join(operands) or 'none'})", filename, line)
+            formula.check(text, operands + attrs + ["dY", "Y"], where=f"op {name}: VJP[{operand!r}]",
+                          filename=filename, line=line)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        ctx.dtype_in(0, self.DTYPES)
+        shape = ctx.type(0).shape
+        for i in range(1, len(self.operands)):
+            ctx.same_dtype(0, i)
+            merged = broadcast_shapes(shape, ctx.type(i).shape)
+            if merged is None:
+                ctx.fail(f"shapes {format_shape(shape)} and {format_shape(ctx.type(i).shape)} "
+                         f"({self.operand_value(i)}) cannot be broadcast together", operand=i)
+            shape = merged
+        return [TensorType(ctx.type(0).dtype, shape)]
+
+
+def _declared(cls: type) -> set[str]:
+    """The class attributes ``cls`` or a base below ``ElementwiseOp`` declares itself."""
+    out: set[str] = set()
+    for base in cls.__mro__:
+        if base is ElementwiseOp:
+            break
+        out.update(base.__dict__)
+    return out
+
+
+class UnaryOp(ElementwiseOp):
     """Element-wise op on one tensor; result has the operand's type."""
 
     abstract = True
@@ -40,7 +148,7 @@ class UnaryOp(Op):
         return [ctx.type(0)]
 
 
-class BinaryActivationGradOp(BackwardOp):
+class BinaryActivationGradOp(BackwardOp, ElementwiseOp):
     """ORT activation gradient: (dY, X-or-Y) of identical shape and float dtype -> dX."""
 
     abstract = True

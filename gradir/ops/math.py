@@ -2,39 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 from ..ir import Attr, InferContext, Op, Operand, unify_shapes
-from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType, format_shape
+from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
 from ..matmul_layout import operand_perm
-from .common import UnaryOp, finite
+from .common import ElementwiseOp, UnaryOp, broadcast_shapes, finite
 
 __all__ = ["broadcast_shapes"]
 
 
-def broadcast_shapes(a: Sequence[Dim], b: Sequence[Dim]) -> Optional[tuple]:
-    """NumPy broadcasting with ``?`` dims; ``None`` if the shapes cannot broadcast."""
-    n = max(len(a), len(b))
-    a = (1,) * (n - len(a)) + tuple(a)
-    b = (1,) * (n - len(b)) + tuple(b)
-    out: list[Dim] = []
-    for x, y in zip(a, b):
-        if x == y:
-            out.append(x)
-        elif x == 1:
-            out.append(y)
-        elif y == 1:
-            out.append(x)
-        elif x is None:
-            out.append(y)
-        elif y is None:
-            out.append(x)
-        else:
-            return None
-    return tuple(out)
-
-
-class _Binary(Op):
+class _Binary(ElementwiseOp):
     abstract = True
     OPERANDS = (Operand("A"), Operand("B"))
     RESULTS = ("C",)
