@@ -5,7 +5,9 @@ The executor uses them at run time (``gradir.executor``): among the steps ready 
 whose remaining path is longest starts first, with the cores that are free then, up to what it
 can use.  The estimates only order and size steps against each other, so a rough model is
 enough: FLOPs at ``FLOPS_PER_S`` for the products (MatMul, the LSTM layers and cells), bytes
-read and written at ``BYTES_PER_S`` for everything.  Unknown (``?``) dimensions count as 1.
+read and written at ``BYTES_PER_S`` for everything.  Unknown (``?``) dimensions count as 1.  How
+many cores a step can use is its kernel's to say (``KernelInfo.width``): this module does not
+import the kernels.
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-from .kernels import blocked
-from .kernels.lstm import common as lstm_common
-from .kernels.parallel import MIN_CHUNK_BYTES
 from .types import TensorType
 
 __all__ = ["FLOPS_PER_S", "BYTES_PER_S", "flops", "step_cost", "step_width"]
@@ -77,25 +76,9 @@ def step_cost(op_name: str, operands: Sequence[Optional[TensorType]], results: S
     return flops(op_name, operands, results, attrs) / FLOPS_PER_S + moved / BYTES_PER_S
 
 
-def step_width(op_name: str, blas: bool, splits: bool, operands: Sequence[Optional[TensorType]],
-               results: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> int:
-    """How many cores the op's kernel can keep busy: its blocks (``MatMul``), two half-batch
-    loops (large LSTM layers), row chunks (kernels that ``splits``, by ``parallel_rows``'s
-    rule); 1 for the rest."""
-    if op_name in _PRODUCTS and len(operands) >= 2 and None not in operands[:2]:
-        return blocked.partition(*_product_shapes(operands, attrs))[1]
-    if op_name in ("LSTMTraining", "LSTMGrad") and operands and operands[0] is not None:
-        S, B, I = (_shape(operands[0]) + (1, 1, 1))[:3]
-        H = int(attrs.get("hidden_size") or 1)
-        halves = B >= lstm_common.SPLIT_MIN_ROWS and B * 4 * H > lstm_common.WHOLE_LOOP_MAX  # split_wanted
-        return max(2 if halves else 1, blocked.partition((S * B, I), (I, 4 * H))[1])
-    if op_name.startswith(("LSTMCell", "GradLSTMCellInput")) and operands and operands[0] is not None:
-        B, I = (_shape(operands[0]) + (1, 1))[:2]
-        H = int(attrs.get("hidden_size") or 1)
-        return blocked.partition((B, I), (I, 4 * H))[1]
-    if blas:  # another product: its own split is unknown here
-        return 2 if flops(op_name, operands, results, attrs) >= 2 * blocked.MIN_BLOCK_FLOPS else 1
-    if splits:
-        moved = sum(_bytes(t) for t in operands) + sum(_bytes(t) for t in results)
-        return max(1, moved // MIN_CHUNK_BYTES) if moved >= 2 * MIN_CHUNK_BYTES else 1
-    return 1
+def step_width(kernel: Any, operands: Sequence[Optional[TensorType]], results: Sequence[Optional[TensorType]],
+               attrs: dict[str, Any]) -> int:
+    """How many cores the op's kernel can keep busy: the backend's kernel says (its ``width``, e.g.
+    the blocks of a product, the row chunks of a kernel that splits); 1 when it does not."""
+    width = getattr(kernel, "width", None)
+    return 1 if width is None else max(1, int(width(operands, results, attrs)))

@@ -11,7 +11,7 @@ import numpy as np
 from .backends import register_backend
 from .errors import Diagnostic, ExecutionError, GradirError
 from .executor import blas_hold
-from .kernels import parallel
+from .kernels import KERNELS, get_kernel, parallel
 from .runtime import Executable, warm_kernels
 
 __all__ = ["ReferenceExecutable"]
@@ -58,6 +58,12 @@ class ReferenceExecutable(Executable):
 class _Reference:
     name = "reference"
     kernels = "cpu"  # the CPU kernels, called one after another
+
+    def kernel_info(self, op_cls: type) -> Any:
+        return get_kernel(op_cls, self.kernels)
+
+    def fusion(self) -> Any:
+        return KERNELS.fusion
 
     def lower(self, graph: Any, program: Any, plan: Any, threads: Optional[int]) -> Any:
         warm_kernels(plan)

@@ -69,7 +69,7 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     lower = get_backend(backend)
     from .syntax import no_gc
     with no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
-        program = Program(graph)
+        program = Program(graph, lower)
         log = run_passes(program, passes, disable)
         plan = build_plan(program, log, lower.kernels)
     return lower.lower(graph, program, plan, threads)
@@ -115,7 +115,7 @@ def warm_kernels(plan: Plan) -> None:
         t = plan.types.get(st.results[0])
         if t is None:
             continue
-        key = (st.kernel.name, t.dtype.numpy)
+        key = (st.kernel.op or st.kernel.name, t.dtype.numpy)
         if key not in seen:
             seen.add(key)
             st.kernel.warm(t.dtype.numpy)
@@ -342,6 +342,14 @@ class _Cpu:
     name = "cpu"
 
     kernels = "cpu"
+
+    def kernel_info(self, op_cls: type) -> Any:
+        """``op_cls``'s kernel (``gradir.kernels.KernelInfo``), generated from its formula if need be."""
+        return kernels.get_kernel(op_cls, self.kernels)
+
+    def fusion(self) -> Any:
+        """What the fused loops can take (``gradir.kernels.fused``)."""
+        return kernels.KERNELS.fusion
 
     def lower(self, graph: Graph, program: Program, plan: Plan, threads: Optional[int]) -> Executable:
         warm_kernels(plan)

@@ -19,14 +19,14 @@ The plan is computed once per compiled graph:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import networkx as nx
 
 from . import cost
 from .errors import CompileError, Diagnostic
 from .ir import Op
-from .kernels import TABLES, KernelInfo
+from .backends import table as kernel_table
 from .ops.fused import FusedElementwiseOp
 from .passes import Program
 from .types import TensorType
@@ -50,12 +50,13 @@ class Step:
     cost: float = 0.0  # estimated seconds on one core (``gradir.cost``)
     width: int = 1  # how many cores its kernel can keep busy
     priority: float = 0.0  # estimated seconds of the longest path from this step to the end
-    table: str = "cpu"  # the kernel table (``gradir.kernels.TABLES``) of the backend the plan is for
+    table: str = "cpu"  # the kernel table (``gradir.backends.TABLES``) of the backend the plan is for
 
     @property
-    def kernel(self) -> KernelInfo:
-        """This op's kernel in the plan's kernel table (looked up, not stored: the plan pickles)."""
-        return TABLES[self.table][self.op.op_name]
+    def kernel(self) -> Any:
+        """This op's kernel (a ``KernelInfo``) in the plan's kernel table (looked up, not stored: the
+        plan pickles)."""
+        return kernel_table(self.table)[type(self.op)]
 
 
 @dataclass
@@ -153,10 +154,11 @@ def _bytes(t: Optional[TensorType]) -> int:
 
 
 def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str = "cpu") -> Plan:
-    """The schedule of ``program`` for a backend whose kernels are ``TABLES[kernels]``."""
+    """The schedule of ``program`` for a backend whose kernel table is ``kernels``
+    (``gradir.backends.TABLES``: what each op's kernel can do, asked, not imported)."""
     ops = program.ops
-    table = TABLES.get(kernels, {})
-    missing = [op for op in ops if op.op_name not in table]
+    table = kernel_table(kernels) or {}
+    missing = [op for op in ops if table.get(type(op)) is None]
     if missing:
         diags = []
         first: dict[str, list] = {}
@@ -329,7 +331,7 @@ def _estimate(steps: list[Step], types: dict) -> None:
         outs = [types.get(r) for r in st.results]
         attrs = st.op.kernel_attrs() if k.blas else {}
         st.cost = cost.step_cost(st.op.op_name, ins, outs, attrs)
-        st.width = 1 if st.tiny else cost.step_width(st.op.op_name, k.blas, k.splits, ins, outs, attrs)
+        st.width = 1 if st.tiny else cost.step_width(k, ins, outs, attrs)
     best = [0.0] * len(steps)  # longest path cost after each step
     for st in reversed(steps):
         st.priority = st.cost + best[st.index]

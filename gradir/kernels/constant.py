@@ -11,10 +11,11 @@ from typing import Optional
 
 import numpy as np
 
+from ..ops.constant import ConstantOp
 from . import kernel
 
 
-@kernel("Constant")
+@kernel(ConstantOp)
 def constant(*, array: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     if out is None:
         return np.array(array, copy=True)

@@ -19,11 +19,15 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..ops.fused import FusedElementwiseOp
+from ..ops.shape import ReduceSumToOp
 from . import KERNELS, jit, kernel, parallel
-from .fused_codegen import compiled_loop
+from .. import formula as formula_lang
+from .fused_codegen import compiled_loop, formula_of, scalar_function
 from .parallel import parallel_rows
 
-__all__ = ["fused_elementwise", "CHUNK", "layout"]
+__all__ = ["fused_elementwise", "CHUNK", "layout", "sum_layout", "SUM_MIN_STRIP", "prepare_body", "loopable",
+           "element_function", "can_fuse"]
 
 CHUNK = 1 << 15  # elements of one row per unit of work
 
@@ -89,11 +93,11 @@ def _interpret(body: Any, operands: tuple, outs: list, sums: list) -> None:
     """The members' own kernels, one after another (the unfused bits)."""
     vals = list(operands)
     for cls, args, attrs in body.instrs:
-        vals.append(KERNELS[cls.op_name].fn(*(vals[a] for a in args), out=None, **attrs))
+        vals.append(KERNELS[cls].fn(*(vals[a] for a in args), out=None, **attrs))
     for o, s in zip(outs, body.outputs):
         np.copyto(o, vals[s])
     for o, (s, shape) in zip(sums, body.sums):
-        KERNELS["ReduceSumTo"].fn(vals[s], np.broadcast_to(np.zeros((), body.dtype), shape), out=o)
+        KERNELS[ReduceSumToOp].fn(vals[s], np.broadcast_to(np.zeros((), body.dtype), shape), out=o)
 
 
 def _prepare(op: Any, types: Any) -> None:
@@ -103,12 +107,49 @@ def _prepare(op: Any, types: Any) -> None:
     shapes = [tuple(types[v].shape) for v in op.operands]
     if any(d is None for s in shapes for d in s):
         return  # built at the first run
-    lay = sum_layout(op.body.shape, shapes, op.body.lead) if op.body.sums else layout(op.body.shape, shapes)
+    prepare_body(op.body, shapes)
+
+
+def prepare_body(body: Any, shapes: list[tuple]) -> None:
+    """Build (or load) the loop of ``body`` for operands of ``shapes`` (static)."""
+    lay = sum_layout(body.shape, shapes, body.lead) if body.sums else layout(body.shape, shapes)
     if lay is not None:
-        compiled_loop(op.body, tuple(st[-1] != 0 for st in lay[1]))
+        compiled_loop(body, tuple(st[-1] != 0 for st in lay[1]))
 
 
-@kernel("FusedElementwise", prepare=_prepare, splits=True)
+# -- what the fusion pass asks (``gradir.backends.fusion``: the pass does not import this module) --
+
+_LOOPABLE: dict[tuple[type, int], bool] = {}
+
+
+def loopable(cls: type, n_operands: int) -> bool:
+    """``cls`` has a formula (for ``n_operands``) that calls no transcendental function: a loop
+    computes it as fast as its kernel, with its bits."""
+    key = (cls, n_operands)
+    ok = _LOOPABLE.get(key)
+    if ok is None:
+        text = formula_of(cls, n_operands)
+        ok = _LOOPABLE[key] = text is not None and not formula_lang.is_transcendental(text)
+    return ok
+
+
+def element_function(cls: type, dtype: Any) -> Optional[str]:
+    """The element function of ``cls``'s hand-written compiled kernel in ``dtype`` (a fused loop
+    calls it and so gives that kernel's bits), or None."""
+    return scalar_function(cls, dtype)
+
+
+def can_fuse(cls: type, n_operands: int, dtype: Any) -> bool:
+    """Whether a fused loop can compute ``cls`` in ``dtype`` with its kernel's bits and speed: its
+    formula is cheap (``loopable``), its compiled kernel has an element function, or its kernel
+    is generated from the formula (then it is this very loop)."""
+    if loopable(cls, n_operands) or element_function(cls, dtype) is not None:
+        return True
+    info = KERNELS.get(cls)
+    return info is not None and info.generated
+
+
+@kernel(FusedElementwiseOp, prepare=_prepare, splits=True)
 def fused_elementwise(*operands: np.ndarray, out: Any = None, body: Any) -> Any:
     """Run a fused group (``body``: ``gradir.ops.fused.FusedBody``); returns its results (the
     element-wise ones, then the sums)."""

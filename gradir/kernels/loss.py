@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..ops.loss import SoftmaxCrossEntropyLossGradOp, SoftmaxCrossEntropyLossOp
 from . import jit, kernel
 from .activation import log_softmax
 from .parallel import parallel_rows
@@ -64,7 +65,7 @@ def _store(r: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
     return out
 
 
-@kernel("SoftmaxCrossEntropyLoss")
+@kernel(SoftmaxCrossEntropyLossOp)
 def softmax_cross_entropy_loss(scores: np.ndarray, labels: np.ndarray, weights: Optional[np.ndarray] = None, *,
                                out: Optional[tuple] = None, reduction: str = "mean",
                                ignore_index: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +98,7 @@ def softmax_cross_entropy_loss(scores: np.ndarray, labels: np.ndarray, weights: 
 
 
 # out may be log_prob: each row is read before it is written
-@kernel("SoftmaxCrossEntropyLossGrad", inplace=True, splits=True)
+@kernel(SoftmaxCrossEntropyLossGradOp, inplace=True, splits=True)
 def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label: np.ndarray,
                                     weight: Optional[np.ndarray] = None, *, out: Optional[np.ndarray] = None,
                                     reduction: str = "mean", ignore_index: Optional[int] = None) -> np.ndarray:

@@ -11,6 +11,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..ops.math import (AddOp, DivOp, ExpOp, FusedMatMulOp, IdentityOp, LogOp, MatMulOp, MulOp, NegOp, ReduceMeanOp,
+    ReduceSumOp, ReshapeOp, SqrtOp, SubOp, SumOp, TransposeOp)
 from ..matmul_layout import operand_perm
 from . import blocked, kernel
 from .parallel import parallel_rows
@@ -40,24 +42,24 @@ def _elementwise(ufunc: Callable, *arrays: np.ndarray, out: Optional[np.ndarray]
     return out
 
 
-def _ufunc_kernel(name: str, ufunc: np.ufunc) -> None:
+def _ufunc_kernel(op: type, ufunc: np.ufunc) -> None:
     """Register an element-wise op that is exactly one NumPy ufunc (with broadcasting)."""
+    name = op.op_name
 
     def fn(*operands: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
         return _elementwise(ufunc, *operands, out=out)
 
     fn.__name__ = fn.__qualname__ = name.lower()
     fn.__doc__ = f"{name}: ``np.{ufunc.__name__}``, split into row chunks over the kernel threads."
-    kernel(name, inplace=True, ufunc=ufunc, splits=True)(fn)
+    kernel(op, inplace=True, ufunc=ufunc, splits=True)(fn)
 
 
-for _name, _ufunc in [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide),
-                      ("Neg", np.negative), ("Exp", np.exp), ("Log", np.log),
-                      ("Sqrt", np.sqrt)]:
-    _ufunc_kernel(_name, _ufunc)
+for _op, _ufunc in [(AddOp, np.add), (SubOp, np.subtract), (MulOp, np.multiply), (DivOp, np.divide),
+                    (NegOp, np.negative), (ExpOp, np.exp), (LogOp, np.log), (SqrtOp, np.sqrt)]:
+    _ufunc_kernel(_op, _ufunc)
 
 
-@kernel("Identity", inplace=True)
+@kernel(IdentityOp, inplace=True)
 def identity(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     if out is x:
         return out
@@ -71,7 +73,7 @@ def _copy(x: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
     return out
 
 
-@kernel("Sum", inplace=True, splits=True)
+@kernel(SumOp, inplace=True, splits=True)
 def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     if len(xs) == 1:
         return _copy(xs[0], out) if out is not xs[0] else out
@@ -87,7 +89,7 @@ def sum_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     return acc
 
 
-@kernel("MatMul", blas=True, warm=blocked.warm)
+@kernel(MatMulOp, blas=True, warm=blocked.warm)
 def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     """``np.matmul`` in blocks fixed by the shapes, on the cores the step was given (``blocked``;
     a batch of matrices times one matrix is one 2-D product over the batch's rows when they merge
@@ -98,7 +100,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, out: Optional[np.ndarray] = None) ->
     return blocked.matmul(a, b, out=out)
 
 
-@kernel("FusedMatMul", blas=True, warm=blocked.warm)
+@kernel(FusedMatMulOp, blas=True, warm=blocked.warm)
 def fused_matmul(a: np.ndarray, b: np.ndarray, *, alpha: float = 1.0, transA: int = 0, transB: int = 0,
                  transBatchA: int = 0, transBatchB: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
     """``alpha · (A' @ B')``: the operands laid out as strided views (``matmul_layout``), which
@@ -112,7 +114,7 @@ def fused_matmul(a: np.ndarray, b: np.ndarray, *, alpha: float = 1.0, transA: in
     return c
 
 
-@kernel("Transpose")
+@kernel(TransposeOp)
 def transpose(x: np.ndarray, *, perm=None, out: Optional[np.ndarray] = None) -> np.ndarray:
     t = np.transpose(x, perm)
     if out is None:
@@ -121,7 +123,7 @@ def transpose(x: np.ndarray, *, perm=None, out: Optional[np.ndarray] = None) -> 
     return out
 
 
-@kernel("Reshape")
+@kernel(ReshapeOp)
 def reshape(x: np.ndarray, *, shape, out: Optional[np.ndarray] = None) -> np.ndarray:
     if out is None:
         return np.array(x, copy=True).reshape(shape)
@@ -141,11 +143,11 @@ def _reduce(fn: Callable, x: np.ndarray, axes, keepdims: bool, out: Optional[np.
     return out
 
 
-@kernel("ReduceSum")
+@kernel(ReduceSumOp)
 def reduce_sum(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
     return _reduce(np.sum, x, axes, keepdims, out)
 
 
-@kernel("ReduceMean")
+@kernel(ReduceMeanOp)
 def reduce_mean(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
     return _reduce(np.mean, x, axes, keepdims, out)

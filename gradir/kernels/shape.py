@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..ops.shape import BroadcastToOp, ReduceSumToOp, ScaleOp, UnsqueezeOp, ZerosLikeOp
 from ..ops.shape import sum_to_axes
 from . import kernel
 
@@ -21,7 +22,7 @@ def _result(r: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
     return out
 
 
-@kernel("ReduceSumTo")
+@kernel(ReduceSumToOp)
 def reduce_sum_to(x: np.ndarray, like: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     if x.shape == like.shape:
         return _result(x, out)
@@ -30,22 +31,22 @@ def reduce_sum_to(x: np.ndarray, like: np.ndarray, *, out: Optional[np.ndarray] 
     return _result(r.reshape(like.shape), out)
 
 
-@kernel("BroadcastTo")
+@kernel(BroadcastToOp)
 def broadcast_to(x: np.ndarray, like: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _result(np.broadcast_to(x, like.shape), out)
 
 
-@kernel("Unsqueeze")
+@kernel(UnsqueezeOp)
 def unsqueeze(x: np.ndarray, *, axes, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _result(np.expand_dims(x, tuple(axes)), out)
 
 
-@kernel("Scale", inplace=True)
+@kernel(ScaleOp, inplace=True)
 def scale(x: np.ndarray, *, factor: float, out: Optional[np.ndarray] = None) -> np.ndarray:
     return np.multiply(x, x.dtype.type(factor), out=out)
 
 
-@kernel("ZerosLike")
+@kernel(ZerosLikeOp)
 def zeros_like(x: np.ndarray, *, out: Optional[np.ndarray] = None) -> np.ndarray:
     if out is None:
         return np.zeros_like(x)

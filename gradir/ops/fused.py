@@ -57,7 +57,9 @@ class FusedBody:
         self.dtype = loop_type.dtype.numpy
         # the leading axes every sum adds over (the same for all of a group's sums: the pass checks)
         self.lead = sum_lead(self.shape, self.sums[0][1]) if self.sums else 0
-        self.key = (self.n_inputs, tuple((cls.op_name, args, freeze(attrs)) for cls, args, attrs in self.instrs),
+        # (the formula too: a user op redefined under the same name in one process is another loop)
+        self.key = (self.n_inputs, tuple((cls.op_name, cls.FORMULA, args, freeze(attrs))
+                                         for cls, args, attrs in self.instrs),
                     self.outputs, tuple(s for s, _ in self.sums), self.lead, self.dtype.str)
 
 

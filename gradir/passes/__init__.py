@@ -9,7 +9,7 @@ default pipeline is ``DEFAULT_PASSES``; ``gradir plan --passes`` lists them and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import networkx as nx
 
@@ -23,11 +23,14 @@ class Program:
     """A graph being compiled: ops in a valid order, outputs, and value aliases.
 
     ``aliases`` maps a graph output name to the value that now computes it (set
-    when CSE merges an output into an identical earlier value).
+    when CSE merges an output into an identical earlier value).  ``backend`` is what the program
+    is compiled for (a backend, or the name of its kernel table): passes ask it what its kernels
+    can do (``gradir.backends.kernel_info``, ``fusion``), never importing them.
     """
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, backend: Any = "cpu") -> None:
         self.graph = graph
+        self.backend = backend
         self.ops: list[Op] = list(graph.ops)
         self.types = dict(graph.types)
         self.inputs = [i.name for i in graph.inputs]

@@ -1,6 +1,7 @@
 """Constant folding: ops whose operands are all Constants are evaluated at compile time.
 
-The CPU kernels themselves compute the folded values, so the bits are those a run would produce.
+The backend's kernels themselves compute the folded values (``gradir.backends.kernel_info``), so the
+bits are those a run would produce.
 Only small values are folded (operands and results of at most ``MAX_CONSTANT_ELEMENTS`` elements
 each): a folded value is kept in the program, and a big one would cost memory and compile time to
 save little.  An op whose kernel fails is left alone, so the run reports the failure at its line.
@@ -8,10 +9,11 @@ save little.  An op whose kernel fails is left alone, so the run reports the fai
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
+from ..backends import kernel_info
 from ..constants import MAX_CONSTANT_ELEMENTS, value_from_array
 from ..ir import Op
 from ..ops.constant import ConstantOp, constant_array
@@ -25,10 +27,9 @@ def _small(t: Optional[TensorType]) -> bool:
     return t is not None and t.is_static and t.numel <= MAX_CONSTANT_ELEMENTS
 
 
-def _evaluate(op: Op, arrays: list, types: list) -> Optional[list[np.ndarray]]:
-    """``op``'s results computed by its kernel, or ``None`` when it cannot be folded."""
-    from ..kernels import get_kernel
-    info = get_kernel(op.op_name)
+def _evaluate(op: Op, arrays: list, types: list, backend: Any) -> Optional[list[np.ndarray]]:
+    """``op``'s results computed by its kernel on ``backend``, or ``None`` when it cannot be folded."""
+    info = kernel_info(backend, type(op))
     if info is None:
         return None
     try:
@@ -74,7 +75,7 @@ def fold_constants(p: Program) -> str:
                 or not all(_small(t) for t in types)):
             ops.append(op)
             continue
-        res = _evaluate(op, [None if v is None else consts[v] for v in op.operands], types)
+        res = _evaluate(op, [None if v is None else consts[v] for v in op.operands], types, p.backend)
         if res is None:
             ops.append(op)
             continue

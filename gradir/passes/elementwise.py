@@ -4,8 +4,9 @@ compiled loop (``gradir.kernels.fused``), so the values between them never go th
 An op can join a group when it is element-wise with a scalar formula (``Op.ELEMENTWISE`` and
 ``Op.FORMULA``, or the variadic ``Sum``) that calls no transcendental function (those kernels
 are SIMD or polynomial code far faster than a loop calling libm per element, see
-``fused_codegen.TRANSCENDENTAL``), or, in Float32, its compiled kernel has an element function
-(``KernelInfo.scalar``: Sigmoid, the GELUs and their gradients), and its result is Float32 or
+``gradir.formula``), or, in Float32, its compiled kernel has an element function
+(``KernelInfo.scalar``: Sigmoid, the GELUs and their gradients), or its kernel is generated from
+its formula (then the loop computes it as its kernel does), and its result is Float32 or
 Float64 with a static shape equal to the group's (operands may broadcast into it).  Ops are
 visited in order; an op joins the group of an operand's producer, merging the groups of several
 operands, unless that would make the group depend on itself through an op outside it (a cycle:
@@ -23,17 +24,19 @@ tree, as deep as it has operands, would exhaust Python's recursion limit).
 A ``ReduceSumTo`` over the group's leading axes (a broadcast bias's gradient) joins the group as
 an epilogue (``_sums``): the loop adds the value up as it computes it, in NumPy's order, so the
 sum keeps the unfused bits (docs/performance.md, "Sums as epilogues").
+
+What the loops can take is the backend's to say (``gradir.backends.fusion``: ``can_fuse``,
+``element_function``, ``sum_layout``): this pass does not import the kernels.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from typing import Optional
+from typing import Any, Optional
 
+from ..backends import fusion
 from ..ir import Op
-from ..kernels.fused import SUM_MIN_STRIP, sum_layout
-from ..kernels.fused_codegen import TRANSCENDENTAL, formula_of, scalar_function
 from ..ops.fused import FusedElementwiseOp, sum_lead
 from ..ops.shape import ReduceSumToOp
 from ..types import DType
@@ -46,28 +49,17 @@ MAX_OPS = 32
 MAX_OPERANDS = 64  # operands of one member (a variadic Sum); more stay apart, checked before any formula
 
 
-_LOOPABLE: dict[tuple[type, int], bool] = {}
-
-
-def _loopable(cls: type, n_operands: int) -> bool:
-    """``cls`` has a formula (for ``n_operands``) that calls no transcendental function."""
-    key = (cls, n_operands)
-    ok = _LOOPABLE.get(key)
-    if ok is None:
-        formula = formula_of(cls, n_operands)
-        ok = _LOOPABLE[key] = formula is not None and not (
-            TRANSCENDENTAL & set(compile(formula, "<formula>", "eval").co_names))
-    return ok
-
-
-def fusable(op: Op, types: dict) -> bool:
-    """Whether ``op`` may be a member of a fused group (see the module docstring)."""
-    if not op.ELEMENTWISE or len(op.results) != 1 or len(op.operands) > MAX_OPERANDS:
+def fusable(op: Op, types: dict, fz: Any = None) -> bool:
+    """Whether ``op`` may be a member of a fused group (see the module docstring); ``fz``: what the
+    backend's fused loops can take (``gradir.backends.fusion``; default: the cpu kernels')."""
+    if fz is None:
+        fz = fusion("cpu")
+    if fz is None or not op.ELEMENTWISE or len(op.results) != 1 or len(op.operands) > MAX_OPERANDS:
         return False
     t = types.get(op.results[0])
     if t is None or t.dtype not in (DType.Float32, DType.Float64) or not t.is_static:
         return False
-    if not _loopable(type(op), len(op.operands)) and scalar_function(type(op), t.dtype.numpy) is None:
+    if not fz.can_fuse(type(op), len(op.operands), t.dtype.numpy):
         return False
     for v in op.operands:
         tv = types.get(v) if v is not None else None
@@ -143,12 +135,12 @@ class _Groups:
             self.ext[k] = self.reads(k)
 
 
-def _all_scalar(p: Program, members: list[int]) -> bool:
+def _all_scalar(p: Program, members: list[int], fz: Any) -> bool:
     """Every member is an op whose compiled kernel's element function the loop would call (Sigmoid,
     the GELUs and their gradients): their own kernels are vectorized block code, and a loop of
     calls to their element functions was slower (Gelu, Sigmoid, Gelu, Sigmoid on 1024²: 4.2 ms
     fused against 2.6 ms unfused, one thread); fused with cheap ops around them, they pay."""
-    return all(scalar_function(type(p.ops[k]), p.types[p.ops[k].results[0]].dtype.numpy) is not None
+    return all(fz.element_function(type(p.ops[k]), p.types[p.ops[k].results[0]].dtype.numpy) is not None
                for k in members)
 
 
@@ -157,13 +149,16 @@ def _all_scalar(p: Program, members: list[int]) -> bool:
                f"elements; Exp, Log, Tanh and Float64 activations stay apart) as one compiled loop each "
                f"(FusedElementwise)")
 def fuse_elementwise(p: Program) -> str:
+    fz = fusion(p.backend)
+    if fz is None:
+        return "nothing to fuse: the backend has no fused loops"
     gs = _Groups(p)
     types = p.types
     for k, op in enumerate(p.ops):
-        if fusable(op, types):
+        if fusable(op, types, fz):
             t = types[op.results[0]]
             gs.add(k, (t.dtype, tuple(t.shape)))
-    sums = _sums(p, gs)
+    sums = _sums(p, gs, fz)
     groups, small, scalar = [], 0, 0
     for g, m in gs.members.items():
         ends = sums.get(g, [])
@@ -171,7 +166,7 @@ def fuse_elementwise(p: Program) -> str:
             continue
         if types[p.ops[min(m)].results[0]].numel < MIN_ELEMENTS:
             small += 1
-        elif _all_scalar(p, m):  # sums or not: GeluGrad and its bias sum on 512x4096 took 1.31 ms in one
+        elif _all_scalar(p, m, fz):  # sums or not: GeluGrad and its bias sum on 512x4096 took 1.31 ms in one
             # loop, 1.08 apart (1.14 with 'nsz' in the loop)
             scalar += 1
         else:
@@ -222,12 +217,12 @@ def fuse_elementwise(p: Program) -> str:
 
 
 # A sum over leading axes joins a group only when its columns (the kept elements) make at least
-# two strips of the sum loop (``kernels.fused.SUM_MIN_STRIP``), one per thread: else the loop
-# would run on one thread, where the unfused ops split their work.
-MIN_SUM_COLUMNS = 2 * SUM_MIN_STRIP
+# two strips of the sum loop (the backend's ``SUM_MIN_STRIP``), one per thread: else the loop
+# would run on one thread, where the unfused ops split their work.  None: that rule; a number: that.
+MIN_SUM_COLUMNS: Optional[int] = None
 
 
-def _sum_lead(op: Op, types: dict, key: tuple) -> Optional[int]:
+def _sum_lead(op: Op, types: dict, key: tuple, min_columns: int) -> Optional[int]:
     """How many leading axes ``op`` (a ``ReduceSumTo``) sums its operand over, when that operand
     has the group's type (``key``) and nothing else is summed; else None."""
     x, like = op.operands
@@ -241,12 +236,12 @@ def _sum_lead(op: Op, types: dict, key: tuple) -> Optional[int]:
     lead = sum_lead(shape, tl.shape)
     # (``sum_layout`` checks later that the sum has rows and columns, and their layout)
     padded = (1,) * (len(shape) - len(tl.shape)) + tuple(tl.shape)
-    if padded[lead:] != shape[lead:] or math.prod(shape[lead:]) < MIN_SUM_COLUMNS:
+    if padded[lead:] != shape[lead:] or math.prod(shape[lead:]) < min_columns:
         return None
     return lead
 
 
-def _sums(p: Program, gs: _Groups) -> dict[int, list[int]]:
+def _sums(p: Program, gs: _Groups, fz: Any) -> dict[int, list[int]]:
     """Group id -> the ``ReduceSumTo`` ops (indices) that end it: each sums a member's value over
     the group's leading axes (all of a group's sums over the same ones), its operands' layout
     keeps those axes apart from one innermost axis (``sum_layout``), and taking it into the group
@@ -254,6 +249,7 @@ def _sums(p: Program, gs: _Groups) -> dict[int, list[int]]:
     apart: the loop does not read ``Like``, and that op would run for nothing."""
     ends: dict[int, list[int]] = {}
     lead_of: dict[int, int] = {}
+    min_columns = 2 * fz.SUM_MIN_STRIP if MIN_SUM_COLUMNS is None else MIN_SUM_COLUMNS
     live = set(p.live_outputs)
     n_readers: dict[str, int] = {}
     for op in p.ops:
@@ -268,13 +264,13 @@ def _sums(p: Program, gs: _Groups) -> dict[int, list[int]]:
         like = op.operands[1]
         if g is None or (like in gs.producer and n_readers.get(like, 0) == 1 and like not in live):
             continue
-        lead = _sum_lead(op, p.types, gs.key[g])
+        lead = _sum_lead(op, p.types, gs.key[g], min_columns)
         if lead is None or lead_of.get(g, lead) != lead:
             continue
         members = set(gs.members[g])
         defined = {p.ops[m].results[0] for m in members}
         outside = {v for m in members for v in p.ops[m].operands if v is not None and v not in defined}
-        if sum_layout(gs.key[g][1], [tuple(p.types[v].shape) for v in outside], lead) is None:
+        if fz.sum_layout(gs.key[g][1], [tuple(p.types[v].shape) for v in outside], lead) is None:
             continue
         if not gs.acyclic(members | set(ends.get(g, ())) | {k}, gs.ext[g] | {q}):
             continue

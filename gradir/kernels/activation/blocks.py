@@ -80,8 +80,8 @@ def compiled(dtype: np.dtype, name: str) -> Callable[..., None] | None:
     return None if mod is None else getattr(mod, name)
 
 
-def act_kernel(name: str, arity: int, scalar: str | None = None) -> Callable[[Callable], Callable]:
-    """``@kernel(name, inplace=True)`` with a ``warm`` hook (``gradir.kernels``): calling the
+def act_kernel(op: type, arity: int, scalar: str | None = None) -> Callable[[Callable], Callable]:
+    """``@kernel(op, inplace=True)`` with a ``warm`` hook (``gradir.kernels``): calling the
     kernel once on 1x1 Float32 arrays builds its compiled path, or loads it from numba's cache.
     ``scalar``: the ``_jit_act`` function that computes one element of the compiled Float32 path
     from the operands alone (a fused loop calls it, see ``KernelInfo.scalar``)."""
@@ -89,9 +89,9 @@ def act_kernel(name: str, arity: int, scalar: str | None = None) -> Callable[[Ca
     def warm(dtype: np.dtype) -> None:
         if np.dtype(dtype) == np.float32 and jit.load("act") is not None:
             from .. import KERNELS
-            KERNELS[name].fn(*[np.full((1, 1), 0.5, np.float32)] * arity)
+            KERNELS[op].fn(*[np.full((1, 1), 0.5, np.float32)] * arity)
 
-    return kernel(name, inplace=True, warm=warm, scalar=scalar, splits=True)
+    return kernel(op, inplace=True, warm=warm, scalar=scalar, splits=True)
 
 
 def _overlaps_partly(out: np.ndarray, operands: tuple[np.ndarray, ...]) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.activation import (FastGeluOp, GeluOp, LeakyReluOp, LogSoftmaxOp, QuickGeluOp, ReluOp, SigmoidOp,
+    SoftmaxOp, TanhOp)
 from .. import kernel
 from .blocks import act_kernel, check_alpha, check_operands, compiled, f32_args, run_elementwise, run_rows
 from .numerics import (LOG2E, W32, X32_FAST, XCLIP, fast_gelu_e32, fast_gelu_sig64, gelu_h, leaky_body, mirror,
@@ -12,14 +14,14 @@ from .numerics import (LOG2E, W32, X32_FAST, XCLIP, fast_gelu_e32, fast_gelu_sig
 __all__ = ["fast_gelu", "gelu", "leaky_relu", "log_softmax", "quick_gelu", "relu", "sigmoid", "softmax", "tanh"]
 
 
-@act_kernel("Relu", 1)
+@act_kernel(ReluOp, 1)
 def relu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``max(x, 0)`` (NaN stays NaN)."""
     check_operands(x)
     return run_elementwise(lambda o, x, s: np.maximum(x, 0.0, out=o), 0, out, x)
 
 
-@kernel("Tanh", inplace=True, ufunc=np.tanh, splits=True)
+@kernel(TanhOp, inplace=True, ufunc=np.tanh, splits=True)
 def tanh(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     check_operands(x)
     return run_elementwise(lambda o, x, s: np.tanh(x, out=o), 0, out, x)
@@ -42,7 +44,7 @@ def _sigmoid_body32(o: np.ndarray, x: np.ndarray, s: list[np.ndarray]) -> None:
     np.divide(1.0, e, out=o)
 
 
-@act_kernel("Sigmoid", 1, scalar="_sigmoid1")
+@act_kernel(SigmoidOp, 1, scalar="_sigmoid1")
 def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``1 / (1 + exp(-x))``."""
     dtype = check_operands(x)
@@ -51,7 +53,7 @@ def sigmoid(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     return run_elementwise(_sigmoid_body64, 2, out, x)
 
 
-@act_kernel("LeakyRelu", 1)
+@act_kernel(LeakyReluOp, 1)
 def leaky_relu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 0.01) -> np.ndarray:
     """``x`` if ``x > 0`` else ``alpha·x`` (for every alpha, signed zeros and NaN included):
     ``x·1`` or ``x·alpha``, exactly one of the two branches."""
@@ -65,7 +67,7 @@ def leaky_relu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 0
     return run_elementwise(body1, 2, out, x, fast=compiled(dtype, "leaky_relu"), fast_args=f32_args(dtype, alpha))
 
 
-@act_kernel("QuickGelu", 1)
+@act_kernel(QuickGeluOp, 1)
 def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1.702) -> np.ndarray:
     """``x ⊙ σ(alpha·x)``."""
     dtype = check_operands(x)
@@ -97,7 +99,7 @@ def quick_gelu(x: np.ndarray, *, out: np.ndarray | None = None, alpha: float = 1
     return run_elementwise(body64, 8, out, x)
 
 
-@act_kernel("Gelu", 1, scalar="_gelu1")
+@act_kernel(GeluOp, 1, scalar="_gelu1")
 def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``x ⊙ Φ(x)``, the exact (erf) GELU."""
     dtype = check_operands(x)
@@ -111,7 +113,7 @@ def gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     return run_elementwise(body, n_gelu_scratch(dtype), out, x, fast=compiled(dtype, "gelu"))
 
 
-@act_kernel("FastGelu", 1, scalar="_fast_gelu1")
+@act_kernel(FastGeluOp, 1, scalar="_fast_gelu1")
 def fast_gelu(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``½x(1 + tanh(k(x + c x³)))`` = ``x ⊙ σ(2k(x + c x³))``."""
     dtype = check_operands(x)
@@ -151,7 +153,7 @@ def _log_softmax_body(o: np.ndarray, x: np.ndarray, big: list[np.ndarray], red: 
     np.subtract(p, red, out=o)
 
 
-@act_kernel("Softmax", 1)
+@act_kernel(SoftmaxOp, 1)
 def softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> np.ndarray:
     """``exp(x - max) / Σ exp(x - max)`` over the single axis ``axis``."""
     dtype = check_operands(x)
@@ -159,7 +161,7 @@ def softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> 
                  compiled(dtype, "softmax_rows"))
 
 
-@act_kernel("LogSoftmax", 1)
+@act_kernel(LogSoftmaxOp, 1)
 def log_softmax(x: np.ndarray, *, out: np.ndarray | None = None, axis: int = -1) -> np.ndarray:
     """``(x - max) - log Σ exp(x - max)`` over the single axis ``axis``."""
     dtype = check_operands(x)

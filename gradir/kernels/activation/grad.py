@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.activation import (FastGeluGradOp, GeluGradOp, LeakyReluGradOp, LogSoftmaxGradOp, LogSoftmaxGrad_13Op,
+    QuickGeluGradOp, ReluGradOp, SigmoidGradOp, SoftmaxGradOp, SoftmaxGrad_13Op, TanhGradOp)
 from .blocks import act_kernel, check_alpha, check_operands, compiled, f32_args, run_elementwise, run_rows
 from .numerics import (GELU_C, GELU_K, LOG2E, fast_gelu_e32, fast_gelu_sig64, gelu_h, leaky_body, mirror,
                        n_gelu_scratch, quick_gelu_bound, quick_gelu_e32, quick_gelu_sig64, sig_grad_from_e32)
@@ -22,7 +24,7 @@ def _relu_grad_body(o: np.ndarray, dy: np.ndarray, x: np.ndarray, s: list[np.nda
     np.bitwise_and(dy.view(itype), mask, out=o.view(itype))
 
 
-@act_kernel("ReluGrad", 2)
+@act_kernel(ReluGradOp, 2)
 def relu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY`` where ``X > 0`` (strict; NaN is not > 0), else ``+0``."""
     dtype = check_operands(dy, x)
@@ -36,7 +38,7 @@ def _sigmoid_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.
     np.multiply(o, t, out=o)
 
 
-@act_kernel("SigmoidGrad", 2)
+@act_kernel(SigmoidGradOp, 2)
 def sigmoid_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ Y ⊙ (1 - Y)`` from the forward output ``Y``."""
     dtype = check_operands(dy, y)
@@ -50,14 +52,14 @@ def _tanh_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, s: list[np.nda
     np.multiply(dy, t, out=o)  # ORT's dY * (1 - Y * Y)
 
 
-@act_kernel("TanhGrad", 2)
+@act_kernel(TanhGradOp, 2)
 def tanh_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ (1 - Y²)`` from the forward output ``Y``."""
     dtype = check_operands(dy, y)
     return run_elementwise(_tanh_grad_body, 1, out, dy, y, fast=compiled(dtype, "tanh_grad"))
 
 
-@act_kernel("LeakyReluGrad", 2)
+@act_kernel(LeakyReluGradOp, 2)
 def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                     alpha: float = 0.01) -> np.ndarray:
     """``dX = dY`` where the forward *output* ``Y > 0``, else ``alpha·dY`` (also for ``Y = 0``
@@ -68,7 +70,7 @@ def leaky_relu_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
                         fast_args=f32_args(dtype, alpha))
 
 
-@act_kernel("QuickGeluGrad", 2)
+@act_kernel(QuickGeluGradOp, 2)
 def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None,
                     alpha: float = 1.702) -> np.ndarray:
     """``s = σ(alpha·X)``; ``dX = dY ⊙ s ⊙ (1 + alpha·X ⊙ (1 - s))``, alpha of any sign."""
@@ -94,7 +96,7 @@ def quick_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = N
     return run_elementwise(body64, 8, out, dy, x)
 
 
-@act_kernel("GeluGrad", 2, scalar="_gelu_grad1")
+@act_kernel(GeluGradOp, 2, scalar="_gelu_grad1")
 def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ (Φ(X) + X ⊙ φ(X))``, the derivative of the exact (erf) GELU."""
     dtype = check_operands(dy, x)
@@ -107,7 +109,7 @@ def gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -
     return run_elementwise(body, n_gelu_scratch(dtype), out, dy, x, fast=compiled(dtype, "gelu_grad"))
 
 
-@act_kernel("FastGeluGrad", 2, scalar="_fast_gelu_grad1")
+@act_kernel(FastGeluGradOp, 2, scalar="_fast_gelu_grad1")
 def fast_gelu_grad(dy: np.ndarray, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``dX = dY ⊙ ½((1 + t) + x(1 - t²)·k(1 + 3c x²))``, ``t = tanh(k(x + c x³))``.
 
@@ -165,7 +167,7 @@ def _log_softmax_grad_body(o: np.ndarray, dy: np.ndarray, y: np.ndarray, big: li
     np.subtract(dy, p, out=o)
 
 
-@act_kernel("SoftmaxGrad", 2)
+@act_kernel(SoftmaxGradOp, 2)
 def softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                  axis: int = 1) -> np.ndarray:
     """Pre-opset-13: ``dX = Y ⊙ (dY - Σ(Y ⊙ dY))``, the sum over all axes ``>= axis``."""
@@ -174,7 +176,7 @@ def softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None
                  compiled(dtype, "softmax_grad_rows"))
 
 
-@act_kernel("SoftmaxGrad_13", 2)
+@act_kernel(SoftmaxGrad_13Op, 2)
 def softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                     axis: int = -1) -> np.ndarray:
     """``dX = Y ⊙ (dY - Σ_axis(Y ⊙ dY))``, the sum over the single axis ``axis``."""
@@ -183,7 +185,7 @@ def softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = N
                  compiled(dtype, "softmax_grad_rows"))
 
 
-@act_kernel("LogSoftmaxGrad", 2)
+@act_kernel(LogSoftmaxGradOp, 2)
 def log_softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                      axis: int = 1) -> np.ndarray:
     """Pre-opset-13: ``dX = dY - exp(Y) ⊙ Σ dY``, the sum over all axes ``>= axis``."""
@@ -192,7 +194,7 @@ def log_softmax_grad(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = 
                  compiled(dtype, "log_softmax_grad_rows"))
 
 
-@act_kernel("LogSoftmaxGrad_13", 2)
+@act_kernel(LogSoftmaxGrad_13Op, 2)
 def log_softmax_grad_13(dy: np.ndarray, y: np.ndarray, *, out: np.ndarray | None = None,
                         axis: int = -1) -> np.ndarray:
     """``dX = dY - exp(Y) ⊙ Σ_axis dY``, the sum over the single axis ``axis``."""

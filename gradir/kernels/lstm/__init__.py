@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.lstm import LSTMGradOp, LSTMTrainingOp
 from .. import jit, kernel
 from .backward import lstm_grad, release_scratch
 from .cell import grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell
@@ -106,5 +107,5 @@ def _warm_layers(dtype: Any) -> None:
 
 
 # Registered here, beside their warm hook, which runs both.
-kernel("LSTMTraining", blas=True, warm=_warm_layers)(lstm_training)
-kernel("LSTMGrad", blas=True, warm=_warm_layers)(lstm_grad)
+kernel(LSTMTrainingOp, blas=True, warm=_warm_layers)(lstm_training)
+kernel(LSTMGradOp, blas=True, warm=_warm_layers)(lstm_grad)

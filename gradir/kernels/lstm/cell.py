@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...ops.lstm import GradLSTMCellInputFusedOp, GradLSTMCellInputOp, LSTMCellOp
 from .. import blocked, jit, kernel
 from . import common
 from .common import check_dtype, expect, result, this_thread
@@ -115,7 +116,7 @@ def _warm_cells(dtype: Any) -> None:
         this_thread.per_step = False
 
 
-@kernel("LSTMCell", blas=True, warm=_warm_cells)
+@kernel(LSTMCellOp, blas=True, warm=_warm_cells)
 def lstm_cell(X: np.ndarray, H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
               Bias: np.ndarray, *, out: Any = None, hidden_size: int) -> tuple[np.ndarray, np.ndarray]:
     """One LSTM step: returns ``(H', C')``, each ``[B, Hd]``."""
@@ -281,7 +282,7 @@ def _cell_grads_small(jl: Any, dt: np.dtype, dH_next: np.ndarray, dC_next: np.nd
     return tuple(results)
 
 
-@kernel("GradLSTMCellInput", blas=True, warm=_warm_cells)
+@kernel(GradLSTMCellInputOp, blas=True, warm=_warm_cells)
 def grad_lstm_cell_input(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
                          H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
                          Bias: np.ndarray, *, out: np.ndarray | None = None, input_index: int,
@@ -291,7 +292,7 @@ def grad_lstm_cell_input(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.
                        (input_index,), hidden_size, None if out is None else (out,))[0]
 
 
-@kernel("GradLSTMCellInputFused", blas=True, warm=_warm_cells)
+@kernel(GradLSTMCellInputFusedOp, blas=True, warm=_warm_cells)
 def grad_lstm_cell_input_fused(dH_next: np.ndarray, dC_next: np.ndarray | None, X: np.ndarray,
                                H: np.ndarray, C: np.ndarray, W_ih: np.ndarray, W_hh: np.ndarray,
                                Bias: np.ndarray, *, out: Any = None, input_indices: Sequence[int] = (),
