@@ -115,6 +115,10 @@ class KernelTable(MutableMapping):
         self.fusion: Any = None  # what its fused loops can take (``gradir.backends.fusion``), if any
 
     def __getitem__(self, key: object) -> KernelInfo:
+        if type(key) is type:  # an op class with a registered kernel: the common case, kept fast
+            info = self._kernels.get(key)  # type: ignore[call-overload]
+            if info is not None:
+                return info
         try:
             cls = _op_class(key)
         except TypeError:
