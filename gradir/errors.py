@@ -202,6 +202,10 @@ class OpDefinitionError(GradirError):
     function given the wrong number of arguments): raised when the class is created, naming the op
     and the file that defines it."""
 
+    def render(self) -> str:
+        return "\n".join(d.render() if d.source is not None or d.filename else f"error: {d.message}"
+                         for d in self.diagnostics)
+
 
 class ShardError(GradirError):
     """A graph cannot be sharded as asked (an op refuses its operands' placements, a bad batch axis, ...),

@@ -114,8 +114,8 @@ _COMPARE = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
 def fail(where: str, message: str, filename: Optional[str] = None, line: Optional[int] = None) -> OpDefinitionError:
     """The ``OpDefinitionError`` for ``message`` about ``where`` (e.g. ``"op Softsign: FORMULA"``),
     located at ``filename``:``line`` when known."""
-    span = Span(line, 1, 2) if line else None
-    return OpDefinitionError(Diagnostic(f"{where}: {message}", span, None, filename or "<ops>"))
+    span = Span(line, 1, 2) if line and filename else None
+    return OpDefinitionError(Diagnostic(f"{where}: {message}", span, None, filename))
 
 
 @lru_cache(maxsize=None)

@@ -78,6 +78,14 @@ def test_check_names_what_is_wrong(text, message):
     assert str(e.value).startswith("my.py:7:1: error: op Foo: FORMULA: ") and message in str(e.value)
 
 
+def test_check_without_a_file_says_only_where():
+    with pytest.raises(OpDefinitionError) as e:
+        formula.check("X +", {"X"}, where="op Foo: VJP['X']")
+    assert str(e.value).startswith("error: op Foo: VJP['X']: 'X +' is not a valid expression")
+    with pytest.raises(OpDefinitionError, match="must be a non-empty string"):
+        formula.check(3, {"X"}, where="op Foo: FORMULA")
+
+
 def test_free_names_and_evaluate():
     assert formula.free_names(BLEND) == {"A", "B", "beta"}
     assert formula.is_transcendental(BLEND) and not formula.is_transcendental(SOFTSIGN)
