@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import Diagnostic, OpDefinitionError, Span
 
-__all__ = ["Function", "FUNCTIONS", "check", "fail", "evaluate", "free_names", "calls", "is_transcendental",
+__all__ = ["Function", "FUNCTIONS", "check", "fail", "describe", "evaluate", "free_names", "calls", "is_transcendental",
            "scalar_source"]
 
 
@@ -88,7 +88,7 @@ def _fn(name: str, numpy: Any, arity: int, scalar: Scalar, transcendental: bool,
 
 
 FUNCTIONS: dict[str, Function] = {f.name: f for f in [
-    _fn("exp", np.exp, 1, _call("math.exp"), True, "e to the x"),
+    _fn("exp", np.exp, 1, _call("math.exp"), True, "e to the power x"),
     _fn("log", np.log, 1, _call("math.log"), True, "natural logarithm"),
     _fn("log1p", np.log1p, 1, _call("math.log1p"), True, "log(1 + x), accurate near 0"),
     _fn("expm1", np.expm1, 1, _call("math.expm1"), True, "exp(x) - 1, accurate near 0"),
@@ -99,7 +99,7 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in [
     _fn("erf", _erf, 1, _call("math.erf"), True, "the error function"),
     _fn("sigmoid", _sigmoid, 1, _sigmoid_scalar, True, "1 / (1 + exp(-x))"),
     _fn("abs", np.abs, 1, _call("abs"), False, "absolute value"),
-    _fn("where", np.where, 3, _where, False, "where(c, a, b): a where c holds, else b"),
+    _fn("where", np.where, 3, _where, False, "a where c holds, else b"),
     _fn("maximum", np.maximum, 2, _pick(ast.Gt()), False, "the larger of a and b (NaN if either is)"),
     _fn("minimum", np.minimum, 2, _pick(ast.Lt()), False, "the smaller of a and b (NaN if either is)"),
     _fn("zeros_like", np.zeros_like, 1, lambda args, const: const(0.0), False, "0 (of x's shape)"),
@@ -279,3 +279,14 @@ def scalar_source(text: str, env: Mapping[str, str], attrs: Mapping[str, Any], c
 
 def _parse_fresh(text: str) -> ast.Expression:
     return ast.parse(text, mode="eval")  # a fresh tree: the translation rewrites it
+
+
+def describe() -> str:
+    """The language in Markdown (for the docs): operators, then each function and constant."""
+    lines = ["Operators: `+ - * / **`, unary `-` and `+`, comparisons `< <= > >= == !=` (for `where`); "
+             "numbers; the op's operand and attribute names.", ""]
+    for f in FUNCTIONS.values():
+        params = {1: "x", 2: "a, b", 3: "c, a, b"}.get(f.arity or 0, "")
+        head = f"`{f.name}`" if f.arity is None else f"`{f.name}({params})`"
+        lines.append(f"- {head}: {f.doc}" + (" (one libm call per element when compiled)" if f.transcendental else ""))
+    return "\n".join(lines) + "\n"
