@@ -108,9 +108,9 @@ def generated_kernel(cls: type) -> KernelInfo:
     """The kernel made from ``cls.FORMULA`` (see the module docstring)."""
 
     def fn(*operands: np.ndarray, out: Optional[np.ndarray] = None, **given: Any) -> np.ndarray:
+        operands = tuple(None if a is None else np.asarray(a) for a in operands)
         _check(cls, operands)
         attrs = _attrs(cls, given)
-        operands = tuple(np.asarray(a) for a in operands)
         if operands[0].dtype in COMPILED_DTYPES and jit.enabled():
             return _compiled(cls, operands, out, attrs)
         return _numpy(cls, operands, out, attrs)

@@ -16,6 +16,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from .. import formula
+from ..errors import OpDefinitionError
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand
 from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType, format_shape
 
@@ -93,9 +94,17 @@ class ElementwiseOp(Op):
 
     @classmethod
     def _check_definition(cls) -> None:
-        """``FORMULA`` and ``VJP`` well-formed over the op's names (``OpDefinitionError`` if not)."""
+        """``FORMULA`` and ``VJP`` well-formed over the op's names (``OpDefinitionError`` if not,
+        located at the class's file and line: looked up only then, it reads the source)."""
+        try:
+            cls._check_texts(None, None)
+        except OpDefinitionError:
+            cls._check_texts(*_defined_at(cls))
+            raise
+
+    @classmethod
+    def _check_texts(cls, filename: Optional[str], line: Optional[int]) -> None:
         name = cls.__name__[:-2] if cls.__name__.endswith("Op") else cls.__name__
-        filename, line = _defined_at(cls)
         operands = [o.name for o in cls.OPERANDS]
         attrs = [a.name for a in cls.ATTRS]
         if cls.FORMULA is not None:
