@@ -4,8 +4,13 @@ Standard ops become ``ai.onnx`` ops, ONNX Runtime's gradient ops their ``com.mic
 training build runs the result), labels become ONNX names (values without one keep ``tN``), and
 ``Constant`` ops become initializers.  An op with no ONNX or ORT counterpart of identical semantics is
 an error naming it, unless ``custom_domain=True`` writes it in the ``ai.gradir`` domain (for viewing
-and for round trips through ``import_onnx``, not for ORT).  The model passes
+and for round trips through ``import_onnx``, not for ORT); a user's op without ONNX data, or any op whose
+data says ``ai.gradir``, is written there without asking.  The model passes
 ``onnx.checker.check_model(full_check=True)``.
+
+How an op is written comes from its class: its ``ONNX`` data (``gradir.onnxmap.OnnxMap``) makes the node
+(``_mapped``); ``EXPORTERS`` holds the hand-written exporters, by op class, for what is not data (an opset
+switch, an attribute ONNX takes as an input, a lowering to standard ops); they override the data.
 """
 
 from __future__ import annotations
@@ -21,26 +26,53 @@ from ..errors import OnnxUnsupported as NoCounterpart
 from ..graph import Graph
 from ..ir import Op
 from ..labels import output_labels_of
+from ..onnxmap import OnnxMap, onnx_map
+from ..ops.activation import (GeluOp, LogSoftmaxGrad_13Op, LogSoftmaxGradOp, LogSoftmaxOp, SoftmaxGrad_13Op,
+                              SoftmaxGradOp, SoftmaxOp)
+from ..ops.constant import ConstantOp
+from ..ops.lstm import LSTMGradOp, LSTMTrainingOp
+from ..ops.math import ReduceMeanOp, ReduceSumOp, ReshapeOp
+from ..ops.shape import BroadcastToOp, ReduceSumToOp, ScaleOp, UnsqueezeOp, ZerosLikeOp
 from ..types import DType
 from . import lowering
 from .common import DTYPE_TO_ONNX, GRADIR_DOMAIN, MS_DOMAIN, require_onnx
 
-__all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS", "Export"]
+__all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS", "Export", "exporter_for", "exports_in_gradir_domain"]
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 11
 MAX_MODEL_BYTES = (1 << 31) - 1  # protobuf's limit for one message
 
 Exporter = Callable[["Export", Op], None]
-EXPORTERS: dict[str, Exporter] = {}
+EXPORTERS: dict[type[Op], Exporter] = {}  # the hand-written ones, by op class (they override ``Op.ONNX``)
 
 
-def exporter(*names: str) -> Callable[[Exporter], Exporter]:
+def exporter(*classes: type[Op]) -> Callable[[Exporter], Exporter]:
     def register(fn: Exporter) -> Exporter:
-        for n in names:
-            EXPORTERS[n] = fn
+        for c in classes:
+            EXPORTERS[c] = fn
         return fn
     return register
+
+
+def exporter_for(cls: type[Op]) -> Optional[Exporter]:
+    """How an op of class ``cls`` is written as ONNX: its hand-written exporter, else one made from its
+    ``ONNX`` data; ``None`` when it has neither (it has no counterpart) or its data says ``ai.gradir``."""
+    fn = EXPORTERS.get(cls)
+    if fn is not None:
+        return fn
+    m = onnx_map(cls)
+    if m is None or m.domain == GRADIR_DOMAIN:
+        return None
+    return lambda e, op: _mapped(e, op, m)
+
+
+def exports_in_gradir_domain(cls: type[Op]) -> bool:
+    """Whether ``cls``'s ops are written in ``ai.gradir`` without ``custom_domain=True``: a user op without
+    ONNX data, or an op whose data says ``ai.gradir`` (never a built-in without a counterpart: an ONNX Runtime
+    user must not get a model ORT cannot run without asking for it)."""
+    m = onnx_map(cls)
+    return m is not None and m.domain == GRADIR_DOMAIN and cls not in EXPORTERS
 
 
 def export_onnx(graph: Union[Graph, str, "os.PathLike[str]"], path: Union[str, "os.PathLike[str]", None] = None, *,
@@ -203,7 +235,10 @@ class Export:
         self.taken.update(lb for _, lb in renames)
         problems = []
         for op in g.ops:
-            fn = EXPORTERS.get(op.op_name)
+            if exports_in_gradir_domain(type(op)):
+                self._custom(op)
+                continue
+            fn = exporter_for(type(op))
             mark = (len(self.nodes), len(self.inits), set(self.domains))
             try:
                 if fn is None:
@@ -249,42 +284,64 @@ class Export:
 
     def _custom(self, op: Op) -> None:
         """The gradir op itself in the ``ai.gradir`` domain.  A float attribute float32 does not hold exactly
-        is written as a one-element Float64 tensor attribute, so ``import_onnx`` reads back the very number."""
+        is written as a one-element Float64 tensor attribute (a list of floats as a Float64 tensor of them),
+        so ``import_onnx`` reads back the very number; an empty list gets its type from the attribute's kind."""
         attrs = {}
         for k, v in op.resolved_attrs().items():
             if v is None:
                 continue
+            spec = op.attr_spec(k)
+            kind = spec.kind if spec is not None else ""
             if isinstance(v, float) and float(np.float32(v)) != v and not np.isnan(v):
                 v = self.tensor(np.array(v, np.float64), k)
+            elif kind == "floats" and any(float(np.float32(x)) != x and not np.isnan(x) for x in v):
+                v = self.tensor(np.array(v, np.float64), k)
+            elif isinstance(v, tuple) and not v and kind in _LIST_TYPES:
+                v = self.h.make_attribute(k, [], attr_type=getattr(self.onnx.AttributeProto, _LIST_TYPES[kind]))
             attrs[k] = list(v) if isinstance(v, tuple) else v
         self.node(op.op_name, [self.name(v) for v in op.operands], [self.name(r) for r in op.results],
                   domain=GRADIR_DOMAIN, **attrs)
+
+
+_LIST_TYPES = {"ints": "INTS", "floats": "FLOATS", "strs": "STRINGS"}
 
 
 def _io(e: Export, op: Op) -> tuple[list[str], list[str]]:
     return [e.name(v) for v in op.operands], [e.name(r) for r in op.results]
 
 
-def _same(onnx_name: str, domain: str = "", attrs: tuple = ()) -> Exporter:
-    def fn(e: Export, op: Op) -> None:
-        ins, outs = _io(e, op)
-        kw = {k: op.resolved_attrs()[k] for k in attrs}
-        kw = {k: e.float_attr(op, k) if isinstance(v, float) else v for k, v in kw.items()}
-        e.node(onnx_name, ins, outs, domain, **kw)
-    return fn
+def _mapped(e: Export, op: Op, m: OnnxMap) -> None:
+    """``op`` as the one node its ``ONNX`` data describes: its operands in the data's order, the attributes
+    it lists under their ONNX names (float ones as the float32 ONNX has, booleans as 0/1, an empty list
+    with its type), an opset without the op a ``NoCounterpart`` saying which to use."""
+    op_type = m.op_type(type(op))
+    problem = m.opset_problem(op_type, e.opset)
+    if problem:
+        raise NoCounterpart(problem)
+    a = op.resolved_attrs()
+    kw: dict[str, Any] = {}
+    for name, onnx_name in m.attrs.items():
+        v = a.get(name)
+        if v is None:
+            continue
+        kind = op.attr_spec(name).kind
+        if kind == "float":
+            v = e.float_attr(op, name)
+        elif kind == "bool":
+            v = int(v)
+        elif kind == "floats" and e.type(op.results[0]).dtype == DType.Float64 and \
+                any(float(np.float32(x)) != x for x in v):
+            raise NoCounterpart(f"its {name}={list(v)!r} are not all float32 numbers, and the ONNX attribute is "
+                                "float32")
+        if isinstance(v, tuple):
+            v = list(v) if v else e.h.make_attribute(onnx_name, [], attr_type=getattr(
+                e.onnx.AttributeProto, _LIST_TYPES[kind]))
+        kw[onnx_name] = v
+    e.node(op_type, [e.name(v) for v in m.onnx_inputs(op.operands)], [e.name(r) for r in op.results],
+           m.domain, **kw)
 
 
-for _n in ("Identity", "Neg", "Exp", "Log", "Sqrt", "Relu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "MatMul",
-           "Sum"):
-    EXPORTERS[_n] = _same(_n)
-EXPORTERS["LeakyRelu"] = _same("LeakyRelu", attrs=("alpha",))
-for _n in ("ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"):
-    EXPORTERS[_n] = _same(_n, MS_DOMAIN)
-for _n in ("LeakyReluGrad", "QuickGeluGrad"):
-    EXPORTERS[_n] = _same(_n, MS_DOMAIN, ("alpha",))
-
-
-@exporter("SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad", "LogSoftmaxGrad_13")
+@exporter(SoftmaxGradOp, SoftmaxGrad_13Op, LogSoftmaxGradOp, LogSoftmaxGrad_13Op)
 def _softmax_grad(e: Export, op: Op) -> None:
     """Float32: ORT's op.  Float64, which ORT has no kernel of: the same arithmetic in standard ops,
     marked so that import_onnx reads the op back (``lowering``)."""
@@ -312,36 +369,7 @@ def _softmax_grad(e: Export, op: Op) -> None:
         e.node("Mul", [y, d], outs)
     lowering.mark(e.nodes, first, op.op_name, {"axis": axis}, ins, outs)
 
-EXPORTERS["FastGelu"] = _same("FastGelu", MS_DOMAIN)
-EXPORTERS["QuickGelu"] = _same("QuickGelu", MS_DOMAIN, ("alpha",))
-
-
-@exporter("FusedMatMul")
-def _fused_matmul(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    a = op.resolved_attrs()
-    e.node("FusedMatMul", ins, outs, MS_DOMAIN, alpha=e.float_attr(op, "alpha"),
-           **{k: int(a[k]) for k in ("transA", "transB", "transBatchA", "transBatchB")})
-
-
-@exporter("SoftmaxCrossEntropyLoss")
-def _sce(e: Export, op: Op) -> None:
-    if e.opset < 12:
-        raise NoCounterpart("ONNX has SoftmaxCrossEntropyLoss from opset 12; use --opset 12 or later")
-    ins, outs = _io(e, op)
-    a = op.resolved_attrs()
-    e.node("SoftmaxCrossEntropyLoss", ins, outs, reduction=a["reduction"], ignore_index=a.get("ignore_index"))
-
-
-@exporter("SoftmaxCrossEntropyLossGrad")
-def _sce_grad(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    a = op.resolved_attrs()  # without ignore_index, gradir's kernel ignores label -1 as ORT's does
-    e.node("SoftmaxCrossEntropyLossGrad", ins, outs, MS_DOMAIN, reduction=a["reduction"],
-           ignore_index=a.get("ignore_index"))
-
-
-@exporter("Gelu")
+@exporter(GeluOp)
 def _gelu(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     if e.opset >= 20:
@@ -350,7 +378,7 @@ def _gelu(e: Export, op: Op) -> None:
         e.node("Gelu", ins, outs, MS_DOMAIN)
 
 
-@exporter("Constant")
+@exporter(ConstantOp)
 def _constant(e: Export, op: Op) -> None:
     """A ``Constant`` node (an initializer would come back from ``import_onnx`` as a weight input); a fill
     (one number filling its shape) is ``ConstantOfShape``, never the materialized array (a fill of
@@ -365,17 +393,7 @@ def _constant(e: Export, op: Op) -> None:
     e.node("Constant", [], [out], value=e.tensor(np.array(value_array(value, t)), "value"))
 
 
-@exporter("Transpose")
-def _transpose(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    perm = op.resolved_attrs().get("perm")
-    if perm is not None and not perm:  # a scalar's: make_node cannot tell the type of an empty list
-        e.node("Transpose", ins, outs, perm=e.h.make_attribute("perm", [], attr_type=e.onnx.AttributeProto.INTS))
-        return
-    e.node("Transpose", ins, outs, perm=None if perm is None else list(perm))
-
-
-@exporter("Softmax", "LogSoftmax")
+@exporter(SoftmaxOp, LogSoftmaxOp)
 def _softmax(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     rank = e.type(op.operands[0]).rank
@@ -389,7 +407,7 @@ def _softmax(e: Export, op: Op) -> None:
                             "later for a softmax over one inner axis")
 
 
-@exporter("Reshape")
+@exporter(ReshapeOp)
 def _reshape(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     shape = list(op.attrs["shape"])
@@ -399,7 +417,7 @@ def _reshape(e: Export, op: Op) -> None:
     e.node("Reshape", [ins[0], e.ints(shape)], outs, allowzero=1 if 0 in shape else None)
 
 
-@exporter("Unsqueeze")
+@exporter(UnsqueezeOp)
 def _unsqueeze(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     axes = list(op.attrs["axes"])
@@ -418,7 +436,7 @@ def _reduce(e: Export, name: str, x: str, out: str, axes: Optional[list], keepdi
         e.node(name, [x], [out], axes=axes, keepdims=int(keepdims))
 
 
-@exporter("ReduceSum", "ReduceMean")
+@exporter(ReduceSumOp, ReduceMeanOp)
 def _reduce_op(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     a = op.resolved_attrs()
@@ -426,7 +444,7 @@ def _reduce_op(e: Export, op: Op) -> None:
     _reduce(e, op.op_name, ins[0], outs[0], axes, a["keepdims"], 13 if op.op_name == "ReduceSum" else 18)
 
 
-@exporter("Scale")
+@exporter(ScaleOp)
 def _scale(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     t = e.type(op.operands[0])
@@ -435,7 +453,7 @@ def _scale(e: Export, op: Op) -> None:
     e.node("Scale", [ins[0], e.init(factor, "factor")], outs, MS_DOMAIN)
 
 
-@exporter("ZerosLike")
+@exporter(ZerosLikeOp)
 def _zeros_like(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     t = e.type(op.operands[0])
@@ -451,13 +469,13 @@ def _shape_of(e: Export, v: str) -> str:
     return name
 
 
-@exporter("BroadcastTo")
+@exporter(BroadcastToOp)
 def _broadcast_to(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     e.node("Expand", [ins[0], _shape_of(e, op.operands[1])], outs)
 
 
-@exporter("ReduceSumTo")
+@exporter(ReduceSumToOp)
 def _reduce_sum_to(e: Export, op: Op) -> None:
     ins, outs = _io(e, op)
     x, like = e.type(op.operands[0]), e.type(op.operands[1])
@@ -474,7 +492,7 @@ def _reduce_sum_to(e: Export, op: Op) -> None:
     e.node("Reshape", [summed, e.ints(like.shape)], outs)
 
 
-@exporter("LSTMTraining", "LSTMGrad")
+@exporter(LSTMTrainingOp, LSTMGradOp)
 def _lstm(e: Export, op: Op) -> None:
     a = op.resolved_attrs()
     if op.op_name == "LSTMGrad":

@@ -3,8 +3,8 @@ model ORT's CPU training build would refuse.
 
 ``export_onnx`` writes a model that passes ``onnx.checker``, which is not the same as one ORT runs: ORT
 1.19 has some of its gradient kernels for Float32 only, refuses a ``Scale`` by 0, and has no kernel for
-the ``ai.gradir`` ops ``custom_domain=True`` writes.  The export is still right (for viewing, for round
-trips through ``import_onnx``); the notes say why ORT would not run it, instead of leaving the user to
+the ``ai.gradir`` ops ``custom_domain=True`` writes (and a user's op).  The export is still right (for viewing,
+for round trips through ``import_onnx``); the notes say why ORT would not run it, instead of leaving the user to
 find out from ORT's error.
 """
 
@@ -16,7 +16,7 @@ from ..ir import Op
 from ..types import DType
 from . import lowering
 from .common import require_onnx
-from .exporter import EXPORTERS, Export
+from .exporter import Export, exporter_for, exports_in_gradir_domain
 
 __all__ = ["ort_notes", "ORT_FLOAT32_ONLY"]
 
@@ -32,7 +32,8 @@ def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
     lacking: dict[str, list[str]] = {}
     for op in graph.ops:
         t = graph.types[op.results[0]] if op.results else None
-        if custom and (op.op_name not in EXPORTERS or _needs_custom(graph, op, opset)):
+        if exports_in_gradir_domain(type(op)) or custom and (exporter_for(type(op)) is None or
+                                                               _needs_custom(graph, op, opset)):
             lacking.setdefault("ai.gradir ops (ONNX Runtime has no kernel for them)", []).append(op.op_name)
         elif op.op_name in ORT_FLOAT32_ONLY and t is not None and t.dtype == DType.Float64 and \
                 not (op.op_name == "Gelu" and opset >= 20) and \
@@ -46,7 +47,7 @@ def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
 def _needs_custom(graph: Graph, op: Op, opset: int) -> bool:
     e = Export(require_onnx(), graph, opset, False)
     try:
-        EXPORTERS[op.op_name](e, op)
+        exporter_for(type(op))(e, op)  # type: ignore[misc] - called only for ops that have one
     except NoCounterpart:
         return True
     return False
