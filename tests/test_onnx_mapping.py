@@ -16,7 +16,7 @@ import gradir
 from gradir import OPS, Graph, GraphInput
 from gradir.ir import Attr, InferContext, Op, Operand
 from gradir.onnxio import export_onnx, import_onnx
-from gradir.onnxio.exporter import EXPORTERS, exporter_for, exports_in_gradir_domain
+from gradir.onnxio.export_ops import EXPORTERS, exporter_for, exports_in_gradir_domain
 from gradir.onnxio.import_ops import HANDLERS, handlers
 from gradir.onnxio.ort import ort_notes
 from gradir.onnxmap import MS_DOMAIN, OnnxMap, no_onnx, onnx_map

@@ -16,7 +16,8 @@ from ..ir import Op
 from ..types import DType
 from . import lowering
 from .common import require_onnx
-from .exporter import Export, exporter_for, exports_in_gradir_domain
+from .export_ops import exporter_for, exports_in_gradir_domain
+from .exporter import Export
 
 __all__ = ["ort_notes", "ORT_FLOAT32_ONLY"]
 
