@@ -33,6 +33,8 @@ class OnnxMap:
     * ``operands``: ``None`` (ONNX input k is operand k) or a permutation: ONNX input k is operand
       ``operands[k]``.
     * ``since``/``until``: the ai.onnx opsets the counterpart exists in (inclusive; ``None``: no bound).
+    * ``ort_float32_only``: ONNX Runtime's CPU kernel of the node exists for Float32 only (1.19.2's training
+      build, checked by running one-op exports of each in ORT): ``gradir export`` warns of it in Float64.
     """
 
     name: Optional[str] = None
@@ -41,6 +43,7 @@ class OnnxMap:
     operands: Optional[tuple[int, ...]] = None
     since: Optional[int] = None
     until: Optional[int] = None
+    ort_float32_only: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.attrs, (tuple, list)):

@@ -271,6 +271,18 @@ def test_a_user_op_that_says_it_has_no_counterpart_needs_the_custom_domain(user_
     assert [n.domain for n in export_onnx(b.build(), custom_domain=True).graph.node] == ["ai.gradir"]
 
 
+def test_onnx_data_naming_an_op_onnx_lacks_is_an_error_naming_the_op_not_a_checker_failure(user_ops) -> None:
+    cls = _softsign_class()
+    cls.ONNX = OnnxMap(name="NoSuchOp")
+    b = gradir.GraphBuilder("user")
+    b.output(b.apply("Softsign", b.input("Float32", [2], label="x")))
+    with pytest.raises(gradir.OnnxError, match=r"Softsign \(t1\): its ONNX data names ai.onnx NoSuchOp, which opset "
+                                               r"17 does not have; export it with --custom-domain"):
+        export_onnx(b.build())
+    cls.ONNX = OnnxMap(since=1)  # ONNX's Softsign: in every opset
+    assert export_onnx(b.build(), opset=11).graph.node[0].op_type == "Softsign"
+
+
 def test_onnx_data_is_not_inherited_by_a_subclass(user_ops) -> None:
     """A subclass is another op with another name: it does not export as its base's ONNX op."""
     from gradir.ops.activation import ReluOp

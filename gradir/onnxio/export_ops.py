@@ -67,6 +67,14 @@ def exports_in_gradir_domain(cls: type[Op]) -> bool:
 LIST_TYPES = {"ints": "INTS", "floats": "FLOATS", "strs": "STRINGS"}
 
 
+def _in_opset(onnx: Any, op_type: str, opset: int) -> bool:
+    try:
+        onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    return True
+
+
 def _io(e: Export, op: Op) -> tuple[list[str], list[str]]:
     return [e.name(v) for v in op.operands], [e.name(r) for r in op.results]
 
@@ -79,6 +87,8 @@ def _mapped(e: Export, op: Op, m: OnnxMap) -> None:
     problem = m.opset_problem(op_type, e.opset)
     if problem:
         raise NoCounterpart(problem)
+    if m.domain == "" and not _in_opset(e.onnx, op_type, e.opset):  # data naming an op ONNX lacks (a user's)
+        raise NoCounterpart(f"its ONNX data names ai.onnx {op_type}, which opset {e.opset} does not have")
     a = op.resolved_attrs()
     kw: dict[str, Any] = {}
     for name, onnx_name in m.attrs.items():

@@ -13,19 +13,14 @@ from __future__ import annotations
 from ..errors import OnnxUnsupported as NoCounterpart
 from ..graph import Graph
 from ..ir import Op
+from ..onnxmap import onnx_map
 from ..types import DType
 from . import lowering
 from .common import require_onnx
 from .export_ops import exporter_for, exports_in_gradir_domain
 from .exporter import Export
 
-__all__ = ["ort_notes", "ORT_FLOAT32_ONLY"]
-
-# gradir ops whose ONNX Runtime (1.19.2, training build) CPU kernel exists for Float32 only: checked by running
-# one-op exports of each in ORT (Float64 ones fail with NOT_IMPLEMENTED, or as an invalid graph)
-ORT_FLOAT32_ONLY = {"FusedMatMul", "LeakyReluGrad", "LogSoftmaxGrad", "LogSoftmaxGrad_13", "QuickGeluGrad",
-                    "ReluGrad", "SoftmaxGrad_13", "FastGelu", "LSTMTraining", "LSTMGrad", "GeluGrad", "Gelu"}
-
+__all__ = ["ort_notes"]
 
 def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
     """Why ONNX Runtime's CPU training build cannot run the export of ``graph`` (empty when it can): ops
@@ -36,7 +31,7 @@ def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
         if exports_in_gradir_domain(type(op)) or custom and (exporter_for(type(op)) is None or
                                                                _needs_custom(graph, op, opset)):
             lacking.setdefault("ai.gradir ops (ONNX Runtime has no kernel for them)", []).append(op.op_name)
-        elif op.op_name in ORT_FLOAT32_ONLY and t is not None and t.dtype == DType.Float64 and \
+        elif _float32_only(type(op)) and t is not None and t.dtype == DType.Float64 and \
                 not (op.op_name == "Gelu" and opset >= 20) and \
                 not (op.op_name in lowering.LOWERED_IN_FLOAT64 and not custom and t.rank > 0):  # standard ops
             lacking.setdefault("no Float64 CPU kernel in ONNX Runtime 1.19", []).append(op.op_name)
@@ -52,3 +47,9 @@ def _needs_custom(graph: Graph, op: Op, opset: int) -> bool:
     except NoCounterpart:
         return True
     return False
+
+
+def _float32_only(cls: type[Op]) -> bool:
+    """ORT's CPU kernel of the op's node exists for Float32 only (its ONNX data says so)."""
+    m = onnx_map(cls)
+    return m is not None and m.ort_float32_only

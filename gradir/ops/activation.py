@@ -47,7 +47,7 @@ class TanhOp(UnaryOp):
 class GeluOp(UnaryOp):
     """x * Phi(x), the exact (erf) GELU."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN)  # ai.onnx Gelu from opset 20: a hand exporter
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)  # ai.onnx Gelu from opset 20: a hand exporter
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -58,7 +58,7 @@ class GeluOp(UnaryOp):
 class FastGeluOp(UnaryOp):
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation of GELU."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN)
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -125,7 +125,7 @@ class LogSoftmaxOp(_SoftmaxForward):
 class ReluGradOp(BinaryActivationGradOp):
     """dX = dY where X > 0 (strict), else 0."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN)
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -162,7 +162,7 @@ class TanhGradOp(BinaryActivationGradOp):
 class LeakyReluGradOp(BinaryActivationGradOp):
     """dX = dY where Y > 0, else alpha * dY (reads the forward output Y, as ORT does)."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",), ort_float32_only=True)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -176,7 +176,7 @@ class LeakyReluGradOp(BinaryActivationGradOp):
 class QuickGeluGradOp(BinaryActivationGradOp):
     """s = sigmoid(alpha X); dX = dY * s * (1 + alpha X (1 - s))."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",), ort_float32_only=True)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -189,7 +189,7 @@ class QuickGeluGradOp(BinaryActivationGradOp):
 class GeluGradOp(BinaryActivationGradOp):
     """dX = dY * (Phi(X) + X phi(X)) (exact erf GELU)."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN)
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -232,7 +232,7 @@ class SoftmaxGradOp(_SoftmaxGrad):
 class SoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = Y * (dY - sum_axis(Y * dY)), summed over the single axis `axis` (opset 13)."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ort_float32_only=True)
 
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)
@@ -241,7 +241,7 @@ class SoftmaxGrad_13Op(_SoftmaxGrad):
 class LogSoftmaxGradOp(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum(dY), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ort_float32_only=True)
 
     SHARDING = "axis"
     ATTRS = (axis_attr(1),)
@@ -250,7 +250,7 @@ class LogSoftmaxGradOp(_SoftmaxGrad):
 class LogSoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum_axis(dY), over the single axis `axis` (opset 13)."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ort_float32_only=True)
 
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)

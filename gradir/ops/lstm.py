@@ -214,7 +214,8 @@ class _LayerCheck:
 class LSTMTrainingOp(Op):
     """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
+                   ort_float32_only=True)
 
     SHARDING = "lstm_training"
     OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 4H, I]", sample="weights"),
@@ -243,7 +244,8 @@ class LSTMTrainingOp(Op):
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
+                   ort_float32_only=True)
 
     SHARDING = "lstm_grad"
     OPERANDS = (Operand("X"), Operand("W", sample="weights"), Operand("R", sample="weights"),

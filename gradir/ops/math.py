@@ -215,7 +215,8 @@ batch; a vector ignores trans. The kernel hands transposed operands to BLAS as s
 no transposed copy is made. The `fold-transpose-matmul` pass makes this op from a Transpose
 feeding a MatMul, `simplify` folds a Scale of it into alpha."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha", "transA", "transB", "transBatchA", "transBatchB"))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha", "transA", "transB", "transBatchA", "transBatchB"),
+                   ort_float32_only=True)
 
     SHARDING = "fused_matmul"
     BROADCASTS = True
