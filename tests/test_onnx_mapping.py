@@ -214,6 +214,21 @@ def test_a_user_op_with_attributes_of_every_kind_round_trips_through_ai_gradir(u
     assert ort_notes(g, 17, False) == ["ai.gradir ops (ONNX Runtime has no kernel for them): Mix, Softsign"]
 
 
+def test_the_command_line_exports_and_imports_a_user_op_and_warns_that_ort_cannot_run_it(user_ops, tmp_path,
+                                                                                          capsys) -> None:
+    from gradir.cli import main
+    _softsign_class(), _mix_class()
+    g = _user_graph()
+    (tmp_path / "g.gir").write_text(g.to_text())
+    assert main(["export", str(tmp_path / "g.gir"), "-o", str(tmp_path / "g.onnx")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: ONNX Runtime cannot run this model: ai.gradir ops (ONNX Runtime has no kernel for them): " \
+        "Mix, Softsign" in err
+    assert main(["import", str(tmp_path / "g.onnx"), "-o", str(tmp_path / "back.gir")]) == 0
+    back = gradir.load(str(tmp_path / "back.gir"))
+    assert [op.to_string() for op in back.ops] == [op.to_string() for op in g.ops]
+
+
 def test_a_user_op_with_onnx_data_exports_as_that_onnx_op_and_imports_back(user_ops) -> None:
     """The data alone makes both directions: ONNX's own Softsign (which gradir lacks), run by ONNX's
     reference implementation, and a user op with renamed attributes and swapped operands."""
