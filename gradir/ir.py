@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Mapping, Optional, Sequence
 from .attrs import INT_ATTR_LIMIT, REQUIRED, Attr, Operand, attr_equal, checked_items, freeze, is_str
 from .errors import ArgumentError, Diagnostic, OpError, OpErrors, VerifyError
 from .infer import InferContext, unify_dim, unify_shapes
+from .onnxmap import OnnxMap
 from .oploc import OpLoc
 from .types import TensorType, format_attr_value
 
@@ -80,6 +81,13 @@ class Op:
     # The placement rule (``gradir.shard.rules.RULES``) that says how the op's results are placed
     # (replicated, split along an axis, partial sums) given its operands' placements, or refuses.
     SHARDING: ClassVar[Optional[str]] = None
+    # The op's ONNX counterpart as data (``gradir.onnxmap.OnnxMap``: name, domain, attribute renames, operand
+    # order), from which export and import derive their handlers.  Read from the class itself, never
+    # inherited (``onnxmap.onnx_map``): a subclass is another op, with another name.  ``None``: no
+    # counterpart that is data; then the op has a hand-written exporter (``gradir.onnxio``), or says in
+    # ``NO_ONNX`` why ONNX has no such op (it exports only in the ``ai.gradir`` domain, ``--custom-domain``).
+    ONNX: ClassVar[Optional[OnnxMap]] = None
+    NO_ONNX: ClassVar[Optional[str]] = None
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -4,43 +4,36 @@ Standard ops become ``ai.onnx`` ops, ONNX Runtime's gradient ops their ``com.mic
 training build runs the result), labels become ONNX names (values without one keep ``tN``), and
 ``Constant`` ops become initializers.  An op with no ONNX or ORT counterpart of identical semantics is
 an error naming it, unless ``custom_domain=True`` writes it in the ``ai.gradir`` domain (for viewing
-and for round trips through ``import_onnx``, not for ORT).  The model passes
+and for round trips through ``import_onnx``, not for ORT); a user's op without ONNX data, or any op whose
+data says ``ai.gradir``, is written there without asking.  The model passes
 ``onnx.checker.check_model(full_check=True)``.
+
+How an op is written comes from its class: its ``ONNX`` data (``gradir.onnxmap.OnnxMap``), or a
+hand-written exporter for what is not data (``export_ops``).
 """
+
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
-from ..constants import value_array
 from ..errors import ArgumentError, Diagnostic, GradirError, OnnxError, path_problem, shown
 from ..errors import OnnxUnsupported as NoCounterpart
 from ..graph import Graph
 from ..ir import Op
 from ..labels import output_labels_of
 from ..types import DType
-from . import lowering
-from .common import DTYPE_TO_ONNX, GRADIR_DOMAIN, MS_DOMAIN, require_onnx
+from .common import DTYPE_TO_ONNX, GRADIR_DOMAIN, require_onnx
+from .export_ops import EXPORTERS, LIST_TYPES, exporter_for, exports_in_gradir_domain
 
-__all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS", "Export"]
+__all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS", "Export", "exporter_for", "exports_in_gradir_domain"]
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 11
 MAX_MODEL_BYTES = (1 << 31) - 1  # protobuf's limit for one message
-
-Exporter = Callable[["Export", Op], None]
-EXPORTERS: dict[str, Exporter] = {}
-
-
-def exporter(*names: str) -> Callable[[Exporter], Exporter]:
-    def register(fn: Exporter) -> Exporter:
-        for n in names:
-            EXPORTERS[n] = fn
-        return fn
-    return register
 
 
 def export_onnx(graph: Union[Graph, str, "os.PathLike[str]"], path: Union[str, "os.PathLike[str]", None] = None, *,
@@ -203,7 +196,10 @@ class Export:
         self.taken.update(lb for _, lb in renames)
         problems = []
         for op in g.ops:
-            fn = EXPORTERS.get(op.op_name)
+            if exports_in_gradir_domain(type(op)):
+                self._custom(op)
+                continue
+            fn = exporter_for(type(op))
             mark = (len(self.nodes), len(self.inits), set(self.domains))
             try:
                 if fn is None:
@@ -249,243 +245,20 @@ class Export:
 
     def _custom(self, op: Op) -> None:
         """The gradir op itself in the ``ai.gradir`` domain.  A float attribute float32 does not hold exactly
-        is written as a one-element Float64 tensor attribute, so ``import_onnx`` reads back the very number."""
+        is written as a one-element Float64 tensor attribute (a list of floats as a Float64 tensor of them),
+        so ``import_onnx`` reads back the very number; an empty list gets its type from the attribute's kind."""
         attrs = {}
         for k, v in op.resolved_attrs().items():
             if v is None:
                 continue
+            spec = op.attr_spec(k)
+            kind = spec.kind if spec is not None else ""
             if isinstance(v, float) and float(np.float32(v)) != v and not np.isnan(v):
                 v = self.tensor(np.array(v, np.float64), k)
+            elif kind == "floats" and any(float(np.float32(x)) != x and not np.isnan(x) for x in v):
+                v = self.tensor(np.array(v, np.float64), k)
+            elif isinstance(v, tuple) and not v and kind in LIST_TYPES:
+                v = self.h.make_attribute(k, [], attr_type=getattr(self.onnx.AttributeProto, LIST_TYPES[kind]))
             attrs[k] = list(v) if isinstance(v, tuple) else v
         self.node(op.op_name, [self.name(v) for v in op.operands], [self.name(r) for r in op.results],
                   domain=GRADIR_DOMAIN, **attrs)
-
-
-def _io(e: Export, op: Op) -> tuple[list[str], list[str]]:
-    return [e.name(v) for v in op.operands], [e.name(r) for r in op.results]
-
-
-def _same(onnx_name: str, domain: str = "", attrs: tuple = ()) -> Exporter:
-    def fn(e: Export, op: Op) -> None:
-        ins, outs = _io(e, op)
-        kw = {k: op.resolved_attrs()[k] for k in attrs}
-        kw = {k: e.float_attr(op, k) if isinstance(v, float) else v for k, v in kw.items()}
-        e.node(onnx_name, ins, outs, domain, **kw)
-    return fn
-
-
-for _n in ("Identity", "Neg", "Exp", "Log", "Sqrt", "Relu", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "MatMul",
-           "Sum"):
-    EXPORTERS[_n] = _same(_n)
-EXPORTERS["LeakyRelu"] = _same("LeakyRelu", attrs=("alpha",))
-for _n in ("ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad"):
-    EXPORTERS[_n] = _same(_n, MS_DOMAIN)
-for _n in ("LeakyReluGrad", "QuickGeluGrad"):
-    EXPORTERS[_n] = _same(_n, MS_DOMAIN, ("alpha",))
-
-
-@exporter("SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad", "LogSoftmaxGrad_13")
-def _softmax_grad(e: Export, op: Op) -> None:
-    """Float32: ORT's op.  Float64, which ORT has no kernel of: the same arithmetic in standard ops,
-    marked so that import_onnx reads the op back (``lowering``)."""
-    ins, outs = _io(e, op)
-    axis = int(op.resolved_attrs()["axis"])
-    t = e.type(op.operands[1])
-    if t.dtype != DType.Float64 or e.custom or t.rank == 0:
-        e.node(op.op_name, ins, outs, MS_DOMAIN, axis=axis)
-        return
-    first = len(e.nodes)
-    a = axis % t.rank
-    axes = [a] if op.op_name.endswith("_13") else list(range(a, t.rank))
-    dy, y = ins
-    if op.op_name.startswith("Log"):
-        ex, s, m = e.fresh("exp"), e.fresh("summed"), e.fresh("scaled")
-        e.node("Exp", [y], [ex])
-        _reduce(e, "ReduceSum", dy, s, axes, True, 13)
-        e.node("Mul", [ex, s], [m])
-        e.node("Sub", [dy, m], outs)
-    else:
-        p, s, d = e.fresh("product"), e.fresh("summed"), e.fresh("centred")
-        e.node("Mul", [dy, y], [p])
-        _reduce(e, "ReduceSum", p, s, axes, True, 13)
-        e.node("Sub", [dy, s], [d])
-        e.node("Mul", [y, d], outs)
-    lowering.mark(e.nodes, first, op.op_name, {"axis": axis}, ins, outs)
-
-EXPORTERS["FastGelu"] = _same("FastGelu", MS_DOMAIN)
-EXPORTERS["QuickGelu"] = _same("QuickGelu", MS_DOMAIN, ("alpha",))
-
-
-@exporter("FusedMatMul")
-def _fused_matmul(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    a = op.resolved_attrs()
-    e.node("FusedMatMul", ins, outs, MS_DOMAIN, alpha=e.float_attr(op, "alpha"),
-           **{k: int(a[k]) for k in ("transA", "transB", "transBatchA", "transBatchB")})
-
-
-@exporter("SoftmaxCrossEntropyLoss")
-def _sce(e: Export, op: Op) -> None:
-    if e.opset < 12:
-        raise NoCounterpart("ONNX has SoftmaxCrossEntropyLoss from opset 12; use --opset 12 or later")
-    ins, outs = _io(e, op)
-    a = op.resolved_attrs()
-    e.node("SoftmaxCrossEntropyLoss", ins, outs, reduction=a["reduction"], ignore_index=a.get("ignore_index"))
-
-
-@exporter("SoftmaxCrossEntropyLossGrad")
-def _sce_grad(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    a = op.resolved_attrs()  # without ignore_index, gradir's kernel ignores label -1 as ORT's does
-    e.node("SoftmaxCrossEntropyLossGrad", ins, outs, MS_DOMAIN, reduction=a["reduction"],
-           ignore_index=a.get("ignore_index"))
-
-
-@exporter("Gelu")
-def _gelu(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    if e.opset >= 20:
-        e.node("Gelu", ins, outs)
-    else:
-        e.node("Gelu", ins, outs, MS_DOMAIN)
-
-
-@exporter("Constant")
-def _constant(e: Export, op: Op) -> None:
-    """A ``Constant`` node (an initializer would come back from ``import_onnx`` as a weight input); a fill
-    (one number filling its shape) is ``ConstantOfShape``, never the materialized array (a fill of
-    [30000, 30000] is 3.6 GB as a tensor and a few bytes as a fill)."""
-    t = e.type(op.results[0])
-    value = op.attrs["value"]
-    out = e.name(op.results[0])
-    if not isinstance(value, tuple) and t.numel != 1:
-        fill = e.tensor(np.full(1, value, t.dtype.numpy), "value")
-        e.node("ConstantOfShape", [e.ints(t.shape)], [out], value=fill)
-        return
-    e.node("Constant", [], [out], value=e.tensor(np.array(value_array(value, t)), "value"))
-
-
-@exporter("Transpose")
-def _transpose(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    perm = op.resolved_attrs().get("perm")
-    if perm is not None and not perm:  # a scalar's: make_node cannot tell the type of an empty list
-        e.node("Transpose", ins, outs, perm=e.h.make_attribute("perm", [], attr_type=e.onnx.AttributeProto.INTS))
-        return
-    e.node("Transpose", ins, outs, perm=None if perm is None else list(perm))
-
-
-@exporter("Softmax", "LogSoftmax")
-def _softmax(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    rank = e.type(op.operands[0]).rank
-    axis = op.resolved_attrs()["axis"]
-    if e.opset >= 13:
-        e.node(op.op_name, ins, outs, axis=axis)
-    elif axis % max(rank, 1) == rank - 1:
-        e.node(op.op_name, ins, outs, axis=rank - 1)
-    else:
-        raise NoCounterpart(f"before opset 13, ONNX's {op.op_name} flattens from its axis on; use --opset 13 or "
-                            "later for a softmax over one inner axis")
-
-
-@exporter("Reshape")
-def _reshape(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    shape = list(op.attrs["shape"])
-    if 0 in shape and e.opset < 14:
-        raise NoCounterpart("a 0 in its shape means 'copy this dimension' in ONNX before opset 14 (allowzero); "
-                            "use --opset 14 or later")
-    e.node("Reshape", [ins[0], e.ints(shape)], outs, allowzero=1 if 0 in shape else None)
-
-
-@exporter("Unsqueeze")
-def _unsqueeze(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    axes = list(op.attrs["axes"])
-    if e.opset >= 13:
-        e.node("Unsqueeze", [ins[0], e.ints(axes, "axes")], outs)
-    else:
-        e.node("Unsqueeze", ins, outs, axes=axes)
-
-
-def _reduce(e: Export, name: str, x: str, out: str, axes: Optional[list], keepdims: bool, axes_input: int) -> None:
-    if axes is not None and not axes:
-        e.node("Identity", [x], [out])
-    elif e.opset >= axes_input:
-        e.node(name, [x] + ([e.ints(axes, "axes")] if axes is not None else []), [out], keepdims=int(keepdims))
-    else:
-        e.node(name, [x], [out], axes=axes, keepdims=int(keepdims))
-
-
-@exporter("ReduceSum", "ReduceMean")
-def _reduce_op(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    a = op.resolved_attrs()
-    axes = None if a["axes"] is None else list(a["axes"])
-    _reduce(e, op.op_name, ins[0], outs[0], axes, a["keepdims"], 13 if op.op_name == "ReduceSum" else 18)
-
-
-@exporter("Scale")
-def _scale(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    t = e.type(op.operands[0])
-    with np.errstate(over="ignore"):  # a Float32 op's factor is float32(factor), inf past its range, as in gradir
-        factor = np.array(op.attrs["factor"], t.dtype.numpy)
-    e.node("Scale", [ins[0], e.init(factor, "factor")], outs, MS_DOMAIN)
-
-
-@exporter("ZerosLike")
-def _zeros_like(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    t = e.type(op.operands[0])
-    zero = e.onnx.numpy_helper.from_array(np.zeros(1, t.dtype.numpy))
-    e.node("ConstantOfShape", [_shape_of(e, op.operands[0])], outs, value=zero)
-
-
-def _shape_of(e: Export, v: str) -> str:
-    """``Shape(v)``: the shape read from the value itself, as gradir's ``Like`` operands do (``import_onnx``
-    turns ``Expand(x, Shape(v))`` back into ``BroadcastTo(x, v)``)."""
-    name = e.fresh("shape")
-    e.node("Shape", [e.name(v)], [name])
-    return name
-
-
-@exporter("BroadcastTo")
-def _broadcast_to(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    e.node("Expand", [ins[0], _shape_of(e, op.operands[1])], outs)
-
-
-@exporter("ReduceSumTo")
-def _reduce_sum_to(e: Export, op: Op) -> None:
-    ins, outs = _io(e, op)
-    x, like = e.type(op.operands[0]), e.type(op.operands[1])
-    lead = x.rank - like.rank
-    axes = list(range(lead)) + [lead + k for k, d in enumerate(like.shape) if d == 1 and x.shape[lead + k] != 1]
-    if any(d is None for d in like.shape[:]) or any(x.shape[lead + k] is None for k, d in enumerate(like.shape)
-                                                      if d == 1):
-        raise NoCounterpart("it needs static shapes to export")
-    if not axes:
-        e.node("Identity", ins[:1], outs)
-        return
-    summed = e.fresh("summed")
-    _reduce(e, "ReduceSum", ins[0], summed, axes, True, 13)
-    e.node("Reshape", [summed, e.ints(like.shape)], outs)
-
-
-@exporter("LSTMTraining", "LSTMGrad")
-def _lstm(e: Export, op: Op) -> None:
-    a = op.resolved_attrs()
-    if op.op_name == "LSTMGrad":
-        if a["direction"] != "forward":
-            raise NoCounterpart(f"ORT's LSTMGrad supports only direction 'forward', not {a['direction']!r}")
-        if op.operands[3:4] != [None] and len(op.operands) > 3 and op.operands[3] is not None:
-            raise NoCounterpart("ORT's LSTMGrad does not support sequence lengths (SL)")
-        if len(op.operands) > 12 and op.operands[12] is not None:
-            raise NoCounterpart("ORT's LSTMGrad does not support peepholes (P)")
-    ins, outs = _io(e, op)
-    kw = {"hidden_size": a["hidden_size"], "direction": a["direction"], "input_forget": a["input_forget"] or None,
-          "clip": None if a["clip"] is None else e.float_attr(op, "clip"),
-          "activations": None if a["activations"] is None else list(a["activations"])}
-    e.node(op.op_name, ins, outs, MS_DOMAIN, **kw)

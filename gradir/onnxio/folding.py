@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import OnnxUnsupported as Unsupported
 from ..types import DType
 from .common import MS_DOMAIN
-from .import_ops import HANDLERS, check_limits
+from .import_ops import check_limits
 from .loading import tensor_array
 
 __all__ = ["Folding", "FOLD_ELEMENTS", "FOLDABLE", "constant_value"]
@@ -202,7 +202,7 @@ class Folding:
             self.values[node.output[0]] = self.b.constant(fill.reshape(-1)[0].item(), dtype.value, shape)
             self.comments.append((self.b.num_ops - 1, self.b.num_ops, node.name or node.op_type))
             return True
-        if ("", node.op_type) in HANDLERS:
+        if ("", node.op_type) in self.handlers:
             return False
         raise Unsupported(f"its result would have {size:,} elements; gradir evaluates at most {FOLD_ELEMENTS:,} "
                           f"at import time")

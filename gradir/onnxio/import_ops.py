@@ -1,6 +1,12 @@
-"""How each ONNX node becomes gradir ops: ``HANDLERS[(domain, op_type)](ctx, node, attrs)`` returns one
+"""How each ONNX node becomes gradir ops: ``handlers()[(domain, op_type)](ctx, node, attrs)`` returns one
 gradir value (or ``None``) per node output, or raises ``Unsupported`` saying which attribute or input
 makes the node one gradir cannot express exactly.  docs/onnx.md lists the mapping.
+
+Most handlers are derived from the ops themselves: a node of an op's ``ONNX`` data (``Op.ONNX``) becomes
+that op (``mapped``), and a node of the ``ai.gradir`` domain is the registered op of its name, user ops
+included (``custom``).  ``HANDLERS`` holds the hand-written ones, by ONNX domain and op type, for what is
+not data (ONNX ops gradir writes as other ops, ORT's fused patterns, opset differences); they override
+the derived ones.
 
 ``ctx`` is the importer (``importer.Importer``): ``ctx.x(node, i)`` is input ``i`` as a gradir value
 (``None`` if omitted), ``ctx.const(node, i)`` its value when it is known at import time (an
@@ -15,9 +21,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..errors import OnnxUnsupported as Unsupported
-from .common import MS_DOMAIN
+from ..ir import OPS, Op
+from ..onnxmap import OnnxMap, onnx_map
+from .common import GRADIR_DOMAIN, MS_DOMAIN
 
-__all__ = ["HANDLERS", "Unsupported", "handler", "custom", "broadcast_shape", "check_limits"]
+__all__ = ["HANDLERS", "Unsupported", "handler", "handlers", "mapped", "custom", "broadcast_shape", "check_limits"]
 
 Handler = Callable[[Any, Any, dict], list]
 HANDLERS: dict[tuple[str, str], Handler] = {}
@@ -31,6 +39,59 @@ def handler(*names: str, domain: str = "") -> Callable[[Handler], Handler]:
     return register
 
 
+def handlers() -> dict[tuple[str, str], Handler]:
+    """Every handler, by (domain, op type): those derived from the registered ops (taken when an import
+    starts, so an op defined after gradir is imported is included), overridden by the hand-written ones.
+    When two ops' data name the same ONNX op, the first registered (a built-in) keeps it."""
+    out: dict[tuple[str, str], Handler] = {}
+    for name, cls in OPS.items():
+        out[(GRADIR_DOMAIN, name)] = custom(name)
+        m = onnx_map(cls)
+        if m is not None and m.domain != GRADIR_DOMAIN:
+            out.setdefault((m.domain, m.op_type(cls)), mapped(cls, m))
+    out.update(HANDLERS)
+    return out
+
+
+def mapped(cls: type[Op], m: OnnxMap) -> Handler:
+    """A node of ``cls``'s ONNX data: the op, its inputs in the op's operand order, the attributes the data
+    lists under their gradir names (any other is refused); an input more than the op takes is refused."""
+    names = m.onnx_attrs()
+    sig = cls.OPERANDS
+    variadic = bool(sig) and sig[-1].variadic
+
+    def fn(ctx: Any, node: Any, attrs: dict) -> list:
+        _only(attrs, set(names), node)
+        if not variadic and len(node.input) > len(sig) and any(node.input[len(sig):]):
+            raise Unsupported(f"it has {len(node.input)} inputs; gradir's {cls.op_name} takes at most {len(sig)}")
+        kw = {names[k]: _attr_value(ctx, cls, names[k], v) for k, v in attrs.items()}
+        ins = [ctx.x(node, i, optional=cls.operand_spec(m.operands[i] if m.operands else i).optional)
+               for i in range(len(node.input))]
+        res = ctx.b.apply(cls.op_name, *m.gradir_operands(ins), **kw)
+        res = list(res) if isinstance(res, tuple) else [res]
+        return res[:len(node.output)]
+    return fn
+
+
+def _attr_value(ctx: Any, cls: type[Op], name: str, v: Any) -> Any:
+    """An ONNX attribute value as the gradir attribute ``name`` takes it: strings decoded, a Float64 tensor
+    that ``export_onnx`` wrote for a number (or list of them) float32 does not hold read as that number,
+    0/1 for a boolean as false/true."""
+    spec = cls.attr_spec(name)
+    kind = spec.kind if spec is not None else ""
+    if isinstance(v, bytes):
+        v = v.decode()
+    elif isinstance(v, ctx.onnx.TensorProto) and v.data_type == ctx.onnx.TensorProto.DOUBLE and \
+            (tuple(v.dims) == () and kind in ("float", "") or len(v.dims) == 1 and kind == "floats"):
+        a = ctx.onnx.numpy_helper.to_array(v)
+        v = float(a) if a.ndim == 0 else [float(x) for x in a]
+    elif isinstance(v, list):
+        v = [x.decode() if isinstance(x, bytes) else x for x in v]
+    if kind == "bool" and isinstance(v, int) and not isinstance(v, bool) and v in (0, 1):
+        v = bool(v)
+    return v
+
+
 def _float_attr(attrs: dict, name: str, default: float) -> float:
     return float(attrs.get(name, default))
 
@@ -42,22 +103,7 @@ def _only(attrs: dict, allowed: set[str], node: Any) -> None:
                           f"{'are' if len(extra) > 1 else 'is'} not supported")
 
 
-# -- one to one ------------------------------------------------------------------------------------------
-_SAME = {"Identity": "Identity", "Neg": "Neg", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt", "Relu": "Relu",
-         "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "MatMul": "MatMul"}
-
-
-def _same(name: str) -> Handler:
-    def fn(ctx: Any, node: Any, attrs: dict) -> list:
-        _only(attrs, set(), node)
-        return [ctx.b.apply(name, *[ctx.x(node, i) for i in range(len(node.input))])]
-    return fn
-
-
-for _k, _v in _SAME.items():
-    HANDLERS[("", _k)] = _same(_v)
-
-
+# -- ai.onnx ----------------------------------------------------------------------------------------------
 @handler("Div")
 def _div(ctx: Any, node: Any, attrs: dict) -> list:
     a, b = ctx.x(node, 0), ctx.x(node, 1)
@@ -70,12 +116,6 @@ def _div(ctx: Any, node: Any, attrs: dict) -> list:
 def _sum(ctx: Any, node: Any, attrs: dict) -> list:
     xs = [ctx.x(node, i) for i in range(len(node.input))]
     return [ctx.b.Identity(xs[0]) if len(xs) == 1 else ctx.b.Sum(*xs)]
-
-
-@handler("LeakyRelu")
-def _leaky(ctx: Any, node: Any, attrs: dict) -> list:
-    _only(attrs, {"alpha"}, node)
-    return [ctx.b.LeakyRelu(ctx.x(node, 0), alpha=_float_attr(attrs, "alpha", 0.01))]
 
 
 @handler("Gelu")
@@ -279,13 +319,6 @@ def _gemm(ctx: Any, node: Any, attrs: dict) -> list:
     return [y]
 
 
-@handler("FusedMatMul", domain=MS_DOMAIN)
-def _fused_matmul(ctx: Any, node: Any, attrs: dict) -> list:
-    _only(attrs, {"alpha", "transA", "transB", "transBatchA", "transBatchB"}, node)
-    kw = {k: int(attrs[k]) for k in ("transA", "transB", "transBatchA", "transBatchB") if k in attrs}
-    return [ctx.b.FusedMatMul(ctx.x(node, 0), ctx.x(node, 1), alpha=_float_attr(attrs, "alpha", 1.0), **kw)]
-
-
 @handler("Pow")
 def _pow(ctx: Any, node: Any, attrs: dict) -> list:
     x = ctx.x(node, 0)
@@ -338,11 +371,6 @@ def _lstm(ctx: Any, node: Any, attrs: dict) -> list:
 
 
 # -- com.microsoft: forward ops -------------------------------------------------------------------------
-@handler("Gelu", domain=MS_DOMAIN)
-def _ms_gelu(ctx: Any, node: Any, attrs: dict) -> list:
-    return [ctx.b.Gelu(ctx.x(node, 0))]
-
-
 @handler("FastGelu", domain=MS_DOMAIN)
 def _ms_fast_gelu(ctx: Any, node: Any, attrs: dict) -> list:
     x = ctx.x(node, 0)
@@ -353,11 +381,6 @@ def _ms_fast_gelu(ctx: Any, node: Any, attrs: dict) -> list:
 @handler("BiasGelu", domain=MS_DOMAIN)
 def _bias_gelu(ctx: Any, node: Any, attrs: dict) -> list:
     return [ctx.b.Gelu(ctx.b.Add(ctx.x(node, 0), ctx.x(node, 1)))]
-
-
-@handler("QuickGelu", domain=MS_DOMAIN)
-def _quick_gelu(ctx: Any, node: Any, attrs: dict) -> list:
-    return [ctx.b.QuickGelu(ctx.x(node, 0), alpha=_float_attr(attrs, "alpha", 1.702))]
 
 
 @handler("Scale", domain=MS_DOMAIN)
@@ -372,26 +395,7 @@ def _ms_scale(ctx: Any, node: Any, attrs: dict) -> list:
     return [ctx.b.Scale(x, factor=v)]
 
 
-# -- com.microsoft: gradient ops, one to one -----------------------------------------------------------
-_GRADS = {"ReluGrad": (), "SigmoidGrad": (), "TanhGrad": (), "GeluGrad": (), "FastGeluGrad": (),
-          "LeakyReluGrad": ("alpha",), "QuickGeluGrad": ("alpha",), "SoftmaxGrad": ("axis",),
-          "SoftmaxGrad_13": ("axis",), "LogSoftmaxGrad": ("axis",), "LogSoftmaxGrad_13": ("axis",)}
-
-
-def _grad(name: str, keep: tuple) -> Handler:
-    def fn(ctx: Any, node: Any, attrs: dict) -> list:
-        _only(attrs, set(keep), node)
-        if len(node.input) > 2 and any(node.input[2:]):
-            raise Unsupported(f"{len(node.input)} inputs (a bias input is not supported)")
-        kw = {k: attrs[k] for k in keep if k in attrs}
-        return [ctx.b.apply(name, ctx.x(node, 0), ctx.x(node, 1), **kw)]
-    return fn
-
-
-for _k, _v in _GRADS.items():
-    HANDLERS[(MS_DOMAIN, _k)] = _grad(_k, _v)
-
-
+# -- com.microsoft: gradient ops --------------------------------------------------------------------------
 @handler("BiasGeluGrad_dX", "BiasFastGeluGrad_dX", domain=MS_DOMAIN)
 def _bias_gelu_grad(ctx: Any, node: Any, attrs: dict) -> list:
     name = "GeluGrad" if node.op_type == "BiasGeluGrad_dX" else "FastGeluGrad"
@@ -410,36 +414,20 @@ def _div_grad(ctx: Any, node: Any, attrs: dict) -> list:
     return [da, db]
 
 
-def _passthrough(name: str, n_out: Optional[int] = None) -> Handler:
+def custom(op_type: str) -> Handler:
+    """A node of the ``ai.gradir`` domain (``export_onnx(custom_domain=True)``, or a user's op): the gradir
+    op itself, with every attribute it has."""
     def fn(ctx: Any, node: Any, attrs: dict) -> list:
-        cls = ctx.op_class(name)
-        allowed = {a.name for a in cls.ATTRS}
-        _only(attrs, allowed, node)
-        kw = {}
-        for k, v in attrs.items():
-            if isinstance(v, bytes):
-                v = v.decode()
-            elif isinstance(v, ctx.onnx.TensorProto) and v.data_type == ctx.onnx.TensorProto.DOUBLE and \
-                    tuple(v.dims) == ():  # a Float64 attribute export_onnx wrote exactly (not as float32)
-                v = float(ctx.onnx.numpy_helper.to_array(v))
-            elif isinstance(v, list):
-                v = [x.decode() if isinstance(x, bytes) else x for x in v]
-            kw[k] = v
+        cls = ctx.op_class(op_type)
+        _only(attrs, {a.name for a in cls.ATTRS}, node)
+        kw = {k: _attr_value(ctx, cls, k, v) for k, v in attrs.items()}
         # the builder says which of the op's operands a missing input is, and whether it may be omitted
-        res = ctx.b.apply(name, *[ctx.x(node, i, optional=True) for i in range(len(node.input))], **kw)
+        res = ctx.b.apply(op_type, *[ctx.x(node, i, optional=True) for i in range(len(node.input))], **kw)
         res = list(res) if isinstance(res, tuple) else [res]
         return res[:len(node.output)]
     return fn
 
 
-HANDLERS[(MS_DOMAIN, "LSTMTraining")] = _passthrough("LSTMTraining")
-HANDLERS[(MS_DOMAIN, "LSTMGrad")] = _passthrough("LSTMGrad")
-def custom(op_type: str) -> Handler:
-    """A node of the ``ai.gradir`` domain (``export_onnx(custom_domain=True)``): the gradir op itself."""
-    return _passthrough(op_type)
-
-
-HANDLERS[("", "SoftmaxCrossEntropyLoss")] = _passthrough("SoftmaxCrossEntropyLoss")
 @handler("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN)
 def _sce_grad(ctx: Any, node: Any, attrs: dict) -> list:
     """ORT reads a reduced loss's gradient dY as one number, whether it is [] or [1] (PyTorch-exported seeds
@@ -450,7 +438,8 @@ def _sce_grad(ctx: Any, node: Any, attrs: dict) -> list:
     if reduction != "none" and dy is not None and dy.shape == (1,):
         ctx.values[node.input[0] + "/scalar"] = ctx.b.Reshape(dy, shape=[])
         node = _with_input(node, 0, node.input[0] + "/scalar")
-    return _passthrough("SoftmaxCrossEntropyLossGrad")(ctx, node, attrs)
+    cls = ctx.op_class("SoftmaxCrossEntropyLossGrad")
+    return mapped(cls, onnx_map(cls))(ctx, node, attrs)
 
 
 def _with_input(node: Any, i: int, name: str) -> Any:

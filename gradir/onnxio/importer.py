@@ -33,10 +33,10 @@ from ..errors import Diagnostic, GradirError, OnnxError, shown
 from ..ir import OPS
 from ..syntax import parse
 from ..types import DType
-from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
+from .common import MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
 from ..errors import OnnxUnsupported as Unsupported
 from .folding import FOLD_ELEMENTS, FOLDABLE, Folding, constant_value
-from .import_ops import HANDLERS, check_limits, custom
+from .import_ops import check_limits, handlers
 from .loading import check_import_arguments, elem_type_name, read_model, tensor_array
 from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
@@ -119,6 +119,7 @@ class Importer(Folding):
                            for d in vi.type.tensor_type.shape.dim)
         self.comments: list[tuple[int, int, str]] = []  # (first op, end op, ONNX node name)
         self.notes: list[str] = []
+        self.handlers = handlers()  # the ops registered now, user ops included
 
     # -- what handlers use ----------------------------------------------------------------------------
     def op_class(self, name: str) -> Any:
@@ -330,9 +331,7 @@ class Importer(Folding):
                 return
             if self._fold(node, domain, attrs):
                 return
-            fn = HANDLERS.get((domain, node.op_type))
-            if fn is None and domain == GRADIR_DOMAIN and node.op_type in OPS:
-                fn = custom(node.op_type)
+            fn = self.handlers.get((domain, node.op_type))
             if fn is None and domain == "" and node.op_type in FOLDABLE:
                 self._too_big_input(node)
             if fn is None:
@@ -399,7 +398,7 @@ class Importer(Folding):
                 d == "" and node.op_type in FOLDABLE | {"Constant"} and maybe_known or \
                 d == MS_DOMAIN and node.op_type == "BroadcastGradientArgs" and maybe_known:
             self.maybe_known.update(n for n in node.output if n)
-        elif (d, node.op_type) not in HANDLERS and not (d == GRADIR_DOMAIN and node.op_type in OPS):
+        elif (d, node.op_type) not in self.handlers:
             self.problems.append(f"{where}: " + ("gradir has no equivalent op" if d in ("", MS_DOMAIN) else
                                                  f"the domain {d!r} is not supported"))
         self.poisoned.update(n for n in node.output if n)

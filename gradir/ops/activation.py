@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..ir import BackwardOp, InferContext, Op, Operand
+from ..onnxmap import MS_DOMAIN, OnnxMap
 from ..types import FLOAT_DTYPES, TensorType
 from .common import ALPHA_LEAKY, ALPHA_QUICKGELU, BinaryActivationGradOp, UnaryOp, axis_attr
 
@@ -13,6 +14,8 @@ _Y = (Operand("dY", doc="upstream gradient"), Operand("Y", doc="forward output")
 class ReluOp(UnaryOp):
     """max(x, 0)."""
 
+    ONNX = OnnxMap()
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X <= 0, 0, X)"  # NaN stays NaN, as in the kernel
@@ -21,6 +24,8 @@ class ReluOp(UnaryOp):
 
 class SigmoidOp(UnaryOp):
     """Logistic sigmoid 1 / (1 + exp(-x))."""
+
+    ONNX = OnnxMap()
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -31,6 +36,8 @@ class SigmoidOp(UnaryOp):
 class TanhOp(UnaryOp):
     """Hyperbolic tangent."""
 
+    ONNX = OnnxMap()
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "tanh(X)"
@@ -39,6 +46,8 @@ class TanhOp(UnaryOp):
 
 class GeluOp(UnaryOp):
     """x * Phi(x), the exact (erf) GELU."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)  # ai.onnx Gelu from opset 20: a hand exporter
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -49,6 +58,8 @@ class GeluOp(UnaryOp):
 class FastGeluOp(UnaryOp):
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation of GELU."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "0.5 * X * (1 + tanh(0.7978845608028654 * (X + 0.044715 * X ** 3)))"
@@ -57,6 +68,8 @@ class FastGeluOp(UnaryOp):
 
 class LeakyReluOp(UnaryOp):
     """x if x > 0 else alpha * x."""
+
+    ONNX = OnnxMap(attrs=("alpha",))
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -68,6 +81,8 @@ class LeakyReluOp(UnaryOp):
 
 class QuickGeluOp(UnaryOp):
     """x * sigmoid(alpha * x)."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",))
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -92,12 +107,16 @@ class _SoftmaxForward(Op):
 class SoftmaxOp(_SoftmaxForward):
     """exp(x) / sum(exp(x)) over one axis (opset-13 semantics), numerically stable."""
 
+    ONNX = OnnxMap(attrs=("axis",))  # before opset 13 it flattens: hand handlers
+
     SHARDING = "axis"
     GRADIENT = "SoftmaxGrad_13"
 
 
 class LogSoftmaxOp(_SoftmaxForward):
     """x - log(sum(exp(x))) over one axis (opset-13 semantics), numerically stable."""
+
+    ONNX = OnnxMap(attrs=("axis",))  # before opset 13 it flattens: hand handlers
 
     SHARDING = "axis"
     GRADIENT = "LogSoftmaxGrad_13"
@@ -107,6 +126,8 @@ class LogSoftmaxOp(_SoftmaxForward):
 class ReluGradOp(BinaryActivationGradOp):
     """dX = dY where X > 0 (strict), else 0."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X > 0, dY, 0)"
@@ -115,6 +136,8 @@ class ReluGradOp(BinaryActivationGradOp):
 
 class SigmoidGradOp(BinaryActivationGradOp):
     """dX = dY * Y * (1 - Y), from the forward output Y."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -127,6 +150,8 @@ class SigmoidGradOp(BinaryActivationGradOp):
 class TanhGradOp(BinaryActivationGradOp):
     """dX = dY * (1 - Y^2), from the forward output Y."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN)
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (1 - Y * Y)"
@@ -137,6 +162,8 @@ class TanhGradOp(BinaryActivationGradOp):
 
 class LeakyReluGradOp(BinaryActivationGradOp):
     """dX = dY where Y > 0, else alpha * dY (reads the forward output Y, as ORT does)."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",), ort_float32_only=True)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -150,6 +177,8 @@ class LeakyReluGradOp(BinaryActivationGradOp):
 class QuickGeluGradOp(BinaryActivationGradOp):
     """s = sigmoid(alpha X); dX = dY * s * (1 + alpha X (1 - s))."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",), ort_float32_only=True)
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * sigmoid(alpha * X) * (1 + alpha * X * (1 - sigmoid(alpha * X)))"
@@ -161,6 +190,8 @@ class QuickGeluGradOp(BinaryActivationGradOp):
 class GeluGradOp(BinaryActivationGradOp):
     """dX = dY * (Phi(X) + X phi(X)) (exact erf GELU)."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (0.5 * (1 + erf(X / sqrt(2))) + X * exp(-0.5 * X * X) / sqrt(2 * pi))"
@@ -169,6 +200,8 @@ class GeluGradOp(BinaryActivationGradOp):
 
 class FastGeluGradOp(BinaryActivationGradOp):
     """Gradient of the tanh-approximated GELU."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN)
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -193,12 +226,16 @@ class _SoftmaxGrad(BackwardOp):
 class SoftmaxGradOp(_SoftmaxGrad):
     """dX = Y * (dY - sum(Y * dY)), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
+
     SHARDING = "axis"
     ATTRS = (axis_attr(1),)
 
 
 class SoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = Y * (dY - sum_axis(Y * dY)), summed over the single axis `axis` (opset 13)."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ort_float32_only=True)
 
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)
@@ -207,12 +244,16 @@ class SoftmaxGrad_13Op(_SoftmaxGrad):
 class LogSoftmaxGradOp(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum(dY), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ort_float32_only=True)
+
     SHARDING = "axis"
     ATTRS = (axis_attr(1),)
 
 
 class LogSoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum_axis(dY), over the single axis `axis` (opset 13)."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ort_float32_only=True)
 
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand
+from ..onnxmap import MS_DOMAIN, OnnxMap
 from ..types import FLOAT_DTYPES, INT_DTYPES, TensorType, format_shape
 
 __all__ = ["REDUCTIONS", "SoftmaxCrossEntropyLossOp", "SoftmaxCrossEntropyLossGradOp"]
@@ -61,6 +62,8 @@ class SoftmaxCrossEntropyLossOp(Op):
     it anyway).  Labels and weights have no gradient: deriving with respect to the weights is an error.
     """
 
+    ONNX = OnnxMap(attrs=("reduction", "ignore_index"), since=12)
+
     SHARDING = "cross_entropy"
     OPERANDS = (Operand("scores", doc="[N, C] or [N, C, d1, ..., dk]"),
                 Operand("labels", doc="[N] or [N, d1, ..., dk], Int32 or Int64, in 0..C-1 or ignore_index",
@@ -86,6 +89,8 @@ class SoftmaxCrossEntropyLossGradOp(BackwardOp):
     ORT's kernels ignore the label -1; gradir does the same.  Operands, attributes and result are
     ORT's (``com.microsoft``, opset 1).
     """
+
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("reduction", "ignore_index"))
 
     SHARDING = "cross_entropy"
     OPERANDS = (Operand("dY", doc="gradient of the loss: scalar for sum/mean, the labels' shape for none"),

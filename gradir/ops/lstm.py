@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
+from ..onnxmap import MS_DOMAIN, OnnxMap
 from ..types import FLOAT_DTYPES, INT_DTYPES, Dim, TensorType
 
 HIDDEN = Attr("hidden_size", "int", min=1, doc="hidden size H")
@@ -41,6 +42,8 @@ def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
 class LSTMCellOp(Op):
     """One LSTM step (PyTorch gate order i, f, g, o): returns (H', C')."""
 
+    NO_ONNX = "ONNX has no single LSTM cell step (its LSTM runs a whole sequence)"
+
     SHARDING = "lstm_cell"
     OPERANDS = _CELL_OPERANDS
     RESULTS = ("H_next", "C_next")
@@ -76,6 +79,8 @@ def _cell_grad_types(ctx: InferContext, indices: tuple) -> list[TensorType]:
 class GradLSTMCellInputOp(BackwardOp):
     """Gradient of LSTMCell w.r.t. one input: 0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias."""
 
+    NO_ONNX = "ONNX Runtime has no LSTM cell step gradient (LSTMGrad differentiates a whole sequence)"
+
     SHARDING = "lstm_cell_grad"
     FUSES_INTO = ("GradLSTMCellInputFused", "input_index", "input_indices")
 
@@ -98,6 +103,8 @@ def _check_indices(v: tuple) -> Optional[str]:
 
 class GradLSTMCellInputFusedOp(BackwardOp):
     """Several GradLSTMCellInput gradients from one gate recomputation (made by the fusion pass)."""
+
+    NO_ONNX = "ONNX Runtime has no LSTM cell step gradient (LSTMGrad differentiates a whole sequence)"
 
     SHARDING = "lstm_cell_grad"
     OPERANDS = _CELL_GRAD_OPERANDS
@@ -207,6 +214,9 @@ class _LayerCheck:
 class LSTMTrainingOp(Op):
     """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
+                   ort_float32_only=True)
+
     SHARDING = "lstm_training"
     OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 4H, I]", sample="weights"),
                 Operand("R", doc="[D, 4H, H]", sample="weights"),
@@ -233,6 +243,9 @@ class LSTMTrainingOp(Op):
 
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
+
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
+                   ort_float32_only=True)
 
     SHARDING = "lstm_grad"
     OPERANDS = (Operand("X"), Operand("W", sample="weights"), Operand("R", sample="weights"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ir import Attr, InferContext, Op, Operand, unify_shapes
+from ..onnxmap import MS_DOMAIN, OnnxMap
 from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
 from ..matmul_layout import operand_perm
 from .common import ElementwiseOp, UnaryOp, broadcast_shapes, finite
@@ -32,6 +33,8 @@ class _Binary(ElementwiseOp):
 class AddOp(_Binary):
     """A + B with NumPy broadcasting."""
 
+    ONNX = OnnxMap()
+
     SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
@@ -42,6 +45,8 @@ class AddOp(_Binary):
 
 class SubOp(_Binary):
     """A - B with NumPy broadcasting."""
+
+    ONNX = OnnxMap()
 
     SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
@@ -54,6 +59,8 @@ class SubOp(_Binary):
 class MulOp(_Binary):
     """A * B with NumPy broadcasting."""
 
+    ONNX = OnnxMap()
+
     SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
@@ -63,6 +70,8 @@ class MulOp(_Binary):
 
 class DivOp(_Binary):
     """A / B with NumPy broadcasting (floating point)."""
+
+    ONNX = OnnxMap()
 
     SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
@@ -76,6 +85,8 @@ class DivOp(_Binary):
 class NegOp(UnaryOp):
     """-x."""
 
+    ONNX = OnnxMap()
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "-X"
@@ -87,6 +98,8 @@ class NegOp(UnaryOp):
 class ExpOp(UnaryOp):
     """exp(x)."""
 
+    ONNX = OnnxMap()
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "exp(X)"
@@ -94,6 +107,8 @@ class ExpOp(UnaryOp):
 
 class LogOp(UnaryOp):
     """Natural logarithm."""
+
+    ONNX = OnnxMap()
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -103,6 +118,8 @@ class LogOp(UnaryOp):
 class SqrtOp(UnaryOp):
     """Square root (NaN below 0)."""
 
+    ONNX = OnnxMap()
+
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "sqrt(X)"
@@ -110,6 +127,8 @@ class SqrtOp(UnaryOp):
 
 class IdentityOp(UnaryOp):
     """x, unchanged."""
+
+    ONNX = OnnxMap()
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
@@ -122,6 +141,8 @@ class IdentityOp(UnaryOp):
 
 class MatMulOp(Op):
     """NumPy matmul: batched over leading dims (broadcast), 1-D operands promoted."""
+
+    ONNX = OnnxMap()
 
     SHARDING = "matmul"
     BROADCASTS = True
@@ -172,6 +193,9 @@ batch; a vector ignores trans. The kernel hands transposed operands to BLAS as s
 no transposed copy is made. The `fold-transpose-matmul` pass makes this op from a Transpose
 feeding a MatMul, `simplify` folds a Scale of it into alpha."""
 
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha", "transA", "transB", "transBatchA", "transBatchB"),
+                   ort_float32_only=True)
+
     SHARDING = "fused_matmul"
     BROADCASTS = True
     LINEAR_IN = (0, 1)
@@ -207,6 +231,8 @@ def _check_perm(p: tuple) -> Optional[str]:
 
 class TransposeOp(Op):
     """Permute axes; default reverses them."""
+
+    ONNX = OnnxMap(attrs=("perm",))
 
     SHARDING = "transpose"
     SHAPE_ONLY = True
@@ -313,6 +339,8 @@ class ReduceMeanOp(_Reduce):
 
 class SumOp(Op):
     """Element-wise sum of n >= 1 operands of identical type (gradient accumulation)."""
+
+    ONNX = OnnxMap()
 
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
