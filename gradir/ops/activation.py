@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..ir import InferContext, Operand
 from ..types import FLOAT_DTYPES, TensorType
+from . import references
 from .common import ALPHA_LEAKY, ALPHA_QUICKGELU, BinaryActivationGradOp, UnaryOp, axis_attr
 
 _Y = (Operand("dY", doc="upstream gradient"), Operand("Y", doc="forward output"))
@@ -87,6 +90,11 @@ class _SoftmaxForward(UnaryOp):
         ctx.axis("axis", t.rank)
         return [t]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Rows of 5 scores, normalised over axis 1 (a batch of 4 rows: the shard axis)."""
+        return [rng.standard_normal((4, 5)).astype(dtype)], {"axis": 1}
+
 
 class SoftmaxOp(_SoftmaxForward):
     """exp(x) / sum(exp(x)) over one axis (opset-13 semantics), numerically stable."""
@@ -94,12 +102,20 @@ class SoftmaxOp(_SoftmaxForward):
     SHARDING = "axis"
     GRADIENT = "SoftmaxGrad_13"
 
+    @classmethod
+    def reference(cls, X: Any, *, axis: int) -> Any:
+        return references.softmax(X, axis)
+
 
 class LogSoftmaxOp(_SoftmaxForward):
     """x - log(sum(exp(x))) over one axis (opset-13 semantics), numerically stable."""
 
     SHARDING = "axis"
     GRADIENT = "LogSoftmaxGrad_13"
+
+    @classmethod
+    def reference(cls, X: Any, *, axis: int) -> Any:
+        return references.log_softmax(X, axis)
 
 
 # -- gradients (ORT semantics) -------------------------------------------------
@@ -186,12 +202,22 @@ class _SoftmaxGrad(BinaryActivationGradOp):
         ctx.axis("axis", t.rank)
         return [t]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """dY and a forward output Y of rank 3, summed from axis 1 (a batch of 4: the shard axis)."""
+        y = references.softmax(rng.standard_normal((4, 3, 2)), 1)
+        return [rng.standard_normal((4, 3, 2)).astype(dtype), y.astype(dtype)], {"axis": 1}
+
 
 class SoftmaxGradOp(_SoftmaxGrad):
     """dX = Y * (dY - sum(Y * dY)), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
     SHARDING = "axis"
     ATTRS = (axis_attr(1),)
+
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.softmax_grad(dY, Y, axis, flattened=True)
 
 
 class SoftmaxGrad_13Op(_SoftmaxGrad):
@@ -200,6 +226,10 @@ class SoftmaxGrad_13Op(_SoftmaxGrad):
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)
 
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.softmax_grad(dY, Y, axis, flattened=False)
+
 
 class LogSoftmaxGradOp(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum(dY), summed over all axes from `axis` on (pre-opset-13, flattened)."""
@@ -207,9 +237,17 @@ class LogSoftmaxGradOp(_SoftmaxGrad):
     SHARDING = "axis"
     ATTRS = (axis_attr(1),)
 
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.log_softmax_grad(dY, Y, axis, flattened=True)
+
 
 class LogSoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum_axis(dY), over the single axis `axis` (opset 13)."""
 
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)
+
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.log_softmax_grad(dY, Y, axis, flattened=False)
