@@ -11,6 +11,7 @@ one of them is adapted here, once, and the concerns in ``test_ops.py`` stay as t
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -202,6 +203,21 @@ def fail(cls: type[Op], concern: str, message: str) -> None:
     pytest.fail(f"{cls.op_name}: {concern}: {message}", pytrace=False)
 
 
+def concern(name: str) -> Callable:
+    """Decorate ``check(cls, ...)``: an exception it raises (a gradir error where the op lacks a place, a
+    crash) fails naming the op and the concern ``name``, as its own checks do."""
+    def wrap(check: Callable) -> Callable:
+        @functools.wraps(check)
+        def run(cls: type[Op], *args: Any, **kwargs: Any) -> Any:
+            try:
+                return check(cls, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - reported below, outside the handler (no chained trace)
+                error = e
+            fail(cls, name, f"{type(error).__name__}: {error}")
+        return run
+    return wrap
+
+
 def make_case(cls: type[Op], dtype: Any = np.float64, seed: int = SEED, concern: str = "example") -> Case:
     """The op's example (``Op.example``) as a validated one-op graph."""
     rng = np.random.default_rng(seed)
@@ -232,6 +248,8 @@ def make_case(cls: type[Op], dtype: Any = np.float64, seed: int = SEED, concern:
         graph = Graph(inputs, [op], list(results), name=f"{cls.op_name.lower()}_example").validate()
     except gradir.GradirError as e:
         fail(cls, "type rule", f"the example does not type-check: {e}")
+    except Exception as e:  # noqa: BLE001 - a type rule that crashes is named as one
+        fail(cls, "type rule", f"checking the example raises {type(e).__name__}: {e}")
     return Case(cls, dtype, arrays, dict(graph.ops[0].attrs), graph, graph.ops[0], feed)
 
 

@@ -26,7 +26,7 @@ import gradir
 from gradir import OPS, Graph, GraphInput, Op
 from gradir.errors import AutodiffError, GradirError, OnnxError, ShardError
 
-from .conftest import (can_fuse, docs_entry, docs_generated, export_one, fail, fuse_small_groups, fused_members,
+from .conftest import (can_fuse, concern, docs_entry, docs_generated, export_one, fail, fuse_small_groups, fused_members,
                        grad_rule_of, import_one, is_builtin, kernel_of, make_case, on_threads, onnx_domains,
                        onnx_comes_back_as, onnx_no_counterpart_reason, op_names, placement_of, split_rows_always)
 
@@ -80,6 +80,7 @@ def _wrong(t: Any) -> list[tuple[str, Any]]:
     return out
 
 
+@concern("type rule")
 def check_type_rule(cls: type[Op]) -> None:
     case = make_case(cls, np.float32, concern="type rule")
     got = [case.graph.types[r] for r in case.op.results]
@@ -115,6 +116,7 @@ def test_type_rule(name: str) -> None:
 
 
 # -- kernel ------------------------------------------------------------------------------------------------
+@concern("kernel")
 def check_kernel(cls: type[Op], dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     k = kernel_of(cls)
     if k is None:
@@ -179,6 +181,7 @@ def _derivable(case: Any) -> tuple[Graph, list[str]]:
             outputs, wrt = keep_out, keep_wrt
 
 
+@concern("gradient")
 def check_gradient(cls: type[Op]) -> None:
     if grad_rule_of(cls) is None:
         fail(cls, "gradient", "no gradient rule (a VJP, or @rule in gradir/gradrules.py)")
@@ -197,6 +200,7 @@ def test_gradient(name: str) -> None:
 
 
 # -- fusion ---------------------------------------------------------------------------------------------------
+@concern("fusion")
 def check_fusion(cls: type[Op], dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The op and a neighbour reading its result (Neg): fused where the backend can fuse the op, and the
     bits of the unfused kernels either way."""
@@ -241,6 +245,7 @@ def _batches(case: Any) -> list[dict[str, int]]:
     return out
 
 
+@concern("sharding")
 def check_sharding(cls: type[Op], dtype: Any) -> None:
     if placement_of(cls) is None:
         fail(cls, "sharding", f"no placement rule (SHARDING = {cls.SHARDING!r} names none)")
@@ -252,6 +257,8 @@ def check_sharding(cls: type[Op], dtype: Any) -> None:
             break
         except ShardError as e:
             refusals.append(f"{batch}: {e}")
+        except Exception as e:  # noqa: BLE001 - a rule that crashes is named as one
+            fail(cls, "sharding", f"placing the example split as {batch} raises {type(e).__name__}: {e}")
     else:
         if not case.graph.inputs:
             return  # nothing to split (a Constant): replicated on every shard
@@ -272,6 +279,7 @@ def test_sharding(name: str, dtype: Any) -> None:
 
 
 # -- ONNX ---------------------------------------------------------------------------------------------------
+@concern("onnx")
 def check_onnx(cls: type[Op]) -> None:
     """Export (the standard ONNX/ORT form; the ``ai.gradir`` domain only for an op docs/onnx.md gives no
     counterpart), import, and the op and its bits come back."""
@@ -311,6 +319,7 @@ def test_onnx_round_trip(name: str) -> None:
 
 
 # -- docs ---------------------------------------------------------------------------------------------------
+@concern("docs")
 def check_docs(cls: type[Op]) -> None:
     if not (cls.__doc__ or "").strip():
         fail(cls, "docs", "its class has no docstring (the docs show its first line)")
