@@ -2,7 +2,7 @@
 
 User ops.  ``GRADIR_OPS=a.py:b.py python -m pytest tests/conformance`` loads the op files first
 (``gradir.load_ops`` when gradir has it, else each file imported as a module), so every op they
-define is checked by every concern, as the built-in ones are (docs/ops.md, "Checking an op").
+define is checked by every concern, as the built-in ones are (docs/conformance.md).
 
 Adapters.  Every lookup of an op's place (its kernel, gradient rule, placement rule, ONNX mapping,
 docs entry, fusion) goes through the small functions below, so that a change of where gradir keeps
