@@ -206,7 +206,8 @@ def lstm_training(X, W, R, B=None, SL=None, H0=None, C0=None, P=None, *, hidden_
     HFinal, CFinal = np.zeros((D, nb, n)), np.zeros((D, nb, n))
     for d in range(D):
         Wd, Rd = f64(W[d]), f64(R[d])
-        wb = np.zeros(4 * n) if B is None else f64(B[d][:4 * n]) + f64(B[d][4 * n:])
+        wb = np.zeros(4 * n) if B is None else f64(B[d][:4 * n])
+        rb = np.zeros(4 * n) if B is None else f64(B[d][4 * n:])
         p = np.zeros(3 * n) if P is None else f64(P[d])
         p_i, p_o, p_f = p[0:n], p[n:2 * n], p[2 * n:3 * n]
         for b in range(nb):
@@ -214,7 +215,7 @@ def lstm_training(X, W, R, B=None, SL=None, H0=None, C0=None, P=None, *, hidden_
             h = np.zeros(n) if H0 is None else f64(H0[d][b])
             c = np.zeros(n) if C0 is None else f64(C0[d][b])
             for t in _steps(direction, d, length):
-                a = Wd @ X[t, b] + Rd @ h + wb
+                a = Wd @ X[t, b] + Rd @ h + wb + rb
                 i = sigmoid(a[0:n] + p_i * c)
                 f = sigmoid(a[2 * n:3 * n] + p_f * c)
                 ct = np.tanh(a[3 * n:4 * n])
