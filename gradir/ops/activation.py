@@ -68,6 +68,11 @@ class LeakyReluOp(UnaryOp):
 
     ATTRS = (ALPHA_LEAKY,)
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": 0.25}
+
 
 class QuickGeluOp(UnaryOp):
     """x * sigmoid(alpha * x)."""
@@ -78,6 +83,11 @@ class QuickGeluOp(UnaryOp):
     GRADIENT = "QuickGeluGrad"
 
     ATTRS = (ALPHA_QUICKGELU,)
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": -0.75}
 
 
 class _SoftmaxForward(UnaryOp):
@@ -161,6 +171,11 @@ class LeakyReluGradOp(BinaryActivationGradOp):
     OPERANDS = _Y
     ATTRS = (ALPHA_LEAKY,)
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": 0.25}
+
 
 class QuickGeluGradOp(BinaryActivationGradOp):
     """s = sigmoid(alpha X); dX = dY * s * (1 + alpha X (1 - s))."""
@@ -171,6 +186,11 @@ class QuickGeluGradOp(BinaryActivationGradOp):
     LINEAR_IN = (0,)
 
     ATTRS = (ALPHA_QUICKGELU,)
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": -0.75}
 
 
 class GeluGradOp(BinaryActivationGradOp):

@@ -98,3 +98,10 @@ def test_a_type_rule_that_crashes_is_named(monkeypatch):
 def test_an_op_without_an_example_is_named(monkeypatch):
     monkeypatch.setattr(OPS["Exp"], "FORMULA", None)  # the default example is the formula's
     assert failure(check_type_rule, OPS["Exp"]).startswith("Exp: type rule: no example")
+
+
+def test_an_onnx_mapping_that_drops_an_attribute_is_named(monkeypatch):
+    pytest.importorskip("onnx")
+    from gradir.onnxio.exporter import EXPORTERS, _same
+    monkeypatch.setitem(EXPORTERS, "LeakyRelu", _same("LeakyRelu"))  # alpha left out: ONNX's default 0.01
+    assert failure(check_onnx, OPS["LeakyRelu"]).startswith("LeakyRelu: onnx: its attributes come back otherwise")
