@@ -77,6 +77,10 @@ def test_gradir_ops_runs_the_suite_over_user_ops(tmp_path):
     assert passed == 12 + 2, out
 
 
+def test_without_gradir_ops_there_are_no_user_ops(user_ops):
+    assert user_ops == [] or os.environ.get(OPS_ENV)
+
+
 def test_load_user_ops_reports_what_a_file_registered(tmp_path):
     path = tmp_path / "one.py"
     path.write_text("from gradir.ops.common import UnaryOp\n\n\nclass ConformanceLoadedOp(UnaryOp):\n"
