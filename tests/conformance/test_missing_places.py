@@ -105,3 +105,14 @@ def test_an_onnx_mapping_that_drops_an_attribute_is_named(monkeypatch):
     from gradir.onnxio.exporter import EXPORTERS, _same
     monkeypatch.setitem(EXPORTERS, "LeakyRelu", _same("LeakyRelu"))  # alpha left out: ONNX's default 0.01
     assert failure(check_onnx, OPS["LeakyRelu"]).startswith("LeakyRelu: onnx: its attributes come back otherwise")
+
+
+def test_a_weight_gradient_split_instead_of_summed_is_named(monkeypatch):
+    """A placement rule that says the weight's gradient stays split along the batch, where each shard
+    holds a part of a sum (here the shard graph's own type check is what refuses it)."""
+    from gradir.sharding.placement import split
+    from gradir.sharding.rules import RULES
+    monkeypatch.setitem(RULES, "wrong_split", lambda ctx: [split(0)] * len(ctx.op.results))
+    monkeypatch.setattr(OPS["GradLSTMCellInput"], "SHARDING", "wrong_split")
+    message = failure(check_sharding, OPS["GradLSTMCellInput"], np.float64)
+    assert message.startswith("GradLSTMCellInput: sharding: "), message
