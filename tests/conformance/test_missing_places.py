@@ -116,3 +116,14 @@ def test_a_weight_gradient_split_instead_of_summed_is_named(monkeypatch):
     monkeypatch.setattr(OPS["GradLSTMCellInput"], "SHARDING", "wrong_split")
     message = failure(check_sharding, OPS["GradLSTMCellInput"], np.float64)
     assert message.startswith("GradLSTMCellInput: sharding: "), message
+
+
+def test_a_mean_placed_as_a_sum_is_named_by_its_numbers(monkeypatch):
+    """A rule that makes the mean over the split axis a partial sum without rescaling it: it places
+    everything, and only the numbers (each shard's mean added up) show it."""
+    from gradir.sharding.placement import PARTIAL
+    from gradir.sharding.rules import RULES
+    monkeypatch.setitem(RULES, "sum_of_means", lambda ctx: [PARTIAL])
+    monkeypatch.setattr(OPS["ReduceMean"], "SHARDING", "sum_of_means")
+    message = failure(check_sharding, OPS["ReduceMean"], np.float64)
+    assert message.startswith("ReduceMean: sharding: 2 shards split as {'t0': 0} (t1 partial): off by"), message
