@@ -30,6 +30,8 @@ __all__ = ["Operand", "Attr", "REQUIRED", "INT_ATTR_LIMIT", "Op", "BackwardOp", 
            "unify_dim", "unify_shapes"]
 
 VALUE_NAME = re.compile(r"t[0-9]+\Z")
+# the shape of the operands of ``Op.example``'s default (element-wise ops): 4 rows split into 1, 2 or 4 shards
+EXAMPLE_SHAPE = (4, 5)
 
 OPS: dict[str, type["Op"]] = {}
 
@@ -357,6 +359,40 @@ class Op:
                   result_types=self.result_types, loc=self.loc)
         kw.update(changes)
         return type(self)(**kw)
+
+    # -- conformance data: an example and a float64 reference (tests/conformance reads them) ----------
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """A small valid instance of the op: its operand arrays (``None`` for an omitted optional one)
+        and its attributes, drawn from the NumPy generator ``rng``, floating-point operands in ``dtype``.
+
+        The conformance suite runs every concern (kernel, gradient, fusion, sharding, ONNX) on it, so
+        each op has one.  The default serves an element-wise op with a ``FORMULA``: one standard-normal
+        array of shape ``EXAMPLE_SHAPE`` per operand (two for a variadic one), no attributes (so an op
+        with a required attribute, or a formula defined only on part of the reals, writes its own).
+        Dimensions are at least 4 along the axis a sharded run splits (1, 2 and 4 shards)."""
+        if cls.FORMULA is None:
+            raise NotImplementedError(f"{cls.op_name} has no FORMULA, so no default example: define "
+                                      f"{cls.__name__}.example(rng, dtype)")
+        n = len(cls.OPERANDS) + (1 if cls.OPERANDS and cls.OPERANDS[-1].variadic else 0)
+        return [rng.standard_normal(EXAMPLE_SHAPE).astype(dtype) for _ in range(n)], {}
+
+    @classmethod
+    def reference(cls, *arrays: Any, **attrs: Any) -> Any:
+        """The op's results computed in float64 from ``arrays`` (its operands, ``None`` for an omitted
+        one) and ``attrs`` (every attribute, defaults filled in): one array, or a tuple for an op with
+        several results.  Written independently of the kernels, which the conformance suite holds to it.
+
+        The default evaluates an element-wise op's ``FORMULA`` in float64 (broadcast to the operands'
+        shape); an op without one defines its own (``gradir.ops.references`` has the long ones)."""
+        import numpy as np
+        from .traits import evaluate_formula
+        if cls.FORMULA is None:
+            raise NotImplementedError(f"{cls.op_name} has no FORMULA, so no default reference: define "
+                                      f"{cls.__name__}.reference(*arrays, **attrs)")
+        named = {o.name: np.asarray(a, np.float64) for o, a in zip(cls.OPERANDS, arrays)}
+        shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+        return np.array(np.broadcast_to(evaluate_formula(cls, named, attrs), shape), np.float64)
 
 
 class BackwardOp(Op):

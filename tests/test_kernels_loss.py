@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import gradir
 from gradir import AutodiffError, ExecutionError, VerifyError
 from gradir.kernels import KERNELS
+from gradir.ops.references import sce_grad, sce_loss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH = np.load(os.path.join(HERE, "data", "sce_torch.npz"))
@@ -53,67 +54,9 @@ def feeds(scores, labels, weights=None) -> dict:
 
 
 # -- plain references (float64 loops, the definitions spelled out) -------------------------------
-def onnx_reference(x, labels, weights=None, reduction="mean", ignore_index=None):
-    """ONNX SoftmaxCrossEntropyLoss (opset 13 function body): log_softmax over axis 1, NLL, reduction."""
-    x = np.asarray(x, np.float64)
-    n, c = x.shape[:2]
-    xs = x.reshape(n, c, -1)
-    lab = np.asarray(labels).reshape(n, -1)
-    lp = np.empty_like(xs)
-    loss = np.zeros(lab.shape)
-    wsum = 0.0
-    for i in range(n):
-        for d in range(xs.shape[2]):
-            col = xs[i, :, d]
-            m = max(col)
-            lse = m + math.log(sum(math.exp(v - m) for v in col))
-            lp[i, :, d] = col - lse
-            k = int(lab[i, d])
-            if ignore_index is not None and k == ignore_index:
-                continue
-            w = 1.0 if weights is None else float(weights[k])
-            loss[i, d] = -lp[i, k, d] * w
-            wsum += w
-    if reduction == "none":
-        out = loss.reshape(np.shape(labels))
-    elif reduction == "sum":
-        out = loss.sum()
-    elif weights is None and ignore_index is None:
-        out = loss.sum() / loss.size
-    else:
-        out = loss.sum() / wsum if wsum != 0 else (math.nan if loss.sum() == 0 else math.copysign(math.inf, loss.sum()))
-    return np.asarray(out), lp.reshape(x.shape)
-
-
-def ort_grad_reference(dy, log_prob, labels, weights=None, reduction="mean", ignore_index=None):
-    """ORT's CPU SoftmaxCrossEntropyLossGrad loop (softmax_cross_entropy_loss.cc), in float64."""
-    ii = -1 if ignore_index is None else ignore_index
-    lp = np.asarray(log_prob, np.float64)
-    n, c = lp.shape[:2]
-    lps = lp.reshape(n, c, -1)
-    lab = np.asarray(labels).reshape(n, -1)
-    out = np.zeros_like(lps)
-    if reduction == "none":
-        scale = np.asarray(dy, np.float64).reshape(n, -1)
-    else:
-        s = float(dy)
-        if reduction == "mean":
-            if weights is None:
-                total = float(np.sum(lab != ii))
-            else:
-                total = float(sum(weights[k] for k in lab.reshape(-1) if k != ii))
-            if total != 0:
-                s = s / total
-        scale = np.full(lab.shape, s)
-    for i in range(n):
-        for d in range(lab.shape[1]):
-            k = int(lab[i, d])
-            if k == ii:
-                continue
-            w = (1.0 if weights is None else float(weights[k])) * scale[i, d]
-            for j in range(c):
-                out[i, j, d] = (math.exp(lps[i, j, d]) - (k == j)) * w
-    return out.reshape(lp.shape)
+# the ops' own float64 references (Op.reference): ONNX's function body, ORT's CPU gradient loop
+onnx_reference = sce_loss
+ort_grad_reference = sce_grad
 
 
 # -- PyTorch -------------------------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..ir import BackwardOp, InferContext, Op, Operand
 from ..onnxmap import MS_DOMAIN, OnnxMap
 from ..types import FLOAT_DTYPES, TensorType
+from . import references
 from .common import ALPHA_LEAKY, ALPHA_QUICKGELU, BinaryActivationGradOp, UnaryOp, axis_attr
 
 _Y = (Operand("dY", doc="upstream gradient"), Operand("Y", doc="forward output"))
@@ -78,6 +81,11 @@ class LeakyReluOp(UnaryOp):
 
     ATTRS = (ALPHA_LEAKY,)
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": 0.25}
+
 
 class QuickGeluOp(UnaryOp):
     """x * sigmoid(alpha * x)."""
@@ -91,6 +99,11 @@ class QuickGeluOp(UnaryOp):
 
     ATTRS = (ALPHA_QUICKGELU,)
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": -0.75}
+
 
 class _SoftmaxForward(Op):
     abstract = True
@@ -103,6 +116,11 @@ class _SoftmaxForward(Op):
         ctx.axis("axis", t.rank)
         return [t]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Rows of 5 scores, normalised over axis 1 (a batch of 4 rows: the shard axis)."""
+        return [rng.standard_normal((4, 5)).astype(dtype)], {"axis": 1}
+
 
 class SoftmaxOp(_SoftmaxForward):
     """exp(x) / sum(exp(x)) over one axis (opset-13 semantics), numerically stable."""
@@ -112,6 +130,10 @@ class SoftmaxOp(_SoftmaxForward):
     SHARDING = "axis"
     GRADIENT = "SoftmaxGrad_13"
 
+    @classmethod
+    def reference(cls, X: Any, *, axis: int) -> Any:
+        return references.softmax(X, axis)
+
 
 class LogSoftmaxOp(_SoftmaxForward):
     """x - log(sum(exp(x))) over one axis (opset-13 semantics), numerically stable."""
@@ -120,6 +142,10 @@ class LogSoftmaxOp(_SoftmaxForward):
 
     SHARDING = "axis"
     GRADIENT = "LogSoftmaxGrad_13"
+
+    @classmethod
+    def reference(cls, X: Any, *, axis: int) -> Any:
+        return references.log_softmax(X, axis)
 
 
 # -- gradients (ORT semantics) -------------------------------------------------
@@ -173,6 +199,11 @@ class LeakyReluGradOp(BinaryActivationGradOp):
     OPERANDS = _Y
     ATTRS = (ALPHA_LEAKY,)
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": 0.25}
+
 
 class QuickGeluGradOp(BinaryActivationGradOp):
     """s = sigmoid(alpha X); dX = dY * s * (1 + alpha X (1 - s))."""
@@ -185,6 +216,11 @@ class QuickGeluGradOp(BinaryActivationGradOp):
     LINEAR_IN = (0,)
 
     ATTRS = (ALPHA_QUICKGELU,)
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The default example with a slope other than the default (so that its export carries it)."""
+        return super().example(rng, dtype)[0], {"alpha": -0.75}
 
 
 class GeluGradOp(BinaryActivationGradOp):
@@ -222,6 +258,12 @@ class _SoftmaxGrad(BackwardOp):
         ctx.axis("axis", t.rank)
         return [t]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """dY and a forward output Y of rank 3, summed from axis 1 (a batch of 4: the shard axis)."""
+        y = references.softmax(rng.standard_normal((4, 3, 2)), 1)
+        return [rng.standard_normal((4, 3, 2)).astype(dtype), y.astype(dtype)], {"axis": 1}
+
 
 class SoftmaxGradOp(_SoftmaxGrad):
     """dX = Y * (dY - sum(Y * dY)), summed over all axes from `axis` on (pre-opset-13, flattened)."""
@@ -230,6 +272,10 @@ class SoftmaxGradOp(_SoftmaxGrad):
 
     SHARDING = "axis"
     ATTRS = (axis_attr(1),)
+
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.softmax_grad(dY, Y, axis, flattened=True)
 
 
 class SoftmaxGrad_13Op(_SoftmaxGrad):
@@ -240,6 +286,10 @@ class SoftmaxGrad_13Op(_SoftmaxGrad):
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)
 
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.softmax_grad(dY, Y, axis, flattened=False)
+
 
 class LogSoftmaxGradOp(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum(dY), summed over all axes from `axis` on (pre-opset-13, flattened)."""
@@ -249,6 +299,10 @@ class LogSoftmaxGradOp(_SoftmaxGrad):
     SHARDING = "axis"
     ATTRS = (axis_attr(1),)
 
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.log_softmax_grad(dY, Y, axis, flattened=True)
+
 
 class LogSoftmaxGrad_13Op(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum_axis(dY), over the single axis `axis` (opset 13)."""
@@ -257,3 +311,7 @@ class LogSoftmaxGrad_13Op(_SoftmaxGrad):
 
     SHARDING = "axis"
     ATTRS = (axis_attr(-1),)
+
+    @classmethod
+    def reference(cls, dY: Any, Y: Any, *, axis: int) -> Any:
+        return references.log_softmax_grad(dY, Y, axis, flattened=False)

@@ -51,6 +51,16 @@ class ConstantOp(Op):
             self._array = cached
         return {"array": cached[2]}
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Six numbers, a flat list (the declared type: ``reference``'s shape in ``dtype``)."""
+        return [], {"value": [0.5, -1.0, 2.0, 3.0, 0.25, -4.0]}
+
+    @classmethod
+    def reference(cls, *, value: Any) -> Any:
+        """The value as written: a flat list is one axis, a number a scalar."""
+        return np.array(value, np.float64)
+
 
 def constant_array(op: Op) -> np.ndarray:
     """The (read-only) array of a validated Constant op."""

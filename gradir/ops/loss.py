@@ -7,11 +7,14 @@ the labels' shape for "none"; ``log_prob`` has the scores' shape.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
+
+import numpy as np
 
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand
 from ..onnxmap import MS_DOMAIN, OnnxMap
 from ..types import FLOAT_DTYPES, INT_DTYPES, TensorType, format_shape
+from . import references
 
 __all__ = ["REDUCTIONS", "SoftmaxCrossEntropyLossOp", "SoftmaxCrossEntropyLossGradOp"]
 
@@ -79,6 +82,18 @@ class SoftmaxCrossEntropyLossOp(Op):
         loss = TensorType(s.dtype, target if ctx.attrs["reduction"] == "none" else ())
         return [loss, s]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Scores [4, 3], labels (one of them ignored) and positive per-class weights; summed (a mean
+        divides by what no shard knows: sharding refuses it)."""
+        return ([rng.standard_normal((4, 3)).astype(dtype), np.array([0, 2, 1, 2], np.int64),
+                 rng.uniform(0.5, 2.0, 3).astype(dtype)], {"ignore_index": 1, "reduction": "sum"})
+
+    @classmethod
+    def reference(cls, scores: Any, labels: Any, weights: Any = None, *, reduction: str,
+                  ignore_index: Optional[int]) -> Any:
+        return references.sce_loss(scores, labels, weights, reduction, ignore_index)
+
 
 class SoftmaxCrossEntropyLossGradOp(BackwardOp):
     """ORT SoftmaxCrossEntropyLossGrad: d_logits = (exp(log_prob) - onehot(label)) * weight[label] * dY (scaled).
@@ -111,3 +126,15 @@ class SoftmaxCrossEntropyLossGradOp(BackwardOp):
                f" (a scalar, for reduction=\"{ctx.attrs['reduction']}\")")
         ctx.expect_shape(0, want, why)
         return [lp]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The scalar dY of a "sum" loss, a forward's log_prob [4, 3], labels and weights."""
+        log_prob = references.log_softmax(rng.standard_normal((4, 3)), 1)
+        return ([np.array(rng.standard_normal(), dtype), log_prob.astype(dtype), np.array([0, 2, 1, 2], np.int64),
+                 rng.uniform(0.5, 2.0, 3).astype(dtype)], {"reduction": "sum"})
+
+    @classmethod
+    def reference(cls, dY: Any, log_prob: Any, label: Any, weight: Any = None, *, reduction: str,
+                  ignore_index: Optional[int]) -> Any:
+        return references.sce_grad(dY, log_prob, label, weight, reduction, ignore_index)

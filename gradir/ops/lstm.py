@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from ..ir import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
 from ..onnxmap import MS_DOMAIN, OnnxMap
 from ..types import FLOAT_DTYPES, INT_DTYPES, Dim, TensorType
+from . import references
 
 HIDDEN = Attr("hidden_size", "int", min=1, doc="hidden size H")
 
@@ -54,6 +57,15 @@ class LSTMCellOp(Op):
         t = TensorType(dtype, [B, Hd])
         return [t, t]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """A batch of 4 rows of 3 inputs, hidden size 2."""
+        return _cell_example(rng, dtype), {"hidden_size": 2}
+
+    @classmethod
+    def reference(cls, *arrays: Any, hidden_size: int) -> Any:
+        return references.lstm_cell(*arrays, hidden_size)
+
 
 def _cell_grad_shape(k: int, B: Dim, I: Dim, Hd: int) -> list:
     return [[B, I], [B, Hd], [B, Hd], [4 * Hd, I], [4 * Hd, Hd], [4 * Hd]][k]
@@ -92,6 +104,16 @@ class GradLSTMCellInputOp(BackwardOp):
     def infer(self, ctx: InferContext) -> list[TensorType]:
         return _cell_grad_types(ctx, (ctx.attrs["input_index"],))
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The gradient of a weight (summed over the batch of 4: partial sums when sharded)."""
+        dh, dc = (rng.standard_normal((4, 2)).astype(dtype) for _ in range(2))
+        return [dh, dc] + _cell_example(rng, dtype), {"input_index": 3, "hidden_size": 2}
+
+    @classmethod
+    def reference(cls, *arrays: Any, input_index: int, hidden_size: int) -> Any:
+        return references.lstm_cell_grads(*arrays, hidden_size)[input_index]
+
 
 def _check_indices(v: tuple) -> Optional[str]:
     if not v:
@@ -122,6 +144,17 @@ class GradLSTMCellInputFusedOp(BackwardOp):
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         return _cell_grad_types(ctx, tuple(ctx.attrs["input_indices"]))
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Three gradients, of a batch input, a weight and the bias; without dC_next (zero)."""
+        dh = rng.standard_normal((4, 2)).astype(dtype)
+        return [dh, None] + _cell_example(rng, dtype), {"input_indices": [0, 4, 5], "hidden_size": 2}
+
+    @classmethod
+    def reference(cls, *arrays: Any, input_indices: Sequence[int], hidden_size: int) -> Any:
+        grads = references.lstm_cell_grads(*arrays, hidden_size)
+        return tuple(grads[k] for k in input_indices)
 
 
 # -- the sequence layer (ORT) -------------------------------------------------------
@@ -240,6 +273,16 @@ class LSTMTrainingOp(Op):
             c.sl(4)
         return [c.result(k) for k in ("all", "state", "state", "all", "iofc")]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """5 steps of a batch of 4 (axis 1, the shard axis), every optional operand given, sequence
+        lengths below S for some rows."""
+        return _layer_example(rng, dtype)[:8], {"hidden_size": 2}
+
+    @classmethod
+    def reference(cls, *arrays: Any, hidden_size: int, direction: str, **_: Any) -> Any:
+        return references.lstm_training(*arrays, hidden_size=hidden_size, direction=direction)
+
 
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
@@ -270,3 +313,33 @@ class LSTMGradOp(BackwardOp):
                 c.check(i, s[k])
             c.sl(3)
         return [c.result(k) for k in ("X", "W", "R", "B", "state", "state", "P")]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The saved values of ``LSTMTraining``'s example (in float64, then ``dtype``) and upstream
+        gradients of HAll, HFinal and CFinal."""
+        X, W, R, B, SL, H0, C0, P = _layer_example(rng, np.float64)
+        HAll, HFinal, CFinal, CAll, iofc = references.lstm_training(X, W, R, B, SL, H0, C0, P, hidden_size=2)
+        dy = [rng.standard_normal(a.shape) for a in (HAll, HFinal, CFinal)]
+        arrays = [X, W, R, SL, H0, C0, HAll, CAll, iofc, *dy, P]
+        return [a if a.dtype.kind == "i" else a.astype(dtype) for a in arrays], {"hidden_size": 2}
+
+    @classmethod
+    def reference(cls, *arrays: Any, hidden_size: int, direction: str, **_: Any) -> Any:
+        return references.lstm_grad(*arrays, hidden_size=hidden_size, direction=direction)
+
+
+# -- examples (Op.example) -----------------------------------------------------------------------------
+def _cell_example(rng: Any, dtype: Any) -> list[Any]:
+    """The six cell operands: B=4, I=3, Hd=2 (every dimension distinct: the batch axis is unambiguous)."""
+    shapes = ((4, 3), (4, 2), (4, 2), (8, 3), (8, 2), (8,))
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _layer_example(rng: Any, dtype: Any) -> list[Any]:
+    """X, W, R, B, SL, H0, C0, P of a forward layer: S=5, B=4, I=3, H=2, D=1; sequence lengths 5, 2, 4, 1."""
+    shapes = ((5, 4, 3), (1, 8, 3), (1, 8, 2), (1, 16))
+    arrays = [(0.5 * rng.standard_normal(s)).astype(dtype) for s in shapes]
+    arrays.append(np.array([5, 2, 4, 1], np.int32))
+    arrays += [(0.5 * rng.standard_normal(s)).astype(dtype) for s in ((1, 4, 2), (1, 4, 2), (1, 6))]
+    return arrays

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from ..ir import Attr, InferContext, Op, Operand, unify_shapes
 from ..onnxmap import MS_DOMAIN, OnnxMap
@@ -28,6 +30,11 @@ class _Binary(ElementwiseOp):
             ctx.fail(f"shapes {format_shape(a.shape)} ({self.operand_value(0)}) and {format_shape(b.shape)} "
                      f"({self.operand_value(1)}) cannot be broadcast together", operand=1)
         return [TensorType(a.dtype, shape)]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """A [4, 5] and a row B [5] that broadcasts over it, in [0.5, 2) (a divisor away from 0)."""
+        return [rng.standard_normal((4, 5)).astype(dtype), rng.uniform(0.5, 2.0, 5).astype(dtype)], {}
 
 
 class AddOp(_Binary):
@@ -114,6 +121,11 @@ class LogOp(UnaryOp):
     ELEMENTWISE = "same"
     FORMULA = "log(X)"
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Positive operands (the formula's domain), away from 0."""
+        return [rng.uniform(0.5, 2.0, (4, 5)).astype(dtype)], {}
+
 
 class SqrtOp(UnaryOp):
     """Square root (NaN below 0)."""
@@ -123,6 +135,11 @@ class SqrtOp(UnaryOp):
     SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "sqrt(X)"
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Positive operands (the formula's domain), away from 0."""
+        return [rng.uniform(0.5, 2.0, (4, 5)).astype(dtype)], {}
 
 
 class IdentityOp(UnaryOp):
@@ -155,6 +172,14 @@ class MatMulOp(Op):
         ctx.dtype_in(0, NUMERIC_DTYPES)
         ctx.same_dtype(0, 1)
         return [_product_type(self, ctx, list(ctx.type(0).shape), list(ctx.type(1).shape), "")]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 3)).astype(dtype), rng.standard_normal((3, 5)).astype(dtype)], {}
+
+    @classmethod
+    def reference(cls, A: Any, B: Any) -> Any:
+        return np.matmul(np.asarray(A, np.float64), np.asarray(B, np.float64))
 
 
 def _product_type(op: Op, ctx: InferContext, sa: list, sb: list, laid: str) -> TensorType:
@@ -222,6 +247,22 @@ feeding a MatMul, `simplify` folds a Scale of it into alpha."""
                 laid.append(f"{side} is {format_shape(t.shape)}")
         return [_product_type(self, ctx, shapes[0], shapes[1], f" as laid out ({', '.join(laid)})" if laid else "")]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Both operands stored transposed (A [3, 4] read as [4, 3]), scaled by alpha."""
+        return ([rng.standard_normal((3, 4)).astype(dtype), rng.standard_normal((5, 3)).astype(dtype)],
+                {"alpha": -1.5, "transA": 1, "transB": 1})
+
+    @classmethod
+    def reference(cls, A: Any, B: Any, *, alpha: float, transA: int, transB: int, transBatchA: int,
+                  transBatchB: int) -> Any:
+        a, b = np.asarray(A, np.float64), np.asarray(B, np.float64)
+        pa, pb = operand_perm(a.ndim, bool(transA), bool(transBatchA)), operand_perm(b.ndim, bool(transB),
+                                                                                     bool(transBatchB))
+        a = a if pa is None else a.transpose(pa)
+        b = b if pb is None else b.transpose(pb)
+        return alpha * np.matmul(a, b)
+
 
 def _check_perm(p: tuple) -> Optional[str]:
     if p is not None and sorted(p) != list(range(len(p))):
@@ -249,6 +290,14 @@ class TransposeOp(Op):
         if len(perm) != t.rank:
             ctx.fail(f"perm {list(perm)} has {len(perm)} entries but the operand has rank {t.rank}", attr="perm")
         return [t.with_shape([t.shape[p] for p in perm])]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 3, 2)).astype(dtype)], {"perm": [1, 0, 2]}
+
+    @classmethod
+    def reference(cls, X: Any, *, perm: Optional[Sequence[int]]) -> Any:
+        return np.transpose(np.asarray(X, np.float64), perm).copy()
 
 
 def _check_reshape(s: tuple) -> Optional[str]:
@@ -291,6 +340,14 @@ class ReshapeOp(Op):
                      attr="shape")
         return [t.with_shape(shape)]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 3, 2)).astype(dtype)], {"shape": [4, -1]}
+
+    @classmethod
+    def reference(cls, X: Any, *, shape: Sequence[int]) -> Any:
+        return np.reshape(np.asarray(X, np.float64), shape).copy()
+
 
 class _Reduce(Op):
     abstract = True
@@ -326,6 +383,16 @@ class ReduceSumOp(_Reduce):
     REDUCTION = True
     LINEAR_IN = (0,)
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """Summed over the batch axis too (a sharded run adds partial sums)."""
+        return [rng.standard_normal((4, 3, 2)).astype(dtype)], {"axes": [0, -1]}
+
+    @classmethod
+    def reference(cls, X: Any, *, axes: Optional[Sequence[int]], keepdims: bool) -> Any:
+        return np.asarray(np.sum(np.asarray(X, np.float64), axis=None if axes is None else tuple(axes),
+                                 keepdims=keepdims))
+
 
 class ReduceMeanOp(_Reduce):
     """Mean over `axes` (default all)."""
@@ -335,6 +402,15 @@ class ReduceMeanOp(_Reduce):
     LINEAR_IN = (0,)
 
     DTYPES = FLOAT_DTYPES
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 3, 2)).astype(dtype)], {"axes": [0, 1], "keepdims": True}
+
+    @classmethod
+    def reference(cls, X: Any, *, axes: Optional[Sequence[int]], keepdims: bool) -> Any:
+        return np.asarray(np.mean(np.asarray(X, np.float64), axis=None if axes is None else tuple(axes),
+                                  keepdims=keepdims))
 
 
 class SumOp(Op):
@@ -361,3 +437,11 @@ class SumOp(Op):
                          f"{self.operand_value(0)} has {format_shape(shape)}; they must be equal", operand=i)
             shape = merged
         return [ctx.type(0).with_shape(shape)]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 5)).astype(dtype) for _ in range(3)], {}
+
+    @classmethod
+    def reference(cls, *X: Any) -> Any:
+        return np.sum([np.asarray(x, np.float64) for x in X], axis=0)

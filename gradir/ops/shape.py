@@ -15,10 +15,13 @@ correct: the broadcast that happened at run time is undone at run time.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from ..ir import Attr, InferContext, Op, Operand, unify_shapes
 from ..types import FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
+from . import references
 from .common import UnaryOp
 from .math import broadcast_shapes
 
@@ -62,6 +65,15 @@ class ReduceSumToOp(Op):
         # a `?` in Like that meets a concrete non-1 dim of X must be that dim (or 1: keep `?`)
         return [TensorType(x.dtype, like.shape)]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """X [4, 3, 5] summed to Like's [3, 1] (a leading and an inner broadcast axis undone)."""
+        return [rng.standard_normal((4, 3, 5)).astype(dtype), rng.standard_normal((3, 1)).astype(dtype)], {}
+
+    @classmethod
+    def reference(cls, X: Any, Like: Any) -> Any:
+        return references.sum_to(X, np.shape(Like))
+
 
 class BroadcastToOp(Op):
     """X broadcast (NumPy rules) to the shape of Like: the transpose of ReduceSumTo."""
@@ -83,6 +95,14 @@ class BroadcastToOp(Op):
                      operand=0)
         shape = unify_shapes(broadcast_shapes(x.shape, like.shape), like.shape)
         return [TensorType(x.dtype, shape)]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((3, 1)).astype(dtype), rng.standard_normal((4, 3, 5)).astype(dtype)], {}
+
+    @classmethod
+    def reference(cls, X: Any, Like: Any) -> Any:
+        return np.array(np.broadcast_to(np.asarray(X, np.float64), np.shape(Like)))
 
 
 def _check_unique(v: tuple) -> Optional[str]:
@@ -115,6 +135,16 @@ class UnsqueezeOp(Op):
         dims = iter(t.shape)
         return [t.with_shape([1 if k in norm else next(dims) for k in range(r)])]
 
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 3)).astype(dtype)], {"axes": [1, -1]}
+
+    @classmethod
+    def reference(cls, X: Any, *, axes: Sequence[int]) -> Any:
+        x = np.asarray(X, np.float64)
+        r = x.ndim + len(axes)
+        return np.expand_dims(x, tuple(sorted(a % r for a in axes))).copy()
+
 
 class ScaleOp(UnaryOp):
     """factor * X, for a constant factor (e.g. the 1/n of a mean's gradient)."""
@@ -126,6 +156,10 @@ class ScaleOp(UnaryOp):
 
     ATTRS = (Attr("factor", "float", doc="the constant multiplier"),)
     DTYPES = FLOAT_DTYPES
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 5)).astype(dtype)], {"factor": -2.5}
 
 
 class ZerosLikeOp(UnaryOp):
