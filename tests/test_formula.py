@@ -19,7 +19,6 @@ from gradir.ops.fused import FusedElementwiseOp
 from gradir.passes import elementwise
 from gradir.traits import evaluate_formula
 
-from test_op_coverage import _operands
 
 SOFTSIGN = "X / (1 + abs(X))"
 BLEND = "maximum(A, B) * beta + minimum(A, B) - exp(-abs(A - B))"
@@ -236,11 +235,9 @@ def test_each_hand_kernel_matches_its_formula_in_float64(name, dtype):
     float64 (tolerance by dtype; the Float32 activations are clipped where the exact value is a
     denormal, hence the absolute tolerance)."""
     cls = OPS[name]
-    ops64 = _operands(cls, np.random.default_rng(11))
-    ops = {k: v.astype(dtype) for k, v in ops64.items()}
-    attrs = {a.name: a.default for a in cls.ATTRS if not a.required}
-    if cls.attr_spec("factor") is not None:
-        attrs["factor"] = 0.75
+    arrays, attrs = cls.example(np.random.default_rng(11), np.float64)
+    ops = {o.name: np.asarray(a).astype(dtype) for o, a in zip(cls.OPERANDS, arrays)}
+    attrs = {**{a.name: a.default for a in cls.ATTRS if not a.required}, **attrs}
     got = KERNELS[cls].fn(*[ops[o.name] for o in cls.OPERANDS], out=None, **attrs)
     want = evaluate_formula(cls, {k: v.astype(np.float64) for k, v in ops.items()}, attrs)
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)

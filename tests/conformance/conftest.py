@@ -77,7 +77,7 @@ def is_builtin(cls: type[Op]) -> bool:
 def kernel_of(cls: type[Op]) -> Any:
     """The op's CPU kernel (``KernelInfo``: ``fn``, ``inplace``), or None."""
     from gradir.kernels import get_kernel
-    return get_kernel(cls.op_name)
+    return get_kernel(cls)
 
 
 def grad_rule_of(cls: type[Op]) -> Any:
@@ -142,6 +142,8 @@ def onnx_no_counterpart_reason(cls: type[Op]) -> Optional[str]:
     the ``ai.gradir`` op itself)."""
     if not is_builtin(cls):
         return "a user op: exported in the ai.gradir domain"
+    if cls.__dict__.get("NO_ONNX"):
+        return cls.__dict__["NO_ONNX"]
     with open(os.path.join(ROOT, "docs", "onnx.md"), encoding="utf-8") as f:
         text = f.read()
     for para in text.split("\n- "):
