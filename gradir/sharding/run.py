@@ -58,6 +58,8 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
         raise ArgumentError(f"shard() takes a Graph, IR text or a path, not {type(graph).__name__}")
     if not graph.validated:
         graph.validate()
+    from ..ops.composite import expand_composites
+    graph = expand_composites(graph)  # composite ops are placed (and run) as their primitives
     axes = resolve_batch(graph, batch, option)
     place, means = analyze(graph, axes)
     return Sharded(graph, axes, place, build_shard_graph(graph, axes, place, means))
