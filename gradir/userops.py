@@ -65,7 +65,7 @@ def load_ops(path: Union[str, "os.PathLike[str]"]) -> types.ModuleType:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        why = "is a directory, not a Python file" if os.path.isdir(path) else (e.strerror or str(e)).lower()
+        why = "it is a directory, not a Python file" if os.path.isdir(path) else (e.strerror or str(e))
         raise OpDefinitionError(Diagnostic(f"cannot read the op file: {why}", filename=path)) from None
     text = data.decode("utf-8", errors="replace")
     module = _import(path, text)
@@ -206,9 +206,12 @@ def _op_at_fault(tb: Any) -> Optional[str]:
     name = None
     while tb is not None:
         frame = tb.tb_frame
-        cls = frame.f_locals.get("cls")
+        local = frame.f_locals
+        cls = local.get("cls")
         if isinstance(cls, type) and issubclass(cls, Op):
             name = cls.__name__
+        elif "__qualname__" in local and "__module__" in local and frame.f_code.co_name.endswith("Op"):
+            name = frame.f_code.co_name  # a class body that failed
         tb = tb.tb_next
     return name
 
