@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional, Union
 from .errors import ArgumentError, Diagnostic, GradirError, OpDefinitionError, Source, Span, path_problem, shown
 from .ir import OPS, Op
 
-__all__ = ["load_ops", "load_env_ops", "ENV_VAR", "user_op_file", "registry_snapshot"]
+__all__ = ["load_ops", "load_env_ops", "ENV_VAR", "user_op_file", "loaded_files", "registry_snapshot"]
 
 ENV_VAR = "GRADIR_OPS"
 
@@ -92,6 +92,12 @@ def load_env_ops(value: Optional[str] = None) -> list[types.ModuleType]:
                                                     d.filename) for d in e.diagnostics]) from None
             raise
     return out
+
+
+def loaded_files() -> tuple[str, ...]:
+    """The op files loaded so far (absolute, in loading order): what a worker process of a sharded run
+    loads before it reads the shard graph."""
+    return tuple(_LOADED)
 
 
 def user_op_file(cls: type) -> Optional[str]:

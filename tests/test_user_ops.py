@@ -230,6 +230,20 @@ def test_composite_op_sharded_run_matches_the_unsharded_one(opsdir):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
+def test_a_sharded_run_on_dask_worker_processes_loads_the_user_ops(opsdir):
+    """A worker process has not loaded the op file: the task names the loaded files and it loads them."""
+    pytest.importorskip("distributed")
+    from gradir.sharding.scheduler import open_scheduler
+    ops, _ = write(opsdir, "softsign")
+    gradir.load_ops(ops)
+    text = graph_text("softsign", shape="8, 5")
+    x = x_of((8, 5))
+    want = gradir.compile(text, threads=1).run({"x": x})["y"]
+    with open_scheduler("local:2") as client:
+        got = gradir.shard(text, {"x": 0}).run({"x": x}, shards=2, client=client)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 def test_composite_type_rule_is_its_decomposition_s(opsdir, capsys):
     """An operand its decomposition cannot take is the composite op's type error, located at the op."""
     ops, _ = write(opsdir, "swish")

@@ -298,6 +298,9 @@ class Sharded:
         attempts = [0] * len(parts)
         held: list[Any] = []  # the scattered inputs, released at the end
 
+        from ..userops import loaded_files
+        ops = loaded_files()  # a worker process loads the user op files the graph may use
+
         def submit(ks: Sequence[int]) -> dict[Any, int]:
             if paths is None:
                 with warnings.catch_warnings():
@@ -309,7 +312,7 @@ class Sharded:
             out = {}
             for k, arg in zip(ks, args):
                 out[client.submit(run_shard, self.text, self.key, k, arg, paths[k] if paths else None, threads,
-                                  jitter, pure=False, retries=retries,
+                                  jitter, ops, pure=False, retries=retries,
                                   key=f"gradir-shard-{k}-{token}-{attempts[k]}")] = k
             return out
 
