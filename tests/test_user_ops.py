@@ -254,6 +254,37 @@ def test_composite_type_rule_is_its_decomposition_s(opsdir, capsys):
     assert err.startswith(f"{g}:2:6: error: Swish: its decomposition does not build on these operands (Int32 [2])")
 
 
+AFFINE = '''\
+from gradir.ops import Attr, CompositeOp, Operand
+
+
+class AffineTanhOp(CompositeOp):
+    """(a * X + B, tanh(X)); B optional, broadcast."""
+    OPERANDS = (Operand("X"), Operand("B", optional=True))
+    RESULTS = ("Y", "T")
+    ATTRS = (Attr("a", "float", 2.0),)
+
+    @staticmethod
+    def decompose(b, X, B, *, a):
+        y = X * a if B is None else b.Add(X * a, B)
+        return y, b.Tanh(X)
+'''
+
+
+def test_a_composite_op_with_two_results_an_optional_operand_and_broadcasting(tmp_path):
+    path = tmp_path / "affine.py"
+    path.write_text(AFFINE)
+    gradir.load_ops(str(path))
+    text = ('input t0 "x" : Float64 [4, 5]\ninput t1 "b" : Float64 [5]\n'
+            't2, t3 = AffineTanh(t0, t1, a=3.0)\nt4, t5 = AffineTanh(t0)\nt6 = Mul(t2, t3)\n'
+            'output t6 "y", t4 "z"\n')
+    x, bias = x_of(dtype=np.float64), x_of((5,), np.float64, seed=2)
+    out = gradir.compile(text, threads=1).run({"x": x, "b": bias})
+    np.testing.assert_allclose(out["y"], (3 * x + bias) * np.tanh(x), rtol=1e-12)
+    np.testing.assert_allclose(out["z"], 2 * x, rtol=1e-12)
+    assert gradir.gradcheck(text).ok  # b's gradient is summed over the broadcast axis
+
+
 # ---------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------

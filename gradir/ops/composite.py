@@ -110,6 +110,8 @@ def _build(cls: type[CompositeOp], types: Sequence[Optional[TensorType]], attrs:
     from ..builder import GraphBuilder, Value
     b = GraphBuilder(cls.op_name)
     values = [None if t is None else b.input(t) for t in types]
+    if not (cls.OPERANDS and cls.OPERANDS[-1].variadic):  # omitted trailing optional operands are None too
+        values += [None] * (len(cls.OPERANDS) - len(values))
     name = cls.op_name
     try:
         out = cls.decompose(b, *values, **dict(attrs))
