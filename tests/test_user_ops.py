@@ -152,11 +152,12 @@ def test_run_on_the_command_line_with_GRADIR_OPS(kind, opsdir, capsys, monkeypat
 def test_fused_with_its_element_wise_neighbours_with_the_unfused_bits(kind, opsdir):
     ops, _ = write(opsdir, kind)
     gradir.load_ops(ops)
-    text = graph_text(kind, shape="256, 128")  # above the fusion pass's size threshold
+    # above the fusion pass's size threshold; neighbours that fuse (Tanh, transcendental, is kept apart)
+    text = f'input t0 "x" : Float32 [256, 128]\nt1 = {KINDS[kind][1]}\nt2 = Mul(t1, t0)\nt3 = Relu(t2)\noutput t3 "y"\n'
     fused = gradir.compile(text, threads=1)
     bodies = [str(st.op.attrs.get("body")) for st in fused.plan.steps if st.op.op_name == "FusedElementwise"]
     primitive = "Softsign" if kind == "softsign" else "Sigmoid"
-    assert any(primitive in b for b in bodies), [st.op.op_name for st in fused.plan.steps]
+    assert any(primitive in b and "Mul" in b and "Relu" in b for b in bodies), [st.op for st in fused.plan.steps]
     unfused = gradir.compile(text, threads=1, disable=["fuse-elementwise"])
     x = x_of((256, 128))
     assert fused.run({"x": x})["y"].tobytes() == unfused.run({"x": x})["y"].tobytes()
@@ -283,6 +284,17 @@ def test_a_composite_op_with_two_results_an_optional_operand_and_broadcasting(tm
     np.testing.assert_allclose(out["y"], (3 * x + bias) * np.tanh(x), rtol=1e-12)
     np.testing.assert_allclose(out["z"], 2 * x, rtol=1e-12)
     assert gradir.gradcheck(text).ok  # b's gradient is summed over the broadcast axis
+
+
+def test_a_composite_op_has_a_conformance_example_and_a_float64_reference(opsdir):
+    """What the conformance suite (GRADIR_OPS=swish.py pytest tests/conformance) runs a composite op on."""
+    ops, _ = write(opsdir, "swish")
+    swish = gradir.load_ops(ops).SwishOp
+    (x,), attrs = swish.example(np.random.default_rng(0), np.float32)
+    assert x.dtype == np.float32 and x.shape == (4, 5) and attrs == {}
+    y = swish.reference(x, alpha=1.5)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, KINDS["swish"][2](x.astype(np.float64)), rtol=1e-15, atol=1e-15)
 
 
 # ---------------------------------------------------------------------------

@@ -64,6 +64,35 @@ class CompositeOp(Op):
         return [g.types[o] for o in g.outputs]
 
     @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The conformance suite's instance: one standard-normal array of shape (4, 5) in ``dtype`` per
+        required operand (``None`` for an optional one), the attributes' defaults.  An op whose
+        decomposition needs other shapes or values defines its own."""
+        arrays = [None if o.optional else rng.standard_normal((4, 5)).astype(dtype) for o in cls.OPERANDS]
+        return arrays, {}
+
+    @classmethod
+    def reference(cls, *arrays: Any, **attrs: Any) -> Any:
+        """The results in float64: the decomposition's ops run one after another in Float64 (the
+        ``reference`` backend).  That checks how gradir compiles, fuses and shards the op, not the
+        decomposition itself: an op with an independent formula defines its own."""
+        import numpy as np
+        from ..runtime import compile
+        from ..types import DType
+        given = [np.asarray(a) for a in arrays if a is not None]
+        given = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in given]  # integers stay
+        it = iter(given)
+        types = [None if a is None else (lambda v: TensorType(DType.from_numpy(v.dtype), v.shape))(next(it))
+                 for a in arrays]
+        full = {}
+        for a in cls.ATTRS:
+            full[a.name] = a.coerce(attrs[a.name]) if a.name in attrs else a.default
+        g = expand_composites(cls.decomposition(types, full))
+        out = compile(g, threads=1, backend="reference").run(dict(zip(g.input_names, given)))
+        results = [np.asarray(v, np.float64) for v in out.values()]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    @classmethod
     def decomposition(cls, types: Sequence[Optional[TensorType]], attrs: Mapping[str, Any]) -> Any:
         """The decomposition built on operand ``types`` (``None``: an omitted operand) and ``attrs`` (coerced,
         complete): a validated ``Graph`` whose inputs are the given operands in order and whose outputs are
