@@ -124,6 +124,18 @@ def test_check_fmt_and_dot_show_the_op_as_written(kind, opsdir, capsys):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_plan_and_dot_plan_show_what_runs(kind, opsdir, capsys):
+    """A composite op runs as its decomposition; an element-wise op as itself."""
+    ops, g = write(opsdir, kind)
+    runs = "Softsign(t0)" if kind == "softsign" else "Sigmoid("
+    code, out, err = cli(capsys, "plan", "--ops", ops, g)
+    assert code == 0 and runs in out, err
+    assert kind == "softsign" or "Swish" not in out
+    code, out, err = cli(capsys, "dot", "--plan", "--ops", ops, g)
+    assert code == 0 and f"<b>#0  {'Softsign' if kind == 'softsign' else 'Scale'}</b>" in out, out
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_run_matches_float64_numpy_in_both_dtypes_and_is_bit_identical_on_1_and_2_threads(kind, opsdir):
     ops, _ = write(opsdir, kind)
     gradir.load_ops(ops)
