@@ -16,6 +16,8 @@ calling ``load_ops``; only the command line (and the conformance suite's fixture
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
+import importlib.util
 import itertools
 import os
 import sys
@@ -149,15 +151,21 @@ def _already_imported(real: str) -> Optional[types.ModuleType]:
     return None
 
 
+class _Loader(importlib.machinery.SourceFileLoader):
+    """Python's loader of source files, except that it writes no ``__pycache__`` beside the user's file:
+    gradir writes only what it is asked to."""
+
+    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
+        pass
+
+
 def _import(path: str, text: str) -> types.ModuleType:
     """Execute the file as a new module; on any failure undo what it registered and raise the
     ``OpDefinitionError`` that says why."""
-    import importlib.machinery
-    import importlib.util
     stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
     name = f"_gradir_ops_{next(_COUNTER)}_{stem}"
-    loader = importlib.machinery.SourceFileLoader(name, path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    loader = _Loader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)  # type: ignore[arg-type]
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     saved = _snapshot()

@@ -322,6 +322,15 @@ def test_load_ops_registers_the_classes_and_the_same_file_twice_is_a_no_op(opsdi
     assert gradir.load_ops(Path(ops)) is module
 
 
+def test_loading_writes_nothing_beside_the_op_file(opsdir, monkeypatch):
+    """Python's loader would write ``__pycache__/swish.*.pyc`` into the user's directory."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    ops, g = write(opsdir, "swish")
+    before = sorted(os.listdir(opsdir))
+    gradir.load_ops(ops)
+    assert sorted(os.listdir(opsdir)) == before
+
+
 def test_two_op_files_of_the_same_name_do_not_collide(tmp_path):
     for d, op in (("a", "First"), ("b", "Second")):
         (tmp_path / d).mkdir()
