@@ -7,7 +7,7 @@ and (in later layers) a compiler, runtime, autodiff and a Python builder.
 from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, OnnxError,
-                     ParseError, RenderError, ShardError, Span, VerifyError)
+                     OpDefinitionError, ParseError, RenderError, ShardError, Span, VerifyError)
 from .graph import Graph, GraphInput
 from .ir import OPS, Attr, BackwardOp, Op, Operand
 from .autodiff import AutodiffError, grad
@@ -20,6 +20,7 @@ from . import reference as _reference  # noqa: F401,E402  (registers the referen
 from .syntax import load, parse
 from .onnxio import export_onnx, import_onnx
 from .types import DType, TensorType
+from .userops import load_ops
 
 __version__ = "0.1.0"
 
@@ -29,5 +30,5 @@ __all__ = [
     "Graph", "GraphInput", "Op", "BackwardOp", "Operand", "Attr", "OPS", "DType",
     "TensorType", "GradirError", "ParseError", "VerifyError", "CompileError", "InputError",
     "ExecutionError", "ArgumentError", "ShardError", "RenderError", "OnnxError", "import_onnx", "export_onnx",
-    "Diagnostic", "Span", "__version__", "to_dot",
+    "Diagnostic", "Span", "__version__", "to_dot", "load_ops", "OpDefinitionError",
 ]

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .errors import GradirError, StdoutError, UsageError
 from .fileio import Terminated, check_output_paths, terminate_cleanly, write_file
-from .subcommands import add_command
+from .subcommands import add_command, add_ops_option, load_user_ops
 
 __all__ = ["main"]
 
@@ -143,12 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name, parser in sub.choices.items():  # --traceback after the subcommand works too
         parser.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
                             help="show Python tracebacks (for debugging gradir)")
+        add_ops_option(parser)
     return p
 
 
 # Options whose values are files a command reads, and files it writes: an output may never be an input.
 _INPUT_OPTIONS = {"file": "FILE", "files": "FILE", "inputs": "--inputs", "input": "--input", "compare": "--compare",
-                  "backward": "--backward", "model": "MODEL"}
+                  "backward": "--backward", "model": "MODEL", "ops_files": "--ops"}
 _OUTPUT_OPTIONS = {"output": "-o", "trace": "--trace", "save_inputs": "--save-inputs", "svg": "--svg",
                    "png": "--png", "values": "--values"}
 
@@ -237,6 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              + (f"; {stdin[-1]} reads a file" if stdin[-1] != "FILE" else ""))
         check_output_paths(inputs, _paths(args, _OUTPUT_OPTIONS),
                            hint="gradir fmt -i FILE rewrites it in place" if args.command == "fmt" else None)
+        load_user_ops(getattr(args, "ops_files", None) or [])
         status = int(args.func(args) or 0)
         sys.stdout.flush()
         return status

@@ -25,11 +25,19 @@ def _family(cls: type[Op]) -> str:
 
 
 def _grouped() -> list[tuple[str, list[type[Op]]]]:
+    from .userops import user_op_file
     out = []
+    builtin = [c for c in OPS.values() if user_op_file(c) is None]
     for title, module, backward in FAMILIES:
-        ops = [c for c in OPS.values() if _family(c) == module and (backward is None or c.is_backward == backward)]
+        ops = [c for c in builtin if _family(c) == module and (backward is None or c.is_backward == backward)]
         if ops:
             out.append((title, ops))
+    files: dict[str, list[type[Op]]] = {}  # user ops, by the file that defines them, in loading order
+    for c in OPS.values():
+        file = user_op_file(c)
+        if file is not None:
+            files.setdefault(file, []).append(c)
+    out += [(f"User ops ({file})", ops) for file, ops in files.items()]
     listed = {c for _, ops in out for c in ops}
     rest = [c for c in OPS.values() if c not in listed]
     if rest:
@@ -90,6 +98,9 @@ def op_traits(c: type) -> list[str]:
         out.append(f"its gradient is `{c.GRADIENT}`")
     if c.FUSES_INTO:
         out.append(f"siblings fuse into `{c.FUSES_INTO[0]}`")
+    from .ops.composite import CompositeOp
+    if issubclass(c, CompositeOp):
+        out.append("composite: compiled, differentiated and exported as its decomposition")
     if c.SHARDING:
         out.append(f"sharded by the `{c.SHARDING}` rule ([distributed.md](distributed.md))")
     return out

@@ -246,6 +246,8 @@ def _plan_dot(graph: Graph, disable: list[str]) -> str:
     from .fileio import human_bytes
     from .passes import Program, run_passes
     from .schedule import build_plan
+    from .ops.composite import expand_composites
+    graph = expand_composites(graph)  # the schedule runs a composite op's primitives
     program = Program(graph)
     log = run_passes(program, disable=disable)
     plan = build_plan(program, log)

@@ -16,6 +16,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
            "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported",
+           "OpDefinitionError",
            "Terminated", "ConstantValueError", "OpError", "OpErrors",
            "FastPathFallback", "ShardError", "Refusal", "OpDefinitionError", "shown", "path_problem"]
 
@@ -186,6 +187,12 @@ class BuilderError(VerifyError):
 class OnnxError(GradirError):
     """An ONNX model gradir cannot import (unsupported nodes, all listed at once; a model that fails
     ``onnx.checker``), a graph it cannot export, or ``onnx`` not installed."""
+
+
+class OpDefinitionError(GradirError):
+    """An op class that cannot be registered (a bad ``FORMULA`` or ``VJP``, a name clash with another op), or
+    a user's op file that cannot be loaded (missing, a syntax error, an exception while importing it); the
+    message names the op and the file that defines it."""
 
 
 class OnnxUnsupported(Exception):

@@ -19,7 +19,7 @@ import re
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from .attrs import INT_ATTR_LIMIT, REQUIRED, Attr, Operand, attr_equal, checked_items, freeze, is_str
-from .errors import ArgumentError, Diagnostic, OpError, OpErrors, VerifyError
+from .errors import ArgumentError, Diagnostic, OpDefinitionError, OpError, OpErrors, VerifyError
 from .infer import InferContext, unify_dim, unify_shapes
 from .onnxmap import OnnxMap
 from .oploc import OpLoc
@@ -27,7 +27,7 @@ from .types import TensorType, format_attr_value
 
 __all__ = ["Operand", "Attr", "REQUIRED", "INT_ATTR_LIMIT", "Op", "BackwardOp", "OpLoc", "OpError",
            "InferContext", "OPS", "lookup_op", "format_attr_value", "VALUE_NAME", "attr_equal", "freeze",
-           "unify_dim", "unify_shapes"]
+           "unify_dim", "unify_shapes", "defined_in"]
 
 VALUE_NAME = re.compile(r"t[0-9]+\Z")
 # the shape of the operands of ``Op.example``'s default (element-wise ops): 4 rows split into 1, 2 or 4 shards
@@ -38,6 +38,22 @@ OPS: dict[str, type["Op"]] = {}
 
 def lookup_op(name: str) -> Optional[type["Op"]]:
     return OPS.get(name)
+
+
+def defined_in(cls: type) -> str:
+    """Where an op class is defined, for messages: its file, or its module when it has none; a built-in
+    op says so (``gradir.ops.activation (built in)``)."""
+    module = cls.__module__
+    if module == "gradir" or module.startswith("gradir."):
+        return f"{module} (built in)"
+    import sys
+    return getattr(sys.modules.get(module), "__file__", None) or module
+
+
+def _definition_error(cls: type, message: str) -> OpDefinitionError:
+    """An ``OpDefinitionError`` about ``cls`` whose diagnostic names the file that defines it."""
+    where = defined_in(cls)
+    return OpDefinitionError(Diagnostic(message, filename=None if where.endswith("(built in)") else where))
 
 
 class Op:
@@ -97,14 +113,16 @@ class Op:
             return
         cls.abstract = False
         name = cls.__name__
-        if not name.endswith("Op"):
-            raise TypeError(f"op class {name} must end in 'Op'")
+        if not name.endswith("Op") or name == "Op":
+            raise _definition_error(cls, f"op class {name} must be named after its op, ending in 'Op' (class "
+                                         "SoftsignOp defines the op Softsign)")
         cls.op_name = name[:-2]
         if cls.op_name in OPS:
-            raise TypeError(f"op {cls.op_name} registered twice")
+            raise _definition_error(cls, f"op {cls.op_name} (class {name}) is already defined by "
+                                         f"{defined_in(OPS[cls.op_name])}; give the class another name")
         variadic = [k for k, o in enumerate(cls.OPERANDS) if o.variadic]
         if variadic and variadic != [len(cls.OPERANDS) - 1]:
-            raise TypeError(f"{name}: only the last operand may be variadic")
+            raise _definition_error(cls, f"op {cls.op_name}: only the last operand may be variadic")
         OPS[cls.op_name] = cls
 
     def __init__(self, results: Sequence[str], operands: Sequence[Optional[str]],

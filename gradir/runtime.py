@@ -24,6 +24,7 @@ from .errors import ArgumentError, Diagnostic, InputError, shown
 from .buffers import BufferPool
 from .executor import Run, describe, dtype_name, straight_line_code
 from .graph import Graph, GraphInput
+from .ops.composite import expand_composites
 from .passes import Program, run_passes
 from .schedule import Plan, build_plan
 from .types import TensorType, format_shape
@@ -69,7 +70,7 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     lower = get_backend(backend)
     from .syntax import no_gc
     with no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
-        program = Program(graph, lower)
+        program = Program(expand_composites(graph), lower)  # the passes see a composite op's primitives
         log = run_passes(program, passes, disable)
         plan = build_plan(program, log, lower.kernels)
     return lower.lower(graph, program, plan, threads)

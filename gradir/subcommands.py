@@ -1,4 +1,5 @@
-"""How a module adds its subcommand to the ``gradir`` command line.
+"""How a module adds its subcommand to the ``gradir`` command line, and the options every subcommand shares
+(``--ops FILE``: user-defined ops).
 
 The modules behind the subcommands (``runcli``, ``autodiff``, ``gradcheck``, ``dot``) each have a
 ``register(sub)`` that calls :func:`add_command`; ``cli`` calls those.  ``add_command`` lives
@@ -10,7 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-__all__ = ["add_command"]
+OPS_HELP = ("load user-defined ops from this Python file (repeatable; GRADIR_OPS=a.py:b.py too; "
+            "see docs/extending.md)")
+
+__all__ = ["add_command", "add_ops_option", "load_user_ops"]
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
@@ -22,3 +26,17 @@ def add_command(sub: argparse._SubParsersAction, name: str, *, help: str, descri
     epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
     return sub.add_parser(name, help=help, description=text, epilog=epilog, allow_abbrev=False,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_ops_option(parser: argparse.ArgumentParser) -> None:
+    """``--ops FILE`` (repeatable): every subcommand takes it, so that a user's ops work everywhere."""
+    parser.add_argument("--ops", action="append", dest="ops_files", metavar="FILE", default=[], help=OPS_HELP)
+
+
+def load_user_ops(files: Sequence[str]) -> None:
+    """Load the op files of ``GRADIR_OPS`` then those of ``--ops``, before a subcommand runs; a file that
+    does not load raises ``OpDefinitionError`` (exit 1)."""
+    from .userops import load_env_ops, load_ops
+    load_env_ops()
+    for path in files:
+        load_ops(path)

@@ -54,7 +54,8 @@ def export_onnx(graph: Union[Graph, str, "os.PathLike[str]"], path: Union[str, "
     if path is not None and path != "-" and source and _same_file(source, path):
         raise GradirError(Diagnostic("the output is the graph's own file; write the model to another path",
                                      filename=path))
-    model = Export(onnx, graph, opset, bool(custom_domain)).run()
+    from ..ops.composite import expand_composites
+    model = Export(onnx, expand_composites(graph), opset, bool(custom_domain)).run()  # composites as primitives
     if path is not None:
         from ..fileio import write_file
         write_file(path, _serialized(model, graph))

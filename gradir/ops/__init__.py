@@ -1,10 +1,12 @@
 """Op definitions by family; importing this package registers every op in ``gradir.ir.OPS``.
 
-An op author's names: ``ElementwiseOp`` (the base of element-wise ops defined by a ``FORMULA``),
-``Operand`` and ``Attr`` (an op's signature)."""
+What an op author imports (docs/extending.md): ``Operand``, ``Attr`` and the base classes:
+``ElementwiseOp`` (an element-wise op defined by a ``FORMULA``), ``CompositeOp`` (an op defined by a
+decomposition into other ops), ``Op``/``BackwardOp`` (anything else)."""
 
 from . import activation, constant, loss, lstm, math, shape  # noqa: F401
-from ..ir import OPS, Attr, Operand
+from ..ir import OPS, Attr, BackwardOp, Op, Operand
 from .common import ElementwiseOp
+from .composite import CompositeOp
 
-__all__ = ["OPS", "ElementwiseOp", "Operand", "Attr"]
+__all__ = ["OPS", "Op", "BackwardOp", "Operand", "Attr", "ElementwiseOp", "CompositeOp"]

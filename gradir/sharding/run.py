@@ -58,6 +58,8 @@ def shard(graph: Union[Graph, str, "os.PathLike[str]"], batch: Mapping[str, int]
         raise ArgumentError(f"shard() takes a Graph, IR text or a path, not {type(graph).__name__}")
     if not graph.validated:
         graph.validate()
+    from ..ops.composite import expand_composites
+    graph = expand_composites(graph)  # composite ops are placed (and run) as their primitives
     axes = resolve_batch(graph, batch, option)
     place, means = analyze(graph, axes)
     return Sharded(graph, axes, place, build_shard_graph(graph, axes, place, means))
@@ -296,6 +298,9 @@ class Sharded:
         attempts = [0] * len(parts)
         held: list[Any] = []  # the scattered inputs, released at the end
 
+        from ..userops import loaded_files
+        ops = loaded_files()  # a worker process loads the user op files the graph may use
+
         def submit(ks: Sequence[int]) -> dict[Any, int]:
             if paths is None:
                 with warnings.catch_warnings():
@@ -307,7 +312,7 @@ class Sharded:
             out = {}
             for k, arg in zip(ks, args):
                 out[client.submit(run_shard, self.text, self.key, k, arg, paths[k] if paths else None, threads,
-                                  jitter, pure=False, retries=retries,
+                                  jitter, ops, pure=False, retries=retries,
                                   key=f"gradir-shard-{k}-{token}-{attempts[k]}")] = k
             return out
 

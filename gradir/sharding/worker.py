@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -23,12 +23,16 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def executable(text: str, key: str, threads: Optional[int]) -> Any:
-    """The compiled shard graph of ``text`` (whose hash is ``key``), compiled on first use."""
+def executable(text: str, key: str, threads: Optional[int], ops: Sequence[str] = ()) -> Any:
+    """The compiled shard graph of ``text`` (whose hash is ``key``), compiled on first use; ``ops``: the
+    user op files the graph may use, loaded first (a worker process has not loaded them)."""
     exe = EXECUTABLES.get((key, threads))
     if exe is None:
         from ..runtime import compile
         from ..syntax import parse
+        from ..userops import load_ops
+        for path in ops:
+            load_ops(path)
         exe = compile(parse(text, "<shard graph>"), threads=threads)
         while len(EXECUTABLES) >= MAX_CACHED:
             del EXECUTABLES[next(iter(EXECUTABLES))]
@@ -57,11 +61,12 @@ def load_shard_file(path: str) -> dict[str, np.ndarray]:
 
 
 def run_shard(text: str, key: str, index: int, inputs: Mapping[str, np.ndarray], path: Optional[str] = None,
-              threads: Optional[int] = None, jitter: float = 0.0) -> ShardResult:
-    """Run shard ``index`` of the shard graph ``text`` (what a Dask task runs): see ``run_compiled``."""
+              threads: Optional[int] = None, jitter: float = 0.0, ops: Sequence[str] = ()) -> ShardResult:
+    """Run shard ``index`` of the shard graph ``text`` (what a Dask task runs): see ``run_compiled``;
+    ``ops``: the user op files to load first (``gradir.userops.loaded_files``)."""
     t0 = time.perf_counter()
     compiled = (key, threads) in EXECUTABLES
-    exe = executable(text, key, threads)
+    exe = executable(text, key, threads, ops)
     return run_compiled(exe, index, inputs, path, jitter, 0.0 if compiled else time.perf_counter() - t0)
 
 
