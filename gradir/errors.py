@@ -189,12 +189,6 @@ class OnnxError(GradirError):
     ``onnx.checker``), a graph it cannot export, or ``onnx`` not installed."""
 
 
-class OpDefinitionError(GradirError):
-    """An op class that cannot be registered (a bad ``FORMULA`` or ``VJP``, a name clash with another op), or
-    a user's op file that cannot be loaded (missing, a syntax error, an exception while importing it); the
-    message names the op and the file that defines it."""
-
-
 class OnnxUnsupported(Exception):
     """Raised inside ``gradir.onnxio`` for one node (import) or op (export) that has no exact counterpart,
     with the reason; collected, and reported all at once as one ``OnnxError``."""
@@ -205,9 +199,10 @@ class GradcheckError(GradirError):
 
 
 class OpDefinitionError(GradirError):
-    """An op class is defined wrongly (a bad ``FORMULA`` or ``VJP``: syntax, unknown names, a
-    function given the wrong number of arguments): raised when the class is created, naming the op
-    and the file that defines it."""
+    """An op class that cannot be registered (a bad ``FORMULA`` or ``VJP``: syntax, unknown names, a
+    function given the wrong number of arguments; a name clash with another op), raised when the class
+    is created, or a user's op file that cannot be loaded (missing, a syntax error, an exception while
+    importing it); the message names the op and the file that defines it."""
 
     def render(self) -> str:
         return "\n".join(d.render() if d.source is not None or d.filename else f"error: {d.message}"
