@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from gradir import OPS
-from gradir.autodiff import RULES
+from gradir import ShardError
+from gradir.autodiff import RULES, gradient_rule
 from gradir.kernels import KERNELS
-from gradir.sharding.rules import RULES as SHARDING_RULES
+from gradir.sharding.rules import placement_rule
 from gradir.traits import evaluate_formula, formula_names
 
 import strategies
@@ -23,12 +24,15 @@ def _missing(name: str) -> list[str]:
     out = []
     if name not in KERNELS:
         out.append("its kernel in gradir/kernels/ (@kernel)")
-    if not cls.is_backward and name not in RULES:
-        out.append("its gradient rule in gradir/gradrules.py (@rule)")
+    if not cls.is_backward and gradient_rule(cls) is None:
+        out.append("its gradient rule in gradir/gradrules.py (@rule), a VJP or a GRADIENT")
     if name not in strategies.OP_EXAMPLES and name not in strategies.DECLARED_EXAMPLES:
         out.append("its entry in tests/strategies.py (OP_EXAMPLES)")
-    if cls.SHARDING not in SHARDING_RULES:
-        out.append("its sharding rule (Op.SHARDING naming a rule of gradir/sharding/rules.py)")
+    try:
+        placement_rule(cls)
+    except ShardError:
+        out.append("its sharding rule (derived for element-wise ops and reductions, else Op.SHARDING naming a "
+                   "rule of gradir/sharding/rules.py)")
     if not (cls.__doc__ or "").strip():
         out.append("a docstring in its definition (docs/ops.md shows it)")
     return out
@@ -42,11 +46,16 @@ def test_every_op_has_every_place(name):
 
 def test_the_check_sees_a_missing_place(monkeypatch):
     monkeypatch.delitem(KERNELS, "Relu")
-    monkeypatch.delitem(RULES, "Relu")
-    monkeypatch.setattr(OPS["Relu"], "SHARDING", None)
+    monkeypatch.setattr(OPS["Relu"], "GRADIENT", None)  # its rule is derived from GRADIENT
+    monkeypatch.setattr(OPS["Relu"], "ELEMENTWISE", None)  # its placement is derived from ELEMENTWISE
     assert _missing("Relu") == ["its kernel in gradir/kernels/ (@kernel)",
-                                "its gradient rule in gradir/gradrules.py (@rule)",
-                                "its sharding rule (Op.SHARDING naming a rule of gradir/sharding/rules.py)"]
+                                "its gradient rule in gradir/gradrules.py (@rule), a VJP or a GRADIENT",
+                                "its sharding rule (derived for element-wise ops and reductions, else Op.SHARDING "
+                                "naming a rule of gradir/sharding/rules.py)"]
+    monkeypatch.setattr(OPS["Relu"], "SHARDING", "no-such-rule")
+    assert _missing("Relu")[-1].startswith("its sharding rule")
+    monkeypatch.delitem(RULES, "Exp")  # a hand rule removed: nothing derives Exp's
+    assert "its gradient rule in gradir/gradrules.py (@rule), a VJP or a GRADIENT" in _missing("Exp")
 
 
 @pytest.mark.parametrize("name", NAMES)

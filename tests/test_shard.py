@@ -262,8 +262,8 @@ def test_every_rule_returns_placements_or_refuses_for_every_combination_of_place
     exception (an exit 3 on the command line)."""
     from gradir.errors import Refusal
     from gradir.sharding.placement import Placement, RuleContext
-    from gradir.sharding.rules import RULES
-    rule = RULES[gradir.OPS[name].SHARDING]
+    from gradir.sharding.rules import RULES, placement_rule
+    rule = RULES[placement_rule(gradir.OPS[name])]
     tried = 0
     for g in _op_instances(name, 12):
         op = g.ops[0]

@@ -13,7 +13,6 @@ _Y = (Operand("dY", doc="upstream gradient"), Operand("Y", doc="forward output")
 class ReluOp(UnaryOp):
     """max(x, 0)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X <= 0, 0, X)"  # NaN stays NaN, as in the kernel
     GRADIENT = "ReluGrad"
@@ -22,7 +21,6 @@ class ReluOp(UnaryOp):
 class SigmoidOp(UnaryOp):
     """Logistic sigmoid 1 / (1 + exp(-x))."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "1 / (1 + exp(-X))"
     GRADIENT = "SigmoidGrad"
@@ -31,7 +29,6 @@ class SigmoidOp(UnaryOp):
 class TanhOp(UnaryOp):
     """Hyperbolic tangent."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "tanh(X)"
     GRADIENT = "TanhGrad"
@@ -40,7 +37,6 @@ class TanhOp(UnaryOp):
 class GeluOp(UnaryOp):
     """x * Phi(x), the exact (erf) GELU."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "0.5 * X * (1 + erf(X / sqrt(2)))"
     GRADIENT = "GeluGrad"
@@ -49,7 +45,6 @@ class GeluOp(UnaryOp):
 class FastGeluOp(UnaryOp):
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation of GELU."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "0.5 * X * (1 + tanh(0.7978845608028654 * (X + 0.044715 * X ** 3)))"
     GRADIENT = "FastGeluGrad"
@@ -58,10 +53,13 @@ class FastGeluOp(UnaryOp):
 class LeakyReluOp(UnaryOp):
     """x if x > 0 else alpha * x."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X > 0, X, alpha * X)"
     GRADIENT = "LeakyReluGrad"
+    # LeakyReluGrad tests `Y > 0`.  For alpha > 0, Y > 0 exactly where X > 0, so ORT's convention of
+    # passing Y is equivalent to passing X; for alpha <= 0 only X gives the right mask.  Passing X is
+    # right for every alpha and spares recomputing Y.
+    GRADIENT_OPERANDS = ("X",)
 
     ATTRS = (ALPHA_LEAKY,)
 
@@ -69,7 +67,6 @@ class LeakyReluOp(UnaryOp):
 class QuickGeluOp(UnaryOp):
     """x * sigmoid(alpha * x)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "X * sigmoid(alpha * X)"
     GRADIENT = "QuickGeluGrad"
@@ -106,7 +103,6 @@ class LogSoftmaxOp(_SoftmaxForward):
 class ReluGradOp(BinaryActivationGradOp):
     """dX = dY where X > 0 (strict), else 0."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X > 0, dY, 0)"
     LINEAR_IN = (0,)
@@ -115,7 +111,6 @@ class ReluGradOp(BinaryActivationGradOp):
 class SigmoidGradOp(BinaryActivationGradOp):
     """dX = dY * Y * (1 - Y), from the forward output Y."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * Y * (1 - Y)"
     LINEAR_IN = (0,)
@@ -126,7 +121,6 @@ class SigmoidGradOp(BinaryActivationGradOp):
 class TanhGradOp(BinaryActivationGradOp):
     """dX = dY * (1 - Y^2), from the forward output Y."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (1 - Y * Y)"
     LINEAR_IN = (0,)
@@ -137,7 +131,6 @@ class TanhGradOp(BinaryActivationGradOp):
 class LeakyReluGradOp(BinaryActivationGradOp):
     """dX = dY where Y > 0, else alpha * dY (reads the forward output Y, as ORT does)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(Y > 0, dY, alpha * dY)"
     LINEAR_IN = (0,)
@@ -149,7 +142,6 @@ class LeakyReluGradOp(BinaryActivationGradOp):
 class QuickGeluGradOp(BinaryActivationGradOp):
     """s = sigmoid(alpha X); dX = dY * s * (1 + alpha X (1 - s))."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * sigmoid(alpha * X) * (1 + alpha * X * (1 - sigmoid(alpha * X)))"
     LINEAR_IN = (0,)
@@ -160,7 +152,6 @@ class QuickGeluGradOp(BinaryActivationGradOp):
 class GeluGradOp(BinaryActivationGradOp):
     """dX = dY * (Phi(X) + X phi(X)) (exact erf GELU)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (0.5 * (1 + erf(X / sqrt(2))) + X * exp(-0.5 * X * X) / sqrt(2 * pi))"
     LINEAR_IN = (0,)
@@ -169,7 +160,6 @@ class GeluGradOp(BinaryActivationGradOp):
 class FastGeluGradOp(BinaryActivationGradOp):
     """Gradient of the tanh-approximated GELU."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = ("dY * (0.5 * (1 + tanh(0.7978845608028654 * (X + 0.044715 * X ** 3))) + 0.5 * X * "
                "(1 - tanh(0.7978845608028654 * (X + 0.044715 * X ** 3)) ** 2) * 0.7978845608028654 * "
@@ -191,6 +181,7 @@ class SoftmaxGradOp(_SoftmaxGrad):
     """dX = Y * (dY - sum(Y * dY)), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
     SHARDING = "axis"
+    FLATTENED = True
     ATTRS = (axis_attr(1),)
 
 
@@ -205,6 +196,7 @@ class LogSoftmaxGradOp(_SoftmaxGrad):
     """dX = dY - exp(Y) * sum(dY), summed over all axes from `axis` on (pre-opset-13, flattened)."""
 
     SHARDING = "axis"
+    FLATTENED = True
     ATTRS = (axis_attr(1),)
 
 

@@ -54,7 +54,6 @@ class _Binary(Op):
 class AddOp(_Binary):
     """A + B with NumPy broadcasting."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A + B"
@@ -65,7 +64,6 @@ class AddOp(_Binary):
 class SubOp(_Binary):
     """A - B with NumPy broadcasting."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A - B"
@@ -76,7 +74,6 @@ class SubOp(_Binary):
 class MulOp(_Binary):
     """A * B with NumPy broadcasting."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A * B"
@@ -86,7 +83,6 @@ class MulOp(_Binary):
 class DivOp(_Binary):
     """A / B with NumPy broadcasting (floating point)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A / B"
@@ -98,7 +94,6 @@ class DivOp(_Binary):
 class NegOp(UnaryOp):
     """-x."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "-X"
     LINEAR_IN = (0,)
@@ -109,7 +104,6 @@ class NegOp(UnaryOp):
 class ExpOp(UnaryOp):
     """exp(x)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "exp(X)"
 
@@ -117,7 +111,6 @@ class ExpOp(UnaryOp):
 class LogOp(UnaryOp):
     """Natural logarithm."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "log(X)"
 
@@ -125,7 +118,6 @@ class LogOp(UnaryOp):
 class SqrtOp(UnaryOp):
     """Square root (NaN below 0)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "sqrt(X)"
 
@@ -133,7 +125,6 @@ class SqrtOp(UnaryOp):
 class IdentityOp(UnaryOp):
     """x, unchanged."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "X"
     LINEAR_IN = (0,)
@@ -146,6 +137,7 @@ class MatMulOp(Op):
     """NumPy matmul: batched over leading dims (broadcast), 1-D operands promoted."""
 
     SHARDING = "matmul"
+    PRODUCT = True
     BROADCASTS = True
     LINEAR_IN = (0, 1)
 
@@ -195,6 +187,7 @@ no transposed copy is made. The `fold-transpose-matmul` pass makes this op from 
 feeding a MatMul, `simplify` folds a Scale of it into alpha."""
 
     SHARDING = "fused_matmul"
+    PRODUCT = True
     BROADCASTS = True
     LINEAR_IN = (0, 1)
 
@@ -261,6 +254,7 @@ class ReshapeOp(Op):
 
     SHARDING = "reshape"
     SHAPE_ONLY = True
+    VIEW = True
     LINEAR_IN = (0,)
 
     OPERANDS = (Operand("X"),)
@@ -318,7 +312,6 @@ class _Reduce(Op):
 class ReduceSumOp(_Reduce):
     """Sum over `axes` (default all)."""
 
-    SHARDING = "reduce"
     REDUCTION = True
     LINEAR_IN = (0,)
 
@@ -326,8 +319,8 @@ class ReduceSumOp(_Reduce):
 class ReduceMeanOp(_Reduce):
     """Mean over `axes` (default all)."""
 
-    SHARDING = "reduce"
     REDUCTION = True
+    AVERAGES = True
     LINEAR_IN = (0,)
 
     DTYPES = FLOAT_DTYPES
@@ -336,7 +329,6 @@ class ReduceMeanOp(_Reduce):
 class SumOp(Op):
     """Element-wise sum of n >= 1 operands of identical type (gradient accumulation)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     LINEAR_IN = (0,)
     LINEAR_JOINTLY = True
