@@ -19,25 +19,29 @@ from typing import Callable, Optional
 from ..errors import ShardError
 from .placement import PARTIAL, Placement, RuleContext, split
 
-__all__ = ["RULES", "rule", "placement_rule"]
+__all__ = ["RULES", "rule", "placement_rule", "derived_placement_rule"]
 
 RULES: dict[str, Callable[[RuleContext], list[Placement]]] = {}
 
 
+def derived_placement_rule(cls: type) -> Optional[str]:
+    """The rule ``cls``'s traits imply, if any: an element-wise op keeps the split (``elementwise``); a
+    reduction over ``axes`` (``keepdims``) of one operand renumbers it or sums the shards (``reduce``);
+    an op without operands is replicated (``constant``)."""
+    if cls.ELEMENTWISE is not None:
+        return "elementwise"
+    if cls.REDUCTION and len(cls.OPERANDS) == 1 and cls.attr_spec("axes") and cls.attr_spec("keepdims"):
+        return "reduce"
+    if not cls.OPERANDS:
+        return "constant"
+    return None
+
+
 def placement_rule(cls: type) -> str:
     """The name of the rule (a key of ``RULES``) that places ``cls``'s results: its ``SHARDING`` where it
-    names one (an override), else derived from its traits: an element-wise op keeps the split
-    (``elementwise``); a reduction over ``axes`` (``keepdims``) of one operand renumbers it or sums the
-    shards (``reduce``); an op without operands is replicated (``constant``).  Else a ``ShardError``
-    naming the op: nothing says how to place it."""
-    name = cls.SHARDING
-    if name is None:
-        if cls.ELEMENTWISE is not None:
-            name = "elementwise"
-        elif cls.REDUCTION and len(cls.OPERANDS) == 1 and cls.attr_spec("axes") and cls.attr_spec("keepdims"):
-            name = "reduce"
-        elif not cls.OPERANDS:
-            name = "constant"
+    names one (an override), else the one its traits imply (``derived_placement_rule``).  Else a
+    ``ShardError`` naming the op: nothing says how to place it."""
+    name = cls.SHARDING if cls.SHARDING is not None else derived_placement_rule(cls)
     if name is None:
         raise ShardError(f"{cls.op_name} has no sharding rule: it is neither element-wise (ELEMENTWISE) nor a "
                          f"reduction over `axes` (REDUCTION), and names no rule (SHARDING, one of "
