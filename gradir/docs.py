@@ -88,6 +88,9 @@ def op_traits(c: type) -> list[str]:
         out.append("moves elements only")
     if c.GRADIENT:
         out.append(f"its gradient is `{c.GRADIENT}`")
+    if c.VJP:
+        out.append("its gradient comes from its VJP (" + ", ".join(
+            f"`{g.op_name}`: d{k} = `{c.VJP[k]}`" for k, g in c.VJP_OPS.items()) + ")")
     if c.NO_GRADIENT_RESULTS:
         out.append("no gradient flows back from " + ", ".join(c.RESULTS[k] for k in c.NO_GRADIENT_RESULTS))
     if c.NO_GRADIENT_OPERANDS:

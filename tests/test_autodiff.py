@@ -633,6 +633,9 @@ def test_an_op_with_a_vjp_registers_one_backward_op_per_entry(scratch_ops):
     assert set(hypot.VJP_OPS) == {"A", "B"} and OPS["HypotGrad_A"].ELEMENTWISE == "broadcast"
     assert [o.name for o in OPS["HypotGrad_A"].OPERANDS] == ["dY", "A", "B", "Y"]
     assert [o.name for o in OPS["HypotGrad_B"].OPERANDS] == ["dY", "A", "B"]
+    from gradir.docs import op_traits
+    assert "its gradient comes from its VJP (`HypotGrad_A`: dA = `dY * A / Y`, `HypotGrad_B`: dB = " in "; ".join(
+        op_traits(hypot))
 
 
 def test_an_op_with_a_vjp_and_no_rule_derives_its_gradient_from_it(scratch_ops):
