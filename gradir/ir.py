@@ -82,7 +82,9 @@ class Op:
     # in its operand (``LINEAR_IN``), and ``AVERAGES`` makes the shard graph divide by the global count.
     REDUCTION: ClassVar[bool] = False
     AVERAGES: ClassVar[bool] = False  # a reduction that divides its sum by the count of reduced elements
-    SHAPE_ONLY: ClassVar[bool] = False  # moves, views or repeats elements; computes nothing
+    # Moves, views or repeats the elements of operand 0; computes nothing (so it is linear in it: the
+    # sharding rules pass a partial sum through).
+    SHAPE_ONLY: ClassVar[bool] = False
     # The result is the operand's elements in the same order, reshaped: with static shapes the schedule
     # runs it as a view of the operand's buffer (no copy).
     VIEW: ClassVar[bool] = False

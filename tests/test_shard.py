@@ -298,6 +298,16 @@ def test_element_wise_ops_and_reductions_do_not_name_the_rule_their_traits_imply
     assert derived_placement_rule(gradir.OPS["Constant"]) == "constant"
 
 
+def test_an_op_that_only_moves_elements_passes_a_partial_sum_through(monkeypatch):
+    """SHAPE_ONLY is read by the placement rules: moving elements is linear, LINEAR_IN or not."""
+    text = ("input t0 : Float32 [8, 4]\ninput t1 : Float32 [8, 3]\nt2 = Transpose(t0)\nt3 = MatMul(t2, t1)\n"
+            "t4 = Transpose(t3)\noutput t4\n")
+    monkeypatch.setattr(gradir.OPS["Transpose"], "LINEAR_IN", ())
+    assert placements(text, {"t0": 0, "t1": 0})["t4"] == "partial"
+    monkeypatch.setattr(gradir.OPS["Transpose"], "SHAPE_ONLY", False)
+    assert "Transpose is not linear in it" in str(refusal(text, {"t0": 0, "t1": 0}))
+
+
 @pytest.fixture
 def scratch_ops():
     """Op classes a test defines are unregistered after it."""

@@ -64,9 +64,11 @@ def _n(ctx: RuleContext, p: Placement) -> list[Placement]:
 
 
 def _linear_in(ctx: RuleContext, i: int) -> bool:
+    """Whether the op is linear in operand ``i`` (a partial sum there stays one): ``LINEAR_IN`` says so, and
+    a ``SHAPE_ONLY`` op, which only moves the elements of its operand 0, is linear in it."""
     op = type(ctx.op)
     k = min(i, len(op.OPERANDS) - 1) if op.OPERANDS and op.OPERANDS[-1].variadic else i
-    return k in op.LINEAR_IN
+    return k in op.LINEAR_IN or (k == 0 and op.SHAPE_ONLY)
 
 
 def linear_partial(ctx: RuleContext) -> Placement:
