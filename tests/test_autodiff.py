@@ -12,6 +12,7 @@ import argparse
 import glob
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -703,7 +704,7 @@ def test_a_bad_vjp_is_an_op_definition_error_naming_the_op_and_its_file(scratch_
     with pytest.raises(OpDefinitionError) as e:
         exec(compile(code, "myops.py", "exec"), {"__name__": __name__})
     assert isinstance(e.value, GradirError)
-    assert str(e.value).startswith(f"{__file__}: error: op Bad: {message}")
+    assert str(e.value).startswith(f"myops.py:2:1: error: op Bad: {message}")  # the file and its class line
     assert "Bad" not in OPS and "BadGrad" not in OPS  # unregistered: a fixed definition can run again
     exec(compile(code.replace(body, 'VJP = {"X": "dY"}'), "myops.py", "exec"), {"__name__": __name__})
     assert "Bad" in OPS and "BadGrad" in OPS
@@ -712,10 +713,29 @@ def test_a_bad_vjp_is_an_op_definition_error_naming_the_op_and_its_file(scratch_
 def test_a_vjp_whose_backward_op_name_is_taken_is_an_op_definition_error(scratch_ops):
     from gradir.errors import OpDefinitionError
     from gradir.ops.common import UnaryOp
-    with pytest.raises(OpDefinitionError, match="its VJP entry for 'X' makes the backward op LSTMGrad, but an op "
-                                                "LSTMGrad already exists"):
+    line = sys._getframe().f_lineno + 4
+    with pytest.raises(OpDefinitionError, match=f"^{re.escape(__file__)}:{line}:1: error: op LSTM: its VJP entry "
+                                                "for 'X' makes the backward op LSTMGrad, but an op LSTMGrad "
+                                                "already exists"):
         class LSTMOp(UnaryOp):
             """Not an LSTM."""
             ELEMENTWISE = "same"
             VJP = {"X": "dY"}
     assert "LSTM" not in OPS and OPS["LSTMGrad"].__module__ == "gradir.ops.lstm"
+
+
+def test_a_bad_vjp_in_a_file_loaded_as_a_module_names_that_file_and_line(scratch_ops, tmp_path):
+    """What loading a user's op file does (importlib, with or without a sys.modules entry): the error points
+    at the class in that file."""
+    import importlib.util
+    from gradir.errors import OpDefinitionError
+    path = tmp_path / "userops.py"
+    path.write_text('from gradir.ops.common import UnaryOp\n\n\nclass WobbleOp(UnaryOp):\n    """x."""\n'
+                    '    ELEMENTWISE = "same"\n    FORMULA = "X"\n    VJP = {"W": "dY"}\n')
+    spec = importlib.util.spec_from_file_location("userops_a2", path)
+    module = importlib.util.module_from_spec(spec)
+    with pytest.raises(OpDefinitionError) as e:
+        spec.loader.exec_module(module)
+    assert str(e.value).startswith(f"{path}:4:1: error: op Wobble: VJP has an entry for 'W', which is not an "
+                                   "operand of Wobble (its operands: X)")
+    assert "Wobble" not in OPS

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import Optional
 
-from ..errors import Diagnostic, OpDefinitionError
+from ..errors import Diagnostic, OpDefinitionError, Span
 from ..ir import ON_REGISTER, OPS, BackwardOp, InferContext, Op, Operand
 from ..traits import formula_names
 from ..types import FLOAT_DTYPES, TensorType, format_shape
@@ -58,13 +58,21 @@ class VjpGradOp(BackwardOp):
         return [ctx.type(0).with_shape(shape)]
 
 
-def _defined_in(cls: type) -> Optional[str]:
-    """The file that defines ``cls`` (for messages), when it is one."""
-    return getattr(sys.modules.get(cls.__module__), "__file__", None)
+def _defined_at(cls: type) -> tuple[Optional[str], Optional[Span]]:
+    """Where ``cls`` is being defined (for messages): the file and line of its ``class`` statement, from the
+    innermost frame running code of the defining module (a file loaded without a ``sys.modules`` entry
+    has one too), else the module's file."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == cls.__module__:
+            return frame.f_code.co_filename, Span(frame.f_lineno, 1, 2)
+        frame = frame.f_back  # type: ignore[assignment]
+    return getattr(sys.modules.get(cls.__module__), "__file__", None), None
 
 
 def _fail(cls: type, message: str) -> None:
-    raise OpDefinitionError(Diagnostic(f"op {cls.op_name}: {message}", filename=_defined_in(cls)))
+    filename, span = _defined_at(cls)
+    raise OpDefinitionError(Diagnostic(f"op {cls.op_name}: {message}", span, filename=filename))
 
 
 def grad_op_name(cls: type, operand: str) -> str:
