@@ -354,8 +354,9 @@ def _example_arrays(name: str, count: int = 2) -> list[tuple[list, dict]]:
 
 @pytest.mark.parametrize("name", SHARDED_OPS)
 def test_every_ops_placements_give_the_unsharded_numbers(name):
-    """For each split of its operands its rule accepts, the op run in 1, 2 and 4 shards gives the unsharded
-    result (split results concatenated, partial sums added): a wrong rule fails here, naming the op."""
+    """For each split of its operands (and partial sums fed to it) its rule accepts, the op run in 1, 2 and 4
+    shards gives the unsharded result (split results concatenated, partial sums added): a wrong rule fails
+    here, naming the op."""
     from shardcheck import check_placement
     compared = sum(check_placement(gradir.OPS[name], arrays, attrs, limit=4) for arrays, attrs in _example_arrays(name, 4))
     assert compared > 0, f"no example of {name} could be split: the check checked nothing"
@@ -376,20 +377,26 @@ def test_a_weight_gradient_placed_split_instead_of_summed_is_caught(monkeypatch)
         check_placement(gradir.OPS["MatMul"], arrays, {})
 
 
-@pytest.mark.parametrize("wrong", ["softmax split along its axis", "mean summed without 1/n"])
+@pytest.mark.parametrize("wrong", ["softmax split along its axis", "mean summed without 1/n", "exp claimed linear"])
 def test_a_rule_whose_types_hold_but_numbers_do_not_is_caught_numerically(monkeypatch, wrong):
     """Wrong placements the shard graph's types cannot see: a Softmax kept split along the axis it normalizes
-    over, a ReduceMean over the split axis summed as is (without AVERAGES, no 1/n rewrite)."""
+    over, a ReduceMean over the split axis summed as is (without AVERAGES, no 1/n rewrite), an Exp said to be
+    linear (LINEAR_IN) passing a partial sum through."""
     from shardcheck import check_placement
     from gradir.sharding import rules
     rng = np.random.default_rng(1)
     if wrong.startswith("softmax"):
         cls, attrs = gradir.OPS["Softmax"], {"axis": 0}
         monkeypatch.setitem(rules.RULES, "axis", rules.RULES["elementwise"])
-    else:
+    elif wrong.startswith("mean"):
         cls, attrs = gradir.OPS["ReduceMean"], {"axes": [0]}
         monkeypatch.setattr(cls, "AVERAGES", False)
-    with pytest.raises(AssertionError, match=f"{cls.op_name} with X split\\(0\\) in 2 shards: result t1 "
+    else:
+        cls, attrs = gradir.OPS["Exp"], {}
+        assert check_placement(cls, [rng.standard_normal((4, 3))], attrs) > 0
+        monkeypatch.setattr(cls, "LINEAR_IN", (0,))
+    how = "partial" if wrong.startswith("exp") else "split\\(0\\)"
+    with pytest.raises(AssertionError, match=f"{cls.op_name} with X {how} in 2 shards: result t200 "
                                              ".* differs from the unsharded run"):
         check_placement(cls, [rng.standard_normal((4, 3))], attrs)
 
