@@ -13,12 +13,15 @@ How it works (JAX-style):
 1. *Activity analysis.*  An op is differentiated only if it lies on a path from a
    ``wrt`` input to an output; an operand gets a cotangent only if it depends on a
    ``wrt`` input.  Everything else is never emitted.
-2. *Rules.*  ``RULES`` maps each forward op name to a function
-   ``rule(e, op, cts, need) -> cotangents per operand``.  ``e`` is the
+2. *Rules.*  ``gradient_rule(cls)`` gives each forward op's function
+   ``rule(e, op, cts, need) -> cotangents per operand``: hand-written (``RULES``, by op name) or
+   derived from the op's ``VJP`` or ``GRADIENT`` (``gradrules.py``).  ``e`` is the
    ``Emitter``, which appends IR ops with fresh names and returns the names;
    ``cts`` holds one cotangent name per result (``None`` is a symbolic zero);
    ``need[i]`` says whether operand ``i`` wants a cotangent (rules may skip work
-   for the others and return ``None`` for them).  Rules emit IR ops, never arrays.
+   for the others and return ``None`` for them).  Rules emit IR ops, never arrays.  A
+   cotangent of a result in the op's ``NO_GRADIENT_RESULTS``, or one asked of an operand in its
+   ``NO_GRADIENT_OPERANDS``, is an error located at the op (before its rule runs).
 3. *Broadcasting is undone centrally*: when a rule returns a cotangent whose shape
    differs from its operand's (or the op broadcasts and the operand has ``?``
    dimensions), the driver inserts one ``ReduceSumTo(ct, operand)``.
@@ -42,9 +45,9 @@ from .errors import AutodiffError, Diagnostic, shown
 from .graph import Graph, GraphInput
 from .ir import Op
 from .labels import label_text
-from .gradrules import NO_RULE_REASON, RULES, Emitter, Rule, rule
+from .gradrules import NO_RULE_REASON, RULES, Emitter, Rule, gradient_rule, rule
 
-__all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "Rule", "rule", "NO_RULE_REASON",
+__all__ = ["grad", "derive", "Derivation", "RULES", "Emitter", "Rule", "rule", "gradient_rule", "NO_RULE_REASON",
            "AutodiffError", "grad_text", "parse_wrt"]
 
 
@@ -183,10 +186,11 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
         cts = [cotangent(r) if r in varied else None for r in op.results]
         if all(c is None for c in cts):
             continue
-        fn = RULES.get(op.op_name)
+        fn = gradient_rule(type(op))
         if fn is None:
             why = NO_RULE_REASON if op.is_backward else "no rule is registered for it"
             e.fail(op, f"cannot differentiate {op.op_name} ({op.to_string()}): {why}")
+        _check_no_gradient(e, op, cts, need)
         e.current = op
         got = list(fn(e, op, cts, need))
         e.current = None
@@ -236,6 +240,26 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
         raise AssertionError("gradir bug: the derived graph is invalid:\n"
                              + "\n".join(d.render() for d in diags) + "\n" + derived.to_text())
     return Derivation(derived, graph, wrt_names, [(c.name, o) for c, o in zip(cot_inputs, graph.outputs)])
+
+
+def _check_no_gradient(e: Emitter, op: Op, cts: list, need: list) -> None:
+    """A cotangent reaching a result the op declares no gradient flows back from (``NO_GRADIENT_RESULTS``),
+    or asked of an operand it is not differentiable in (``NO_GRADIENT_OPERANDS``): an error at the op."""
+    cls = type(op)
+    for k in cls.NO_GRADIENT_RESULTS:
+        if k < len(cts) and cts[k] is not None:
+            what = cls.RESULTS[k]
+            rest = [r for j, r in enumerate(cls.RESULTS) if j not in cls.NO_GRADIENT_RESULTS]
+            takes = ", ".join(rest[:-1]) + " and " + rest[-1] if len(rest) > 1 else "".join(rest) or "no result"
+            e.fail(op, f"cannot differentiate {op.op_name} through its result {what} ({op.results[k]}), which "
+                       f"reaches an output: {cls.GRADIENT or 'its gradient'} accepts upstream gradients of {takes} "
+                       f"only, so no gradient can flow back from {what}", result=k)
+    for i in cls.NO_GRADIENT_OPERANDS:
+        if i < len(need) and need[i]:
+            name = cls.operand_spec(i).name
+            e.fail(op, f"cannot differentiate {op.op_name} with respect to its {name} ({op.operands[i]}): "
+                       f"{op.op_name} is not differentiable in {name}; leave the inputs it is computed from out "
+                       "of wrt (--wrt)")
 
 
 def grad(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Graph:

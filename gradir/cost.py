@@ -4,7 +4,7 @@ can use, and the longest path from it to the end of the graph (its priority).
 The executor uses them at run time (``gradir.executor``): among the steps ready to run, the one
 whose remaining path is longest starts first, with the cores that are free then, up to what it
 can use.  The estimates only order and size steps against each other, so a rough model is
-enough: FLOPs at ``FLOPS_PER_S`` for the products (MatMul, the LSTM layers and cells), bytes
+enough: FLOPs at ``FLOPS_PER_S`` for the products (``Op.PRODUCT`` ops, the LSTM layers and cells), bytes
 read and written at ``BYTES_PER_S`` for everything.  Unknown (``?``) dimensions count as 1.  How
 many cores a step can use is its kernel's to say (``KernelInfo.width``): this module does not
 import the kernels.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
+from .ir import OPS
 from .types import TensorType
 
 __all__ = ["FLOPS_PER_S", "BYTES_PER_S", "flops", "step_cost", "step_width"]
@@ -35,7 +36,10 @@ def _bytes(t: Optional[TensorType]) -> int:
     return math.prod(_shape(t)) * t.dtype.numpy.itemsize
 
 
-_PRODUCTS = ("MatMul", "FusedMatMul")
+def _is_product(op_name: str) -> bool:
+    """A matrix product of operands 0 and 1 (``Op.PRODUCT``: MatMul, FusedMatMul)."""
+    cls = OPS.get(op_name)
+    return cls is not None and cls.PRODUCT
 
 
 def _product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> tuple[tuple, tuple]:
@@ -51,7 +55,7 @@ def _product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, A
 def flops(op_name: str, operands: Sequence[Optional[TensorType]], results: Sequence[Optional[TensorType]],
           attrs: dict[str, Any]) -> float:
     """Multiply-add FLOPs of the products an op computes (0 for the others)."""
-    if op_name in _PRODUCTS and len(operands) >= 2 and None not in operands[:2] and results:
+    if _is_product(op_name) and len(operands) >= 2 and None not in operands[:2] and results:
         a, _ = _product_shapes(operands, attrs)
         k = a[-1] if a else 1
         return 2.0 * math.prod(_shape(results[0])) * k

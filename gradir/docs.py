@@ -96,13 +96,24 @@ def op_traits(c: type) -> list[str]:
         out.append("moves elements only")
     if c.GRADIENT:
         out.append(f"its gradient is `{c.GRADIENT}`")
+    if c.VJP:
+        out.append("its gradient comes from its VJP (" + ", ".join(
+            f"`{g.op_name}`: d{k} = `{c.VJP[k]}`" for k, g in c.VJP_OPS.items()) + ")")
+    if c.NO_GRADIENT_RESULTS:
+        out.append("no gradient flows back from " + ", ".join(c.RESULTS[k] for k in c.NO_GRADIENT_RESULTS))
+    if c.NO_GRADIENT_OPERANDS:
+        out.append("not differentiable in " + ", ".join(c.OPERANDS[k].name for k in c.NO_GRADIENT_OPERANDS))
     if c.FUSES_INTO:
         out.append(f"siblings fuse into `{c.FUSES_INTO[0]}`")
     from .ops.composite import CompositeOp
     if issubclass(c, CompositeOp):
         out.append("composite: compiled, differentiated and exported as its decomposition")
-    if c.SHARDING:
-        out.append(f"sharded by the `{c.SHARDING}` rule ([distributed.md](distributed.md))")
+    from .errors import ShardError
+    from .sharding.rules import placement_rule
+    try:
+        out.append(f"sharded by the `{placement_rule(c)}` rule ([distributed.md](distributed.md))")
+    except ShardError:  # an op nothing says how to place: sharding refuses it
+        pass
     return out
 
 

@@ -16,9 +16,8 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 __all__ = ["Span", "Diagnostic", "Source", "GradirError", "ParseError", "VerifyError",
            "ExecutionError", "InputError", "CompileError", "ArgumentError", "UsageError", "StdoutError",
            "RenderError", "AutodiffError", "BuilderError", "GradcheckError", "OnnxError", "OnnxUnsupported",
-           "OpDefinitionError",
-           "Terminated", "ConstantValueError", "OpError", "OpErrors",
-           "FastPathFallback", "ShardError", "Refusal", "OpDefinitionError", "shown", "path_problem"]
+           "Terminated", "ConstantValueError", "OpError", "OpErrors", "OpDefinitionError",
+           "FastPathFallback", "ShardError", "Refusal", "shown", "path_problem"]
 
 _MAX_SHOWN = 120  # columns of a long source line shown around the error
 
@@ -212,6 +211,12 @@ class OpDefinitionError(GradirError):
 class ShardError(GradirError):
     """A graph cannot be sharded as asked (an op refuses its operands' placements, a bad batch axis, ...),
     or a sharded run cannot be set up (no Dask, a bad scheduler, a shard file missing)."""
+
+
+class OpDefinitionError(GradirError):
+    """An op class that cannot be defined as written (a formula that does not parse or uses an unknown
+    name, a ``VJP`` entry for an operand the op does not have, ...): raised at class creation, naming
+    the op and the file that defines it."""
 
 
 class Refusal(Exception):

@@ -114,7 +114,7 @@ class Run:
                         if t is not None and t.is_static and not st.view else None)
         start = time.perf_counter() if self.trace is not None else 0.0
         try:
-            if st.view:  # the operand's buffer reshaped (``schedule.VIEW_OPS``)
+            if st.view:  # the operand's buffer reshaped (``Op.VIEW``)
                 res = (args[0].reshape(self.types[st.results[0]].shape),)
             elif len(st.results) == 1:
                 res = st.kernel.fn(*args, out=outs[0], **st.op.kernel_attrs())
@@ -390,7 +390,7 @@ def straight_line_code(plan: Plan, pool: BufferPool):
             local[r] = f"v{len(local)}"
             res.append(local[r])
         lines.append(f"        _s = {k}")
-        if st.view:  # the operand's buffer reshaped (``schedule.VIEW_OPS``)
+        if st.view:  # the operand's buffer reshaped (``Op.VIEW``)
             env[f"_S{k}"] = plan.types[st.results[0]].shape
             lines.append(f"        {res[0]} = {args[0]}.reshape(_S{k})")
         outs = []

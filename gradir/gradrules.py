@@ -1,10 +1,13 @@
 """The gradient rules of reverse-mode autodiff (``autodiff.py`` is the driver).
 
-``RULES`` maps each forward op name to a function ``rule(e, op, cts, need) -> cotangents per
-operand``.  ``e`` is the ``Emitter``, which appends IR ops with fresh names and returns the names;
-``cts`` holds one cotangent name per result (``None`` is a symbolic zero); ``need[i]`` says whether
-operand ``i`` wants a cotangent (rules may skip work for the others and return ``None`` for them).
-Rules emit IR ops, never arrays.  Broadcasting is undone by the driver, not by the rules.
+``gradient_rule(cls)`` is an op's rule: the hand-written one in ``RULES`` (forward op name -> rule),
+else one derived from the op's class data: its ``VJP`` (the generated backward ops of
+``gradir/ops/vjp.py``) or its ``GRADIENT`` (the ORT gradient op, fed dY and the forward values it
+reads).  A rule is a function ``rule(e, op, cts, need) -> cotangents per operand``.  ``e`` is the
+``Emitter``, which appends IR ops with fresh names and returns the names; ``cts`` holds one
+cotangent name per result (``None`` is a symbolic zero); ``need[i]`` says whether operand ``i``
+wants a cotangent (rules may skip work for the others and return ``None`` for them).  Rules emit IR
+ops, never arrays.  Broadcasting is undone by the driver, not by the rules.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from .ir import OPS, Op
 from .matmul_layout import fused_matmul_vjp, promoted_cotangent
 from .types import TensorType, format_shape
 
-__all__ = ["Rule", "RULES", "NO_RULE_REASON", "rule", "Emitter"]
+__all__ = ["Rule", "RULES", "NO_RULE_REASON", "rule", "gradient_rule", "Emitter"]
 
 
 Rule = Callable[["Emitter", Op, list, list], Sequence[Optional[str]]]
@@ -25,7 +28,6 @@ RULES: dict[str, Rule] = {}
 # Gradient ops (``is_backward``) deliberately have no rule: gradir derives
 # first-order gradients only.  A test checks that every other op has one.
 NO_RULE_REASON = "it is a gradient op (gradir derives first-order gradients only)"
-
 
 
 def rule(*names: str) -> Callable[[Rule], Rule]:
@@ -115,30 +117,54 @@ def _x(op: Op, i: int = 0) -> str:
     return op.operands[i]  # type: ignore[return-value]
 
 
-@rule("Relu", "QuickGelu", "Gelu", "FastGelu")
-def _act_of_x(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """ORT gradients that read the forward input X."""
-    attrs = {"alpha": op.attrs["alpha"]} if "alpha" in op.attrs else {}
-    return [e.op(op.GRADIENT, cts[0], _x(op), **attrs)]
+def gradient_rule(cls: type[Op]) -> Optional[Rule]:
+    """The rule that differentiates ``cls``: its hand-written one (``RULES``), else one derived from its
+    ``VJP`` or its ``GRADIENT``; ``None`` when it has none (a gradient op, or an op nothing says how to
+    differentiate)."""
+    fn = RULES.get(cls.op_name)
+    if fn is not None:
+        return fn
+    if cls.VJP is not None and cls.VJP_OPS:
+        return _from_vjp
+    if cls.GRADIENT is not None and cls.GRADIENT in OPS and len(OPS[cls.GRADIENT].RESULTS) == 1:
+        return _from_gradient_op
+    return None
 
 
-@rule("LeakyRelu")
-def _leaky_relu(e: Emitter, op: Op, cts: list, need: list) -> list:
-    # LeakyReluGrad tests `Y > 0`.  For alpha > 0, Y > 0 exactly where X > 0, so ORT's
-    # convention of passing Y is equivalent to passing X; for alpha <= 0 only X gives
-    # the right mask.  Passing X is right for every alpha and spares recomputing Y.
-    return [e.op(op.GRADIENT, cts[0], _x(op), alpha=op.attrs["alpha"])]
+def _from_gradient_op(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """``GRADIENT(dY, reads..., attrs)`` for the first operand: ``reads`` are the forward operands or results
+    named by ``GRADIENT_OPERANDS`` (by default, those the gradient op's own operands are named after:
+    ``ReluGrad(dY, X)`` reads the input X, ``SigmoidGrad(dY, Y)`` the result Y), ``attrs`` the op's
+    attributes that the gradient op declares (``alpha``, ``axis``)."""
+    cls, grad = type(op), OPS[op.GRADIENT]  # type: ignore[index]
+    values = dict(zip(cls.RESULTS, op.results))
+    values.update((o.name, v) for o, v in zip(cls.OPERANDS, op.operands))
+    names = cls.GRADIENT_OPERANDS or tuple(o.name for o in grad.OPERANDS[1:])
+    for k in range(1, len(op.operands)):
+        if need[k]:
+            e.fail(op, f"cannot differentiate {op.op_name} with respect to its operand {cls.operand_spec(k).name} "
+                       f"({op.operands[k]}): its gradient {grad.op_name} gives the first operand's only")
+    attrs = {a.name: op.attrs[a.name] for a in grad.ATTRS if a.name in op.attrs}
+    return [e.op(grad.op_name, cts[0], *(values[n] for n in names), **attrs)]
 
 
-@rule("Sigmoid", "Tanh")
-def _act_of_y(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """ORT gradients that read the forward output Y."""
-    return [e.op(op.GRADIENT, cts[0], op.results[0])]
-
-
-@rule("Softmax", "LogSoftmax")
-def _softmax(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.op(op.GRADIENT, cts[0], op.results[0], axis=op.attrs["axis"])]
+def _from_vjp(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """One generated backward op (``cls.VJP_OPS``) per operand that needs a cotangent, fed dY, the
+    forward operands and (when its formula reads it) the forward result Y."""
+    cls = type(op)
+    out: list[Optional[str]] = []
+    for i, v in enumerate(op.operands):
+        name = cls.operand_spec(i).name
+        if not need[i]:
+            out.append(None)
+            continue
+        grad = cls.VJP_OPS.get(name)
+        if grad is None:
+            e.fail(op, f"cannot differentiate {op.op_name} with respect to its operand {name} ({v}): its VJP has "
+                       f"no entry for {name}")
+        reads = [cts[0], *op.operands] + [op.results[0]] * (len(grad.OPERANDS) - 1 - len(op.operands))
+        out.append(e.op(grad.op_name, *reads, **op.attrs))  # type: ignore[arg-type]
+    return out
 
 
 @rule("Identity")
@@ -326,14 +352,9 @@ def _lstm_training(e: Emitter, op: Op, cts: list, need: list) -> list:
     LSTMGrad takes upstream gradients of HAll, HFinal and CFinal only: the
     gradient of CAll (every cell state) and of iofc (the gate activations) has no
     operand to enter the recurrence through, so a path from either to an output
-    is an error rather than a silently wrong gradient.
+    is an error rather than a silently wrong gradient (``NO_GRADIENT_RESULTS``:
+    the driver reports it).
     """
-    for k in (3, 4):
-        if cts[k] is not None:
-            what = op.RESULTS[k]
-            e.fail(op, f"cannot differentiate {op.op_name} through its result {what} ({op.results[k]}), which "
-                       "reaches an output: LSTMGrad accepts upstream gradients of HAll, HFinal and CFinal "
-                       f"only, so no gradient can flow back from {what}", result=k)
     x, w, r, b, sl, h0, c0, p = (list(op.operands) + [None] * 8)[:8]
     hall, _, _, call, iofc = op.results
     attrs = {a.name: op.attrs[a.name] for a in op.ATTRS}
@@ -347,13 +368,10 @@ def _lstm_training(e: Emitter, op: Op, cts: list, need: list) -> list:
 def _softmax_cross_entropy_loss(e: Emitter, op: Op, cts: list, need: list) -> list:
     """Scores get ORT's ``SoftmaxCrossEntropyLossGrad`` of the loss's cotangent, plus
     ``LogSoftmaxGrad_13`` (axis 1) of log_prob's when log_prob reaches an output; labels and weights
-    are not differentiable (ONNX), so a gradient requested through the weights is an error."""
+    are not differentiable (ONNX; ``NO_GRADIENT_OPERANDS``: the driver reports a gradient asked through
+    the weights)."""
     labels = op.operands[1]
     weights = op.operands[2] if len(op.operands) > 2 else None
-    if len(need) > 2 and need[2]:
-        e.fail(op, f"cannot differentiate {op.op_name} with respect to its weights ({weights}): ONNX defines them "
-                   "as not differentiable and ONNX Runtime has no gradient for them; leave the inputs they are "
-                   "computed from out of wrt (--wrt)")
     loss, log_prob = op.results
     parts = []
     if cts[0] is not None:

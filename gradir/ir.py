@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 from .attrs import INT_ATTR_LIMIT, REQUIRED, Attr, Operand, attr_equal, checked_items, freeze, is_str
 from .errors import ArgumentError, Diagnostic, OpDefinitionError, OpError, OpErrors, VerifyError
@@ -34,6 +34,12 @@ VALUE_NAME = re.compile(r"t[0-9]+\Z")
 EXAMPLE_SHAPE = (4, 5)
 
 OPS: dict[str, type["Op"]] = {}
+
+# Called with each op class as it is registered, after it is in ``OPS`` (``gradir/ops/vjp.py`` adds the
+# one that generates the backward ops of a ``VJP``): the layers above derive ops from an op's class
+# data without this module importing them.  A hook that raises unregisters the class (and must undo
+# what it registered itself), so the definition can be fixed and run again.
+ON_REGISTER: list[Callable[[type["Op"]], None]] = []
 
 
 def lookup_op(name: str) -> Optional[type["Op"]]:
@@ -90,14 +96,45 @@ class Op:
     # or with LINEAR_JOINTLY all of them together (Add, Sub: f(2a, 2b) = 2 f(a, b), but not in a alone).
     LINEAR_IN: ClassVar[tuple[int, ...]] = ()
     LINEAR_JOINTLY: ClassVar[bool] = False
-    REDUCTION: ClassVar[bool] = False  # sums (or averages) over axes
-    SHAPE_ONLY: ClassVar[bool] = False  # moves, views or repeats elements; computes nothing
-    GRADIENT: ClassVar[Optional[str]] = None  # the ONNX Runtime gradient op this forward op's rule emits
+    # Sums (or averages) over axes.  With an ``axes``/``keepdims`` signature its sharding placement is
+    # derived (the ``reduce`` rule): over a split axis the shards' results add up when the op is linear
+    # in its operand (``LINEAR_IN``), and ``AVERAGES`` makes the shard graph divide by the global count.
+    REDUCTION: ClassVar[bool] = False
+    AVERAGES: ClassVar[bool] = False  # a reduction that divides its sum by the count of reduced elements
+    # Moves, views or repeats the elements of operand 0; computes nothing (so it is linear in it: the
+    # sharding rules pass a partial sum through).
+    SHAPE_ONLY: ClassVar[bool] = False
+    # The result is the operand's elements in the same order, reshaped: with static shapes the schedule
+    # runs it as a view of the operand's buffer (no copy).
+    VIEW: ClassVar[bool] = False
+    # A matrix product of operands 0 and 1 (NumPy matmul of the operands as laid out by ``transA``/
+    # ``transB`` when the op has them): the cost model counts its FLOPs and BLAS blocks.
+    PRODUCT: ClassVar[bool] = False
+    # The op normalizes over every axis from its ``axis`` attribute on, flattened into one (the
+    # pre-opset-13 softmax gradients), not over ``axis`` alone: a split among them refuses.
+    FLATTENED: ClassVar[bool] = False
+    # The ONNX Runtime gradient op this forward op's rule emits.  Without a hand rule (``gradrules.RULES``)
+    # autodiff derives one from it: ``GRADIENT(dY, <GRADIENT_OPERANDS>..., <the op's attributes GRADIENT
+    # declares>)``, where ``GRADIENT_OPERANDS`` names the forward operands or results read after dY
+    # (``None``: those whose names the gradient op's operands have).
+    GRADIENT: ClassVar[Optional[str]] = None
+    GRADIENT_OPERANDS: ClassVar[Optional[tuple[str, ...]]] = None
+    # The gradient of an element-wise op as data (autodiff derives it when the op has no rule): operand
+    # name -> the formula of its cotangent, over the operand and attribute names, ``dY`` (the upstream
+    # gradient) and ``Y`` (the forward result).  Each entry becomes a generated backward op ``<Op>Grad``
+    # (``<Op>Grad_<Operand>`` when there are several), registered beside the op (``vjp.py``).
+    VJP: ClassVar[Optional[dict[str, str]]] = None
+    VJP_OPS: ClassVar[Mapping[str, type["Op"]]] = {}  # operand name -> its generated backward op (set by vjp.py)
+    # Results (indices) that no gradient can flow back from: a path from one to an output is an error
+    # naming it.  Operands (indices) the op is not differentiable in: a gradient asked through one is an error.
+    NO_GRADIENT_RESULTS: ClassVar[tuple[int, ...]] = ()
+    NO_GRADIENT_OPERANDS: ClassVar[tuple[int, ...]] = ()
     # (fused op, the attribute that tells siblings apart, the fused op's list attribute): siblings over
     # the same operands and other attributes fuse into one op (the fusion pass)
     FUSES_INTO: ClassVar[Optional[tuple[str, str, str]]] = None
-    # The placement rule (``gradir.shard.rules.RULES``) that says how the op's results are placed
-    # (replicated, split along an axis, partial sums) given its operands' placements, or refuses.
+    # The placement rule (``gradir.sharding.rules.RULES``) that says how the op's results are placed
+    # (replicated, split along an axis, partial sums) given its operands' placements, or refuses.  Only
+    # where it is not derived (``gradir.sharding.rules.placement_rule``: element-wise ops and reductions).
     SHARDING: ClassVar[Optional[str]] = None
     # The op's ONNX counterpart as data (``gradir.onnxmap.OnnxMap``: name, domain, attribute renames, operand
     # order), from which export and import derive their handlers.  Read from the class itself, never
@@ -124,6 +161,12 @@ class Op:
         if variadic and variadic != [len(cls.OPERANDS) - 1]:
             raise _definition_error(cls, f"op {cls.op_name}: only the last operand may be variadic")
         OPS[cls.op_name] = cls
+        try:
+            for hook in ON_REGISTER:
+                hook(cls)
+        except BaseException:
+            del OPS[cls.op_name]
+            raise
 
     def __init__(self, results: Sequence[str], operands: Sequence[Optional[str]],
                  attrs: Optional[Mapping[str, Any]] = None,

@@ -46,7 +46,7 @@ class Step:
     free_after: list[str] = field(default_factory=list)  # values whose last use is this step
     inplace: dict[int, int] = field(default_factory=dict)  # result index -> donor operand index
     tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
-    view: bool = False  # the result is the operand reshaped, sharing its buffer (``VIEW_OPS``)
+    view: bool = False  # the result is the operand reshaped, sharing its buffer (``Op.VIEW``)
     cost: float = 0.0  # estimated seconds on one core (``gradir.cost``)
     width: int = 1  # how many cores its kernel can keep busy
     priority: float = 0.0  # estimated seconds of the longest path from this step to the end
@@ -256,13 +256,12 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
                 bool(heavy), any(st.kernel.blas for st in steps), views)
 
 
-# Ops whose result is their first operand reshaped (static shapes): run as a NumPy reshape of the
-# operand's buffer, no copy.  (The LSTM LM's flattened weight-gradient product read two such
+# Ops whose result is their first operand reshaped (``Op.VIEW``; static shapes): run as a NumPy reshape
+# of the operand's buffer, no copy.  (The LSTM LM's flattened weight-gradient product read two such
 # copies, 6.5 and 13 MB: 2 ms on its critical path.)  A view is never written in place (its buffer
 # may have other readers), so the op after it writes a buffer of its own, where it would have
 # written over the copy: the same memory, one copy fewer.  Not ``Identity``: ``simplify`` drops it,
 # and where it stays (the pass switched off) its copy is what the next op overwrites.
-VIEW_OPS = frozenset({"Reshape", "Unsqueeze"})
 
 
 def _views(steps: list[Step], types: dict, inputs: set, outputs: set) -> dict[str, str]:
@@ -271,7 +270,7 @@ def _views(steps: list[Step], types: dict, inputs: set, outputs: set) -> dict[st
     intermediate's buffer would see that buffer reused by the next run."""
     views: dict[str, str] = {}
     for st in steps:
-        if st.op.op_name not in VIEW_OPS or len(st.results) != 1 or st.operands[0] is None:
+        if not st.op.VIEW or len(st.results) != 1 or st.operands[0] is None:
             continue
         v, r = st.operands[0], st.results[0]
         tv, tr = types.get(v), types.get(r)

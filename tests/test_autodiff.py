@@ -12,6 +12,7 @@ import argparse
 import glob
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import OPS, DType, Graph, GraphInput, TensorType
-from gradir.autodiff import RULES, AutodiffError, derive, grad, grad_text
+from gradir.autodiff import AutodiffError, derive, grad, grad_text, gradient_rule
 from gradir.gradcli import register as register_cli
 from strategies import OP_EXAMPLES
 
@@ -188,9 +189,12 @@ def test_derived_gradients_match_finite_differences(case):
 
 
 def test_rules_are_for_forward_ops_only():
-    """A gradient op has no rule (first-order gradients only); that every forward op has one, and that
-    it matches finite differences, is tests/conformance's gradient concern."""
-    assert set(RULES) <= {n for n, c in OPS.items() if not c.is_backward}
+    """Every forward op has a gradient rule (hand-written, or derived from its VJP or GRADIENT) and no
+    gradient op has one (first-order gradients only); that each rule matches finite differences is
+    tests/conformance's gradient concern."""
+    forward = {n for n, c in OPS.items() if not c.is_backward}
+    assert {n for n in forward if gradient_rule(OPS[n]) is None} == set()
+    assert {n for n, c in OPS.items() if c.is_backward and gradient_rule(c) is not None} == set()
 
 
 # -- every forward op on random shapes and attributes (strategies.OP_EXAMPLES) --
@@ -509,3 +513,209 @@ def test_grad_accepts_text_and_rejects_empty_wrt_entries():
     assert gradir.grad(text, wrt=["t0"]).outputs
     with pytest.raises(gradir.AutodiffError, match="empty entry"):
         gradir.grad(text, wrt="t0,,t1")
+
+
+# ---------------------------------------------------------------------------
+# rules derived from class data: GRADIENT, NO_GRADIENT_*, VJP (gradir/ops/vjp.py)
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("forward, backward", [
+    ("Relu(t0)", "t3 = ReluGrad(t2, t0)"),
+    ("Gelu(t0)", "t3 = GeluGrad(t2, t0)"),
+    ("FastGelu(t0)", "t3 = FastGeluGrad(t2, t0)"),
+    ("QuickGelu(t0, alpha=-0.7)", "t3 = QuickGeluGrad(t2, t0, alpha=-0.7)"),
+    ("LeakyRelu(t0, alpha=0.2)", "t3 = LeakyReluGrad(t2, t0, alpha=0.2)"),  # X, not Y: GRADIENT_OPERANDS
+    ("Sigmoid(t0)", "t3 = SigmoidGrad(t2, t1)"),
+    ("Tanh(t0)", "t3 = TanhGrad(t2, t1)"),
+    ("Softmax(t0, axis=0)", "t3 = SoftmaxGrad_13(t2, t1, axis=0)"),
+    ("LogSoftmax(t0)", "t3 = LogSoftmaxGrad_13(t2, t1)"),
+])
+def test_a_gradient_op_rule_is_derived_from_the_gradient_trait(forward, backward):
+    """The ORT activation gradients need no hand rule: GRADIENT(dY, the forward operand or result its operands
+    are named after, the attributes it declares), the same lines the hand rules wrote."""
+    name = forward.split("(")[0]
+    assert name not in gradir.autodiff.RULES and gradient_rule(OPS[name]) is not None
+    g = grad(gradir.parse(f"input t0 : Float32 [2, 3]\nt1 = {forward}\noutput t1\n"))
+    assert backward + " : Float32 [2, 3]" in g.to_text().splitlines()
+
+
+def test_a_path_from_a_result_without_gradient_to_an_output_is_an_error_from_the_trait(monkeypatch):
+    """NO_GRADIENT_RESULTS is read by the driver, not by one op's rule: set on another op, it holds there."""
+    text = ('input t0 : Float32 [4, 3]\ninput t1 : Int64 [4]\nt2, t3 = SoftmaxCrossEntropyLoss(t0, t1)\n'
+            'output t2, t3\n')
+    grad(gradir.parse(text))
+    monkeypatch.setattr(OPS["SoftmaxCrossEntropyLoss"], "NO_GRADIENT_RESULTS", (1,))
+    with pytest.raises(AutodiffError, match=re.escape(
+            "ce.gir:3:5: error: cannot differentiate SoftmaxCrossEntropyLoss through its result log_prob (t3), "
+            "which reaches an output: SoftmaxCrossEntropyLossGrad accepts upstream gradients of loss only")):
+        grad(gradir.parse(text, "ce.gir"))
+
+
+def test_a_gradient_through_an_operand_without_gradient_is_a_located_error():
+    text = ('input t0 : Float32 [4, 3]\ninput t1 : Int64 [4]\ninput t2 : Float32 [3]\n'
+            't3, t4 = SoftmaxCrossEntropyLoss(t0, t1, t2)\noutput t3\n')
+    assert OPS["SoftmaxCrossEntropyLoss"].NO_GRADIENT_OPERANDS == (1, 2)
+    with pytest.raises(AutodiffError, match=re.escape(
+            "ce.gir:4:10: error: cannot differentiate SoftmaxCrossEntropyLoss with respect to its weights (t2): "
+            "SoftmaxCrossEntropyLoss is not differentiable in weights; leave the inputs it is computed from out of "
+            "wrt (--wrt)")):
+        grad(gradir.parse(text, "ce.gir"))
+    assert grad(gradir.parse(text), ["t0"]).outputs
+
+
+@pytest.fixture
+def scratch_ops():
+    """Op classes a test defines are unregistered after it (with the backward ops their VJP made)."""
+    before = set(OPS)
+    yield
+    for name in set(OPS) - before:
+        del OPS[name]
+
+
+def _define_vjp_ops():
+    from gradir.ops.common import UnaryOp
+    from gradir.ops.math import broadcast_shapes
+    from gradir.ir import Attr, InferContext, Op, Operand
+
+    class SoftplusXOp(UnaryOp):
+        """log(1 + exp(x)); its VJP reads the forward result Y (sigmoid(x) = 1 - exp(-Y))."""
+        ELEMENTWISE = "same"
+        FORMULA = "log(1 + exp(X))"
+        VJP = {"X": "dY * (1 - exp(-Y))"}
+
+    class ScaledTanhOp(UnaryOp):
+        """tanh(beta x)."""
+        ELEMENTWISE = "same"
+        ATTRS = (Attr("beta", "float", 1.0),)
+        FORMULA = "tanh(beta * X)"
+        VJP = {"X": "dY * beta * (1 - tanh(beta * X) ** 2)"}
+
+    class HypotOp(Op):
+        """sqrt(a^2 + b^2), broadcasting."""
+        OPERANDS = (Operand("A"), Operand("B"))
+        ELEMENTWISE = "broadcast"
+        BROADCASTS = True
+        FORMULA = "sqrt(A * A + B * B)"
+        VJP = {"A": "dY * A / Y", "B": "dY * B / sqrt(A * A + B * B)"}
+
+        def infer(self, ctx: InferContext):
+            ctx.same_dtype(0, 1)
+            return [ctx.type(0).with_shape(broadcast_shapes(ctx.type(0).shape, ctx.type(1).shape))]
+
+    return SoftplusXOp, ScaledTanhOp, HypotOp
+
+
+def test_an_op_with_a_vjp_registers_one_backward_op_per_entry(scratch_ops):
+    softplus, scaled, hypot = _define_vjp_ops()
+    g = OPS["SoftplusXGrad"]
+    assert softplus.VJP_OPS == {"X": g} and g.is_backward and g.FORMULA == softplus.VJP["X"]
+    assert [o.name for o in g.OPERANDS] == ["dY", "X", "Y"] and g.LINEAR_IN == (0,) and g.ELEMENTWISE == "same"
+    assert [o.name for o in OPS["ScaledTanhGrad"].OPERANDS] == ["dY", "X"]  # Y only where the formula reads it
+    assert OPS["ScaledTanhGrad"].ATTRS == scaled.ATTRS
+    assert set(hypot.VJP_OPS) == {"A", "B"} and OPS["HypotGrad_A"].ELEMENTWISE == "broadcast"
+    assert [o.name for o in OPS["HypotGrad_A"].OPERANDS] == ["dY", "A", "B", "Y"]
+    assert [o.name for o in OPS["HypotGrad_B"].OPERANDS] == ["dY", "A", "B"]
+    from gradir.docs import op_traits
+    assert "its gradient comes from its VJP (`HypotGrad_A`: dA = `dY * A / Y`, `HypotGrad_B`: dB = " in "; ".join(
+        op_traits(hypot))
+
+
+def test_an_op_with_a_vjp_and_no_rule_derives_its_gradient_from_it(scratch_ops):
+    _define_vjp_ops()
+    text = ("input t0 : Float64 [2, 3]\ninput t1 : Float64 [3]\nt2 = SoftplusX(t0)\nt3 = ScaledTanh(t2, beta=0.5)\n"
+            "t4 = Hypot(t3, t1)\noutput t4\n")
+    g = grad(gradir.parse(text))
+    body = [line.split(" : ")[0] for line in g.to_text().splitlines() if " = " in line]
+    assert body[3:] == ["t6 = HypotGrad_A(t5, t3, t1, t4)", "t7 = HypotGrad_B(t5, t3, t1)", "t8 = ReduceSumTo(t7, t1)",
+                        "t9 = ScaledTanhGrad(t6, t2, beta=0.5)", "t10 = SoftplusXGrad(t9, t0, t2)"], body
+    assert g.outputs == ["t10", "t8"]
+    assert gradir.parse(g.to_text()).to_text() == g.to_text()  # the generated ops print and parse back
+    assert [o.op_name for o in grad(gradir.parse(text), ["t1"]).ops][-2:] == ["HypotGrad_B", "ReduceSumTo"]
+
+
+def test_a_vjp_formula_is_the_derivative_of_the_forward_formula(scratch_ops):
+    """Each generated op's formula (float64) against central differences of its forward op's formula."""
+    from gradir.traits import evaluate_formula
+    rng = np.random.default_rng(0)
+    for fwd in _define_vjp_ops():
+        attrs = {a.name: 0.7 for a in fwd.ATTRS}
+        x = {o.name: rng.standard_normal((3, 4)) + 0.5 for o in fwd.OPERANDS}
+        y = evaluate_formula(fwd, x, attrs)
+        dy = rng.standard_normal(np.shape(y))
+        for name, g in fwd.VJP_OPS.items():
+            h = 1e-6
+            up, down = dict(x, **{name: x[name] + h}), dict(x, **{name: x[name] - h})
+            fd = dy * (evaluate_formula(fwd, up, attrs) - evaluate_formula(fwd, down, attrs)) / (2 * h)
+            got = evaluate_formula(g, dict(x, dY=dy, Y=y), attrs)
+            np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8, err_msg=g.op_name)
+
+
+def test_a_vjp_without_an_entry_for_an_operand_that_needs_a_gradient_is_a_located_error(scratch_ops):
+    from gradir.ir import Operand
+    from gradir.ops.common import UnaryOp
+
+    class HalfOp(UnaryOp):
+        """x / 2, through a second operand's shape."""
+        OPERANDS = (Operand("X"), Operand("Z"))
+        ELEMENTWISE = "same"
+        FORMULA = "X / 2 + 0 * Z"
+        VJP = {"X": "dY / 2"}
+
+    f = gradir.parse("input t0 : Float32 [3]\ninput t1 : Float32 [3]\nt2 = Half(t0, t1)\noutput t2\n", "h.gir")
+    assert [o.op_name for o in grad(f, ["t0"]).ops] == ["HalfGrad"]
+    with pytest.raises(AutodiffError, match=re.escape(
+            "h.gir:3:6: error: cannot differentiate Half with respect to its operand Z (t1): its VJP has no entry "
+            "for Z")):
+        grad(f, ["t1"])
+
+
+@pytest.mark.parametrize("body, message", [
+    ('VJP = {"Z": "dY"}', "VJP has an entry for 'Z', which is not an operand of Bad (its operands: X)"),
+    ('VJP = {"X": "dY * foo(X)"}', "VJP['X'] uses 'foo', which is not an operand, an attribute, dY, Y or a formula "
+                                   "function: 'dY * foo(X)'"),
+    ('VJP = {"X": "dY * (X"}', "VJP['X'] is not a formula: "),
+    ('VJP = {"X": 2}', "VJP['X'] must be a formula (a str), got 2"),
+    ('VJP = "dY"', "VJP must be a dict of operand name -> formula (a str), got 'dY'"),
+    ('ELEMENTWISE = None\n    VJP = {"X": "dY"}', "VJP is for element-wise ops (ELEMENTWISE)"),
+])
+def test_a_bad_vjp_is_an_op_definition_error_naming_the_op_and_its_file(scratch_ops, body, message):
+    from gradir.errors import GradirError, OpDefinitionError
+    code = ("from gradir.ops.common import UnaryOp\n"
+            f"class BadOp(UnaryOp):\n    ELEMENTWISE = 'same'\n    FORMULA = 'X'\n    {body}\n")
+    with pytest.raises(OpDefinitionError) as e:
+        exec(compile(code, "myops.py", "exec"), {"__name__": __name__})
+    assert isinstance(e.value, GradirError)
+    assert str(e.value).startswith(f"myops.py:2:1: error: op Bad: {message}")  # the file and its class line
+    assert "Bad" not in OPS and "BadGrad" not in OPS  # unregistered: a fixed definition can run again
+    exec(compile(code.replace(body, 'VJP = {"X": "dY"}'), "myops.py", "exec"), {"__name__": __name__})
+    assert "Bad" in OPS and "BadGrad" in OPS
+
+
+def test_a_vjp_whose_backward_op_name_is_taken_is_an_op_definition_error(scratch_ops):
+    from gradir.errors import OpDefinitionError
+    from gradir.ops.common import UnaryOp
+    line = sys._getframe().f_lineno + 4
+    with pytest.raises(OpDefinitionError, match=f"^{re.escape(__file__)}:{line}:1: error: op LSTM: its VJP entry "
+                                                "for 'X' makes the backward op LSTMGrad, but an op LSTMGrad "
+                                                "already exists"):
+        class LSTMOp(UnaryOp):
+            """Not an LSTM."""
+            ELEMENTWISE = "same"
+            VJP = {"X": "dY"}
+    assert "LSTM" not in OPS and OPS["LSTMGrad"].__module__ == "gradir.ops.lstm"
+
+
+def test_a_bad_vjp_in_a_file_loaded_as_a_module_names_that_file_and_line(scratch_ops, tmp_path):
+    """What loading a user's op file does (importlib, with or without a sys.modules entry): the error points
+    at the class in that file."""
+    import importlib.util
+    from gradir.errors import OpDefinitionError
+    path = tmp_path / "userops.py"
+    path.write_text('from gradir.ops.common import UnaryOp\n\n\nclass WobbleOp(UnaryOp):\n    """x."""\n'
+                    '    ELEMENTWISE = "same"\n    FORMULA = "X"\n    VJP = {"W": "dY"}\n')
+    spec = importlib.util.spec_from_file_location("userops_a2", path)
+    module = importlib.util.module_from_spec(spec)
+    with pytest.raises(OpDefinitionError) as e:
+        spec.loader.exec_module(module)
+    assert str(e.value).startswith(f"{path}:4:1: error: op Wobble: VJP has an entry for 'W', which is not an "
+                                   "operand of Wobble (its operands: X)")
+    assert "Wobble" not in OPS

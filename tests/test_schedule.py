@@ -464,3 +464,17 @@ def test_pinning_can_be_turned_off_from_the_environment():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRADIR_PIN_THREADS": "0"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "False"]
+
+
+def test_views_and_products_come_from_the_ops_traits(monkeypatch):
+    """The schedule runs an op as a view because its class says ``VIEW``, and the cost model counts an op's
+    FLOPs because it says ``PRODUCT``: no lists of op names in the middle."""
+    from gradir import OPS, DType, TensorType, cost
+    text = "input t0 : Float32 [8, 8]\nt1 = Exp(t0)\nt2 = Reshape(t1, shape=[64])\nt3 = MatMul(t2, t2)\noutput t3\n"
+    assert [st.results[0] for st in gradir.compile(text).plan.steps if st.view] == ["t2"]
+    monkeypatch.setattr(OPS["Reshape"], "VIEW", False)
+    assert not any(st.view for st in gradir.compile(text).plan.steps)
+    a, b, c = (TensorType(DType.Float32, s) for s in ((4, 8), (8, 2), (4, 2)))
+    assert cost.flops("MatMul", [a, b], [c], {}) == 2 * 4 * 2 * 8
+    monkeypatch.setattr(OPS["MatMul"], "PRODUCT", False)
+    assert cost.flops("MatMul", [a, b], [c], {}) == 0

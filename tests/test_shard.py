@@ -262,8 +262,8 @@ def test_every_rule_returns_placements_or_refuses_for_every_combination_of_place
     exception (an exit 3 on the command line)."""
     from gradir.errors import Refusal
     from gradir.sharding.placement import Placement, RuleContext
-    from gradir.sharding.rules import RULES
-    rule = RULES[gradir.OPS[name].SHARDING]
+    from gradir.sharding.rules import RULES, placement_rule
+    rule = RULES[placement_rule(gradir.OPS[name])]
     tried = 0
     for g in _op_instances(name, 12):
         op = g.ops[0]
@@ -282,6 +282,123 @@ def test_every_rule_returns_placements_or_refuses_for_every_combination_of_place
             for p, t in zip(out, result_types):
                 assert not p.is_split or 0 <= p.axis < t.rank, (name, [str(q) for q in ps], str(p), str(t))
     assert tried > 0
+
+
+# -- placements derived from traits, and checked by running them (tests/shardcheck.py) -----------------
+def test_element_wise_ops_and_reductions_do_not_name_the_rule_their_traits_imply():
+    """``SHARDING`` is an override: an op whose traits say how it is placed does not restate it."""
+    from gradir.sharding.rules import derived_placement_rule, placement_rule
+    for name, cls in gradir.OPS.items():
+        derived = derived_placement_rule(cls)
+        assert cls.SHARDING is None or cls.SHARDING != derived, f"{name} restates SHARDING = {derived!r}"
+        assert placement_rule(cls) == (cls.SHARDING or derived)
+    assert derived_placement_rule(gradir.OPS["Relu"]) == "elementwise"
+    assert derived_placement_rule(gradir.OPS["ReduceMean"]) == "reduce"
+    assert derived_placement_rule(gradir.OPS["ReduceSumTo"]) is None  # a reduction, but not over `axes`
+    assert derived_placement_rule(gradir.OPS["Constant"]) == "constant"
+
+
+def test_an_op_that_only_moves_elements_passes_a_partial_sum_through(monkeypatch):
+    """SHAPE_ONLY is read by the placement rules: moving elements is linear, LINEAR_IN or not."""
+    text = ("input t0 : Float32 [8, 4]\ninput t1 : Float32 [8, 3]\nt2 = Transpose(t0)\nt3 = MatMul(t2, t1)\n"
+            "t4 = Transpose(t3)\noutput t4\n")
+    monkeypatch.setattr(gradir.OPS["Transpose"], "LINEAR_IN", ())
+    assert placements(text, {"t0": 0, "t1": 0})["t4"] == "partial"
+    monkeypatch.setattr(gradir.OPS["Transpose"], "SHAPE_ONLY", False)
+    assert "Transpose is not linear in it" in str(refusal(text, {"t0": 0, "t1": 0}))
+
+
+@pytest.fixture
+def scratch_ops():
+    """Op classes a test defines are unregistered after it."""
+    before = set(gradir.OPS)
+    yield
+    for name in set(gradir.OPS) - before:
+        del gradir.OPS[name]
+
+
+def test_an_op_with_no_derivable_placement_and_no_sharding_is_a_located_error_naming_it(scratch_ops):
+    from gradir.ir import InferContext, Op, Operand
+
+    class RowNormOp(Op):
+        """Each row divided by its norm (a user op: neither element-wise nor a reduction)."""
+        OPERANDS = (Operand("X"),)
+
+        def infer(self, ctx: InferContext):
+            return [ctx.type(0)]
+
+    e = refusal("input t0 : Float32 [8, 4]\nt1 = RowNorm(t0)\noutput t1\n", {"t0": 0})
+    assert str(e).startswith("g.gir:2:6: error: cannot shard RowNorm (t1 = RowNorm(...); operands: t0 split(0)): "
+                             "RowNorm has no sharding rule: it is neither element-wise (ELEMENTWISE) nor a reduction "
+                             "over `axes` (REDUCTION), and names no rule (SHARDING, one of ")
+    RowNormOp.SHARDING = "rows"
+    e = refusal("input t0 : Float32 [8, 4]\nt1 = RowNorm(t0)\noutput t1\n", {"t0": 0})
+    assert "RowNorm names the sharding rule 'rows' (SHARDING), which does not exist" in str(e)
+    p = placements("input t0 : Float32 [8, 4]\ninput t1 : Float32 [8, 4]\nt2 = RowNorm(t0)\nt3 = Relu(t1)\n"
+                   "output t2, t3\n", {"t1": 0})
+    assert p["t2"] == "replicated"  # nothing split reaches it: no rule needed
+
+
+def _example_arrays(name: str, count: int = 2) -> list[tuple[list, dict]]:
+    """``count`` examples of op ``name`` (``_op_instances``) as operand arrays (float64; valid labels,
+    lengths and weights, as ``gradir run`` draws them) and attributes."""
+    out = []
+    for k, g in enumerate(_op_instances(name, count)):
+        op = g.ops[0]
+        values, _ = complete_inputs(g, {}, k)
+        arrays = [None if v is None else values[v].astype(np.float64) if values[v].dtype.kind == "f" else values[v]
+                  for v in op.operands]
+        out.append((arrays, dict(op.attrs)))
+    return out
+
+
+@pytest.mark.parametrize("name", SHARDED_OPS)
+def test_every_ops_placements_give_the_unsharded_numbers(name):
+    """For each split of its operands (and partial sums fed to it) its rule accepts, the op run in 1, 2 and 4
+    shards gives the unsharded result (split results concatenated, partial sums added): a wrong rule fails
+    here, naming the op."""
+    from shardcheck import check_placement
+    compared = sum(check_placement(gradir.OPS[name], arrays, attrs, limit=4) for arrays, attrs in _example_arrays(name, 4))
+    assert compared > 0, f"no example of {name} could be split: the check checked nothing"
+
+
+def test_a_weight_gradient_placed_split_instead_of_summed_is_caught(monkeypatch):
+    """MatMul's rule broken to split what contracting over the batch makes a partial sum (every weight
+    gradient, X^T @ dY): the check fails, naming the op and the split."""
+    from shardcheck import check_placement
+    from gradir.sharding import rules
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((3, 4)), rng.standard_normal((4, 5))]  # (X^T, dY) with the batch of 4
+    assert check_placement(gradir.OPS["MatMul"], arrays, {}) > 0
+    matmul = rules.RULES["matmul"]
+    monkeypatch.setitem(rules.RULES, "matmul",
+                        lambda ctx: [gradir.sharding.split(0) if p.is_partial else p for p in matmul(ctx)])
+    with pytest.raises(AssertionError, match=r"MatMul with A split\(1\), B split\(0\)"):
+        check_placement(gradir.OPS["MatMul"], arrays, {})
+
+
+@pytest.mark.parametrize("wrong", ["softmax split along its axis", "mean summed without 1/n", "exp claimed linear"])
+def test_a_rule_whose_types_hold_but_numbers_do_not_is_caught_numerically(monkeypatch, wrong):
+    """Wrong placements the shard graph's types cannot see: a Softmax kept split along the axis it normalizes
+    over, a ReduceMean over the split axis summed as is (without AVERAGES, no 1/n rewrite), an Exp said to be
+    linear (LINEAR_IN) passing a partial sum through."""
+    from shardcheck import check_placement
+    from gradir.sharding import rules
+    rng = np.random.default_rng(1)
+    if wrong.startswith("softmax"):
+        cls, attrs = gradir.OPS["Softmax"], {"axis": 0}
+        monkeypatch.setitem(rules.RULES, "axis", rules.RULES["elementwise"])
+    elif wrong.startswith("mean"):
+        cls, attrs = gradir.OPS["ReduceMean"], {"axes": [0]}
+        monkeypatch.setattr(cls, "AVERAGES", False)
+    else:
+        cls, attrs = gradir.OPS["Exp"], {}
+        assert check_placement(cls, [rng.standard_normal((4, 3))], attrs) > 0
+        monkeypatch.setattr(cls, "LINEAR_IN", (0,))
+    how = "partial" if wrong.startswith("exp") else "split\\(0\\)"
+    with pytest.raises(AssertionError, match=f"{cls.op_name} with X {how} in 2 shards: result t200 "
+                                             ".* differs from the unsharded run"):
+        check_placement(cls, [rng.standard_normal((4, 3))], attrs)
 
 
 def test_bad_batch_arguments_are_errors_that_say_what_the_inputs_are():

@@ -8,15 +8,13 @@ import math
 from typing import Any, Optional, Sequence
 
 from ..cost import flops
+from ..ir import OPS
 from ..types import TensorType
 from . import blocked
 from .lstm import common as lstm_common
 from .parallel import MIN_CHUNK_BYTES
 
 __all__ = ["step_width"]
-
-_PRODUCTS = ("MatMul", "FusedMatMul")
-
 
 def _shape(t: Optional[TensorType]) -> tuple:
     if t is None:
@@ -45,7 +43,7 @@ def step_width(op_name: str, blas: bool, splits: bool, operands: Sequence[Option
     """How many cores the op's kernel can keep busy: its blocks (``MatMul``), two half-batch
     loops (large LSTM layers), row chunks (kernels that ``splits``, by ``parallel_rows``'s
     rule); 1 for the rest."""
-    if op_name in _PRODUCTS and len(operands) >= 2 and None not in operands[:2]:
+    if getattr(OPS.get(op_name), "PRODUCT", False) and len(operands) >= 2 and None not in operands[:2]:
         return blocked.partition(*_product_shapes(operands, attrs))[1]
     if op_name in ("LSTMTraining", "LSTMGrad") and operands and operands[0] is not None:
         S, B, I = (_shape(operands[0]) + (1, 1, 1))[:3]

@@ -4,6 +4,7 @@ What an op author imports (docs/extending.md): ``Operand``, ``Attr`` and the bas
 ``ElementwiseOp`` (an element-wise op defined by a ``FORMULA``), ``CompositeOp`` (an op defined by a
 decomposition into other ops), ``Op``/``BackwardOp`` (anything else)."""
 
+from . import vjp  # noqa: F401  (first: its hook generates the backward ops of any op with a VJP)
 from . import activation, constant, loss, lstm, math, shape  # noqa: F401
 from ..ir import OPS, Attr, BackwardOp, Op, Operand
 from .common import ElementwiseOp

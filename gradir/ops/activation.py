@@ -18,8 +18,6 @@ class ReluOp(UnaryOp):
     """max(x, 0)."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X <= 0, 0, X)"  # NaN stays NaN, as in the kernel
     GRADIENT = "ReluGrad"
@@ -29,8 +27,6 @@ class SigmoidOp(UnaryOp):
     """Logistic sigmoid 1 / (1 + exp(-x))."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "1 / (1 + exp(-X))"
     GRADIENT = "SigmoidGrad"
@@ -40,8 +36,6 @@ class TanhOp(UnaryOp):
     """Hyperbolic tangent."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "tanh(X)"
     GRADIENT = "TanhGrad"
@@ -51,8 +45,6 @@ class GeluOp(UnaryOp):
     """x * Phi(x), the exact (erf) GELU."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)  # ai.onnx Gelu from opset 20: a hand exporter
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "0.5 * X * (1 + erf(X / sqrt(2)))"
     GRADIENT = "GeluGrad"
@@ -62,8 +54,6 @@ class FastGeluOp(UnaryOp):
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation of GELU."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "0.5 * X * (1 + tanh(0.7978845608028654 * (X + 0.044715 * X ** 3)))"
     GRADIENT = "FastGeluGrad"
@@ -73,11 +63,13 @@ class LeakyReluOp(UnaryOp):
     """x if x > 0 else alpha * x."""
 
     ONNX = OnnxMap(attrs=("alpha",))
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X > 0, X, alpha * X)"
     GRADIENT = "LeakyReluGrad"
+    # LeakyReluGrad tests `Y > 0`.  For alpha > 0, Y > 0 exactly where X > 0, so ORT's convention of
+    # passing Y is equivalent to passing X; for alpha <= 0 only X gives the right mask.  Passing X is
+    # right for every alpha and spares recomputing Y.
+    GRADIENT_OPERANDS = ("X",)
 
     ATTRS = (ALPHA_LEAKY,)
 
@@ -91,8 +83,6 @@ class QuickGeluOp(UnaryOp):
     """x * sigmoid(alpha * x)."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",))
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "X * sigmoid(alpha * X)"
     GRADIENT = "QuickGeluGrad"
@@ -153,8 +143,6 @@ class ReluGradOp(BinaryActivationGradOp):
     """dX = dY where X > 0 (strict), else 0."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(X > 0, dY, 0)"
     LINEAR_IN = (0,)
@@ -164,8 +152,6 @@ class SigmoidGradOp(BinaryActivationGradOp):
     """dX = dY * Y * (1 - Y), from the forward output Y."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * Y * (1 - Y)"
     LINEAR_IN = (0,)
@@ -177,8 +163,6 @@ class TanhGradOp(BinaryActivationGradOp):
     """dX = dY * (1 - Y^2), from the forward output Y."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (1 - Y * Y)"
     LINEAR_IN = (0,)
@@ -190,8 +174,6 @@ class LeakyReluGradOp(BinaryActivationGradOp):
     """dX = dY where Y > 0, else alpha * dY (reads the forward output Y, as ORT does)."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",), ort_float32_only=True)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "where(Y > 0, dY, alpha * dY)"
     LINEAR_IN = (0,)
@@ -209,8 +191,6 @@ class QuickGeluGradOp(BinaryActivationGradOp):
     """s = sigmoid(alpha X); dX = dY * s * (1 + alpha X (1 - s))."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("alpha",), ort_float32_only=True)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * sigmoid(alpha * X) * (1 + alpha * X * (1 - sigmoid(alpha * X)))"
     LINEAR_IN = (0,)
@@ -227,8 +207,6 @@ class GeluGradOp(BinaryActivationGradOp):
     """dX = dY * (Phi(X) + X phi(X)) (exact erf GELU)."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, ort_float32_only=True)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "dY * (0.5 * (1 + erf(X / sqrt(2))) + X * exp(-0.5 * X * X) / sqrt(2 * pi))"
     LINEAR_IN = (0,)
@@ -238,8 +216,6 @@ class FastGeluGradOp(BinaryActivationGradOp):
     """Gradient of the tanh-approximated GELU."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN)
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = ("dY * (0.5 * (1 + tanh(0.7978845608028654 * (X + 0.044715 * X ** 3))) + 0.5 * X * "
                "(1 - tanh(0.7978845608028654 * (X + 0.044715 * X ** 3)) ** 2) * 0.7978845608028654 * "
@@ -271,6 +247,7 @@ class SoftmaxGradOp(_SoftmaxGrad):
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
 
     SHARDING = "axis"
+    FLATTENED = True
     ATTRS = (axis_attr(1),)
 
     @classmethod
@@ -297,6 +274,7 @@ class LogSoftmaxGradOp(_SoftmaxGrad):
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ort_float32_only=True)
 
     SHARDING = "axis"
+    FLATTENED = True
     ATTRS = (axis_attr(1),)
 
     @classmethod

@@ -23,7 +23,6 @@ __all__ = ["ConstantOp"]
 class ConstantOp(Op):
     """A tensor written in the text: a number filling the declared (required) type, or a flat row-major list."""
 
-    SHARDING = "constant"
     OPERANDS = ()
     ATTRS = (Attr("value", "tensor", doc=f"a number (or true/false) filling the type, or a flat row-major list "
                                          f"of exactly as many elements (at most {MAX_CONSTANT_ELEMENTS:,})"),)

@@ -76,6 +76,7 @@ class SoftmaxCrossEntropyLossOp(Op):
     ATTRS = (REDUCTION_ATTR, IGNORE_INDEX_ATTR)
     REDUCTION = True
     GRADIENT = "SoftmaxCrossEntropyLossGrad"
+    NO_GRADIENT_OPERANDS = (1, 2)  # ONNX: labels and weights are not differentiable (ORT has no gradient)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         s, target = _loss_types(ctx, 0, 1, 2)

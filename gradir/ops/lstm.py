@@ -259,6 +259,10 @@ class LSTMTrainingOp(Op):
                 Operand("P", optional=True, doc="[D, 3H] peepholes i, o, f", sample="weights"))
     RESULTS = ("HAll", "HFinal", "CFinal", "CAll", "iofc")
     ATTRS = LAYER_ATTRS
+    GRADIENT = "LSTMGrad"
+    # LSTMGrad takes upstream gradients of HAll, HFinal and CFinal only: CAll (every cell state) and iofc
+    # (the gate activations) have no operand to enter the recurrence through
+    NO_GRADIENT_RESULTS = (3, 4)
 
     def check_attrs(self, ctx: InferContext) -> None:
         _check_layer_attrs(ctx)

@@ -41,8 +41,6 @@ class AddOp(_Binary):
     """A + B with NumPy broadcasting."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A + B"
@@ -54,8 +52,6 @@ class SubOp(_Binary):
     """A - B with NumPy broadcasting."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A - B"
@@ -67,8 +63,6 @@ class MulOp(_Binary):
     """A * B with NumPy broadcasting."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A * B"
@@ -79,8 +73,6 @@ class DivOp(_Binary):
     """A / B with NumPy broadcasting (floating point)."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "broadcast"
     BROADCASTS = True
     FORMULA = "A / B"
@@ -93,8 +85,6 @@ class NegOp(UnaryOp):
     """-x."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "-X"
     LINEAR_IN = (0,)
@@ -106,8 +96,6 @@ class ExpOp(UnaryOp):
     """exp(x)."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "exp(X)"
 
@@ -116,8 +104,6 @@ class LogOp(UnaryOp):
     """Natural logarithm."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "log(X)"
 
@@ -131,8 +117,6 @@ class SqrtOp(UnaryOp):
     """Square root (NaN below 0)."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "sqrt(X)"
 
@@ -146,8 +130,6 @@ class IdentityOp(UnaryOp):
     """x, unchanged."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "X"
     LINEAR_IN = (0,)
@@ -162,6 +144,7 @@ class MatMulOp(Op):
     ONNX = OnnxMap()
 
     SHARDING = "matmul"
+    PRODUCT = True
     BROADCASTS = True
     LINEAR_IN = (0, 1)
 
@@ -222,6 +205,7 @@ feeding a MatMul, `simplify` folds a Scale of it into alpha."""
                    ort_float32_only=True)
 
     SHARDING = "fused_matmul"
+    PRODUCT = True
     BROADCASTS = True
     LINEAR_IN = (0, 1)
 
@@ -314,6 +298,7 @@ class ReshapeOp(Op):
 
     SHARDING = "reshape"
     SHAPE_ONLY = True
+    VIEW = True
     LINEAR_IN = (0,)
 
     OPERANDS = (Operand("X"),)
@@ -379,7 +364,6 @@ class _Reduce(Op):
 class ReduceSumOp(_Reduce):
     """Sum over `axes` (default all)."""
 
-    SHARDING = "reduce"
     REDUCTION = True
     LINEAR_IN = (0,)
 
@@ -397,8 +381,8 @@ class ReduceSumOp(_Reduce):
 class ReduceMeanOp(_Reduce):
     """Mean over `axes` (default all)."""
 
-    SHARDING = "reduce"
     REDUCTION = True
+    AVERAGES = True
     LINEAR_IN = (0,)
 
     DTYPES = FLOAT_DTYPES
@@ -417,8 +401,6 @@ class SumOp(Op):
     """Element-wise sum of n >= 1 operands of identical type (gradient accumulation)."""
 
     ONNX = OnnxMap()
-
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     LINEAR_IN = (0,)
     LINEAR_JOINTLY = True

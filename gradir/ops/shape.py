@@ -116,6 +116,7 @@ class UnsqueezeOp(Op):
 
     SHARDING = "unsqueeze"
     SHAPE_ONLY = True
+    VIEW = True
     LINEAR_IN = (0,)
 
     OPERANDS = (Operand("X"),)
@@ -149,7 +150,6 @@ class UnsqueezeOp(Op):
 class ScaleOp(UnaryOp):
     """factor * X, for a constant factor (e.g. the 1/n of a mean's gradient)."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "factor * X"
     LINEAR_IN = (0,)
@@ -165,7 +165,6 @@ class ScaleOp(UnaryOp):
 class ZerosLikeOp(UnaryOp):
     """Zeros of X's type (X's values are not read): a gradient that no path reaches."""
 
-    SHARDING = "elementwise"
     ELEMENTWISE = "same"
     FORMULA = "zeros_like(X)"
 

@@ -1,5 +1,6 @@
-"""The placement pass: every value's placement, op by op, from the rules the ops name (``Op.SHARDING``);
-a refusal becomes a located ``ShardError`` naming the op."""
+"""The placement pass: every value's placement, op by op, from the rules that place the ops
+(``rules.placement_rule``: derived from their traits, or named by ``Op.SHARDING``); a refusal becomes a
+located ``ShardError`` naming the op."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ..errors import ArgumentError, Diagnostic, Refusal, ShardError, shown
 from ..graph import Graph
 from ..ir import Op
 from .placement import REPLICATED, Placement, RuleContext, integer, split
-from .rules import RULES
+from .rules import RULES, placement_rule
 
 __all__ = ["analyze"]
 
@@ -54,10 +55,11 @@ def analyze(graph: Graph, batch: Mapping[str, int]) -> tuple[dict[str, Placement
             continue
         types = [graph.types[v] if v is not None else None for v in op.operands]
         ctx = RuleContext(op, ps, types, [graph.types[r] for r in op.results])
-        rule = RULES.get(op.SHARDING or "")
         try:
-            if rule is None:
-                raise Refusal(f"{op.op_name} has no sharding rule (Op.SHARDING)")
+            try:
+                rule = RULES[placement_rule(type(op))]
+            except ShardError as e:
+                raise Refusal(e.messages[0]) from None
             out = rule(ctx)
         except Refusal as e:
             listed = ", ".join(f"{v} {p}" for v, p in zip(op.operands, ps) if v is not None)

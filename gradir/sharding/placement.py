@@ -9,11 +9,11 @@ A value is
 * ``partial``: each shard holds a tensor of the full shape, and the true value is their sum (every
   weight gradient).
 
-Each op says how its results are placed, given its operands' placements, through a rule it names
-(``Op.SHARDING``, a key of ``gradir.sharding.rules.RULES``); a rule that cannot keep the meaning of
-the op refuses, and ``gradir.sharding.analysis`` makes the refusal a located ``ShardError`` that
-names the op and says why.  The rules follow GSPMD, ``jax.shard_map`` and PyTorch DTensor
-(docs/distributed.md).
+Each op's results are placed, given its operands' placements, by a rule of ``gradir.sharding.rules.RULES``
+(``placement_rule``: derived from its traits for element-wise ops and reductions, else named by
+``Op.SHARDING``); a rule that cannot keep the meaning of the op refuses, and
+``gradir.sharding.analysis`` makes the refusal a located ``ShardError`` that names the op and says
+why.  The rules follow GSPMD, ``jax.shard_map`` and PyTorch DTensor (docs/distributed.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The placement rules, one per op family, named by ``Op.SHARDING`` (``RULES``).
+"""The placement rules, one per op family (``RULES``), and which one places an op (``placement_rule``:
+derived from its traits for element-wise ops and reductions, named by ``Op.SHARDING`` where it cannot be).
 
 A rule takes a ``RuleContext`` (the op, its operands' placements and global types) and returns one
 ``Placement`` per result, or calls ``ctx.refuse(why)``.  ``analyze`` only calls a rule when some
@@ -15,11 +16,40 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+from ..errors import ShardError
 from .placement import PARTIAL, Placement, RuleContext, split
 
-__all__ = ["RULES", "rule"]
+__all__ = ["RULES", "rule", "placement_rule", "derived_placement_rule"]
 
 RULES: dict[str, Callable[[RuleContext], list[Placement]]] = {}
+
+
+def derived_placement_rule(cls: type) -> Optional[str]:
+    """The rule ``cls``'s traits imply, if any: an element-wise op keeps the split (``elementwise``); a
+    reduction over ``axes`` (``keepdims``) of one operand renumbers it or sums the shards (``reduce``);
+    an op without operands is replicated (``constant``)."""
+    if cls.ELEMENTWISE is not None:
+        return "elementwise"
+    if cls.REDUCTION and len(cls.OPERANDS) == 1 and cls.attr_spec("axes") and cls.attr_spec("keepdims"):
+        return "reduce"
+    if not cls.OPERANDS:
+        return "constant"
+    return None
+
+
+def placement_rule(cls: type) -> str:
+    """The name of the rule (a key of ``RULES``) that places ``cls``'s results: its ``SHARDING`` where it
+    names one (an override), else the one its traits imply (``derived_placement_rule``).  Else a
+    ``ShardError`` naming the op: nothing says how to place it."""
+    name = cls.SHARDING if cls.SHARDING is not None else derived_placement_rule(cls)
+    if name is None:
+        raise ShardError(f"{cls.op_name} has no sharding rule: it is neither element-wise (ELEMENTWISE) nor a "
+                         f"reduction over `axes` (REDUCTION), and names no rule (SHARDING, one of "
+                         f"{', '.join(sorted(RULES))})")
+    if name not in RULES:
+        raise ShardError(f"{cls.op_name} names the sharding rule {name!r} (SHARDING), which does not exist; the "
+                         f"rules are {', '.join(sorted(RULES))}")
+    return name
 
 
 def rule(name: str):
@@ -34,9 +64,11 @@ def _n(ctx: RuleContext, p: Placement) -> list[Placement]:
 
 
 def _linear_in(ctx: RuleContext, i: int) -> bool:
+    """Whether the op is linear in operand ``i`` (a partial sum there stays one): ``LINEAR_IN`` says so, and
+    a ``SHAPE_ONLY`` op, which only moves the elements of its operand 0, is linear in it."""
     op = type(ctx.op)
     k = min(i, len(op.OPERANDS) - 1) if op.OPERANDS and op.OPERANDS[-1].variadic else i
-    return k in op.LINEAR_IN
+    return k in op.LINEAR_IN or (k == 0 and op.SHAPE_ONLY)
 
 
 def linear_partial(ctx: RuleContext) -> Placement:
@@ -114,18 +146,15 @@ def constant(ctx: RuleContext) -> list[Placement]:
     return _n(ctx, Placement("replicated"))
 
 
-# pre-opset-13 softmax gradients flatten the axes from ``axis`` on and normalize over all of them
-FLATTENED = ("SoftmaxGrad", "LogSoftmaxGrad")
-
-
 @rule("axis")
 def softmax_axis(ctx: RuleContext) -> list[Placement]:
-    """Softmax families: element-wise, except along the normalized axis (axes), which must be whole."""
+    """Softmax families: element-wise, except along the normalized axis (axes), which must be whole (the
+    pre-opset-13 gradients, ``FLATTENED``, normalize over every axis from ``axis`` on)."""
     op = ctx.op
     p = pointwise(ctx)
     rank = ctx.result_types[0].rank
     ax = op.attrs["axis"] % max(rank, 1)
-    flat = op.op_name in FLATTENED
+    flat = op.FLATTENED
     if p.is_split and (p.axis == ax or (flat and p.axis > ax)):
         over = f"axes {ax}..{rank - 1} (flattened)" if flat else f"axis {ax}"
         split_op = next(i for i in ctx.given() if ctx.p(i).is_split)
@@ -301,13 +330,11 @@ def reshape(ctx: RuleContext) -> list[Placement]:
     raise AssertionError
 
 
-SUMS = ("ReduceSum", "ReduceMean")
-
-
 @rule("reduce")
 def reduce(ctx: RuleContext) -> list[Placement]:
-    """Over the split axis: a partial sum (a mean becomes a sum times 1/the global count: gradients are
-    derived at the global shape); over other axes: the split axis is renumbered."""
+    """Over the split axis: a partial sum when the op is linear in its operand (the shards' sums add up;
+    an ``AVERAGES`` op becomes a sum times 1/the global count: gradients are derived at the global
+    shape), else a refusal; over other axes: the split axis is renumbered."""
     op, p = ctx.op, ctx.p(0)
     if p.is_partial:
         return [linear_partial(ctx)]
@@ -315,13 +342,13 @@ def reduce(ctx: RuleContext) -> list[Placement]:
     axes = ctx.attrs["axes"]
     norm = list(range(r)) if axes is None else [a % r for a in axes]
     if p.axis in norm:
-        if op.op_name not in SUMS:
+        if not _linear_in(ctx, 0):
             ctx.refuse(f"{op.op_name} reduces over the split axis {p.axis}, and its shards' results do not "
                        f"combine by a sum", operand=0)
-        if op.op_name == "ReduceMean":
+        if op.AVERAGES:
             dims = [ctx.types[0].shape[k] for k in norm]
             if None in dims:
-                ctx.refuse(f"ReduceMean over the split axis {p.axis} needs the global count of the reduced "
+                ctx.refuse(f"{op.op_name} over the split axis {p.axis} needs the global count of the reduced "
                            f"elements, but the input's type {ctx.types[0]} has a '?' there", operand=0)
             ctx.mean_rewrite = True
         return [PARTIAL]

@@ -4,10 +4,10 @@ Derive first, then shard: gradients are derived at the global shape (a mean's ``
 ``n``), and the shard graph is the same graph with each split input's batch dimension (and every
 dimension that follows from it) as ``?``.  Two rewrites keep the global meaning:
 
-* a ``Reshape`` whose result is split gets ``-1`` at the split dimension (its other dims are the
-  global ones, known);
-* a ``ReduceMean`` over the split axis becomes ``ReduceSum`` then ``Scale(1/n)`` with the global
-  count ``n``: a partial sum whose shards add up to the global mean.
+* an op placed by the ``reshape`` rule (``Reshape``) whose result is split gets ``-1`` at the split
+  dimension of its ``shape`` (its other dims are the global ones, known);
+* an averaging reduction (``AVERAGES``: ``ReduceMean``) over the split axis becomes ``ReduceSum`` then
+  ``Scale(1/n)`` with the global count ``n``: a partial sum whose shards add up to the global mean.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..graph import Graph, GraphInput
 from ..ir import OPS, VALUE_NAME
 from ..types import TensorType
 from .placement import Placement
+from .rules import placement_rule
 
 __all__ = ["build_shard_graph"]
 
@@ -56,7 +57,7 @@ def build_shard_graph(graph: Graph, batch: Mapping[str, int], place: Mapping[str
             ops.append(OPS["ReduceSum"](results=[total], operands=op.operands, attrs=dict(op.attrs), loc=op.loc))
             ops.append(OPS["Scale"](results=op.results, operands=[total], attrs={"factor": 1.0 / n}, loc=op.loc))
             continue
-        if op.op_name == "Reshape" and p.is_split:
+        if p.is_split and placement_rule(type(op)) == "reshape":
             shape = list(graph.types[op.results[0]].shape)
             shape[p.axis] = -1
             ops.append(op.copy(attrs=dict(op.attrs, shape=tuple(shape)), result_types=None))
