@@ -213,12 +213,6 @@ class ShardError(GradirError):
     or a sharded run cannot be set up (no Dask, a bad scheduler, a shard file missing)."""
 
 
-class OpDefinitionError(GradirError):
-    """An op class that cannot be defined as written (a formula that does not parse or uses an unknown
-    name, a ``VJP`` entry for an operand the op does not have, ...): raised at class creation, naming
-    the op and the file that defines it."""
-
-
 class Refusal(Exception):
     """Raised by a sharding rule (``RuleContext.refuse``); the placement pass makes it a located
     ``ShardError`` naming the op.  ``operand``: the operand at fault, to point at."""

@@ -94,7 +94,7 @@ class ElementwiseOp(Op):
 
     @classmethod
     def _check_definition(cls) -> None:
-        """``FORMULA`` and ``VJP`` well-formed over the op's names (``OpDefinitionError`` if not,
+        """``FORMULA`` well-formed over the op's names (``OpDefinitionError`` if not,
         located at the class's file and line: looked up only then, it reads the source)."""
         try:
             cls._check_texts(None, None)
@@ -109,18 +109,7 @@ class ElementwiseOp(Op):
         attrs = [a.name for a in cls.ATTRS]
         if cls.FORMULA is not None:
             formula.check(cls.FORMULA, operands + attrs, where=f"op {name}: FORMULA", filename=filename, line=line)
-        vjp = getattr(cls, "VJP", None)
-        if vjp is None:
-            return
-        if not isinstance(vjp, dict):
-            raise formula.fail(f"op {name}: VJP", f"must be a dict of operand name -> formula, got "
-                               f"{type(vjp).__name__}", filename, line)
-        for operand, text in vjp.items():
-            if operand not in operands:
-                raise formula.fail(f"op {name}: VJP", f"names {operand!r}, which is not an operand (the operands: "
-                                   f"{', '.join(operands) or 'none'})", filename, line)
-            formula.check(text, operands + attrs + ["dY", "Y"], where=f"op {name}: VJP[{operand!r}]",
-                          filename=filename, line=line)
+        # VJP is checked where its backward ops are made (``ops/vjp.py``, an ``ON_REGISTER`` hook)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         ctx.dtype_in(0, self.DTYPES)

@@ -25,8 +25,10 @@ from typing import Optional
 
 from ..errors import Diagnostic, OpDefinitionError, Span
 from ..ir import ON_REGISTER, OPS, BackwardOp, InferContext, Op, Operand
+from .. import formula
 from ..traits import formula_names
 from ..types import FLOAT_DTYPES, TensorType, format_shape
+from .common import ElementwiseOp
 from .math import broadcast_shapes
 
 __all__ = ["VjpGradOp", "define_vjp_ops", "UPSTREAM", "RESULT"]
@@ -35,11 +37,12 @@ UPSTREAM = "dY"  # the upstream gradient, in a VJP formula and as the generated 
 RESULT = "Y"  # the forward result, in a VJP formula (an operand of the generated op only where read)
 
 
-class VjpGradOp(BackwardOp):
+class VjpGradOp(ElementwiseOp, BackwardOp):
     """Base of the generated backward ops: element-wise over operands of one float dtype that broadcast
     together (dY has the forward result's shape, the broadcast of the forward operands')."""
 
     abstract = True
+    is_backward = True
     RESULTS = ("dX",)
     LINEAR_IN = (0,)  # a cotangent is linear in the upstream gradient
     FORWARD: type[Op]  # the op whose VJP entry this is
@@ -112,6 +115,9 @@ def _check(cls: type) -> dict[str, tuple[str, set[str]]]:
         if unknown:
             _fail(cls, f"VJP[{key!r}] uses {', '.join(map(repr, unknown))}, which is not an operand, an attribute, "
                        f"{UPSTREAM}, {RESULT} or a formula function: {text!r}")
+        filename, span = _defined_at(cls)
+        formula.check(text, operands + [a.name for a in cls.ATTRS] + [UPSTREAM, RESULT], where=f"op {cls.op_name}: VJP[{key!r}]", filename=filename,
+                      line=span.line if span is not None else None)  # what else the language refuses (arity, ...)
         out[key] = (text, set(code.co_names))
     return out
 
