@@ -82,14 +82,18 @@ def kernel_of(cls: type[Op]) -> Any:
 
 def grad_rule_of(cls: type[Op]) -> Any:
     """The op's gradient rule, or None (a backward op needs none)."""
-    from gradir.autodiff import RULES
-    return RULES.get(cls.op_name)
+    from gradir.gradrules import gradient_rule
+    return gradient_rule(cls)
 
 
 def placement_of(cls: type[Op]) -> Any:
     """The op's sharding placement rule, or None."""
-    from gradir.sharding.rules import RULES
-    return RULES.get(cls.SHARDING) if cls.SHARDING is not None else None
+    from gradir.errors import ShardError
+    from gradir.sharding.rules import RULES, placement_rule
+    try:
+        return RULES.get(placement_rule(cls))
+    except ShardError:
+        return None
 
 
 def can_fuse(op: Op, types: dict) -> bool:
