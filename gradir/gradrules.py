@@ -126,26 +126,45 @@ def gradient_rule(cls: type[Op]) -> Optional[Rule]:
         return fn
     if cls.VJP is not None and cls.VJP_OPS:
         return _from_vjp
-    if cls.GRADIENT is not None and cls.GRADIENT in OPS and len(OPS[cls.GRADIENT].RESULTS) == 1:
+    if cls.GRADIENT is not None and cls.GRADIENT in OPS and _gradient_targets(cls, OPS[cls.GRADIENT]) is not None:
         return _from_gradient_op
     return None
 
 
+def _gradient_targets(cls: type[Op], grad: type[Op]) -> Optional[list[int]]:
+    """Which operand of ``cls`` each result of its gradient op ``grad`` is the cotangent of: one result is
+    the first operand's (``ReluGrad``'s ``dX``); several are named ``d<operand>`` (``dX, dScale, dB``).
+    ``None`` when the names do not say."""
+    if len(grad.RESULTS) == 1:
+        return [0]
+    names = [o.name for o in cls.OPERANDS]
+    targets = [names.index(r[1:]) if r.startswith("d") and r[1:] in names else None for r in grad.RESULTS]
+    return None if None in targets else targets  # type: ignore[return-value]
+
+
 def _from_gradient_op(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """``GRADIENT(dY, reads..., attrs)`` for the first operand: ``reads`` are the forward operands or results
-    named by ``GRADIENT_OPERANDS`` (by default, those the gradient op's own operands are named after:
-    ``ReluGrad(dY, X)`` reads the input X, ``SigmoidGrad(dY, Y)`` the result Y), ``attrs`` the op's
-    attributes that the gradient op declares (``alpha``, ``axis``)."""
+    """``GRADIENT(dY, reads..., attrs)``: ``reads`` are the forward operands or results named by
+    ``GRADIENT_OPERANDS`` (by default, those the gradient op's own operands are named after: ``ReluGrad(dY,
+    X)`` reads the input X, ``SigmoidGrad(dY, Y)`` the result Y), ``attrs`` the op's attributes that the
+    gradient op declares (``alpha``, ``axis``).  Its results are the cotangents of the operands they name
+    (``_gradient_targets``); the first result's upstream gradient is ``dY``."""
     cls, grad = type(op), OPS[op.GRADIENT]  # type: ignore[index]
     values = dict(zip(cls.RESULTS, op.results))
     values.update((o.name, v) for o, v in zip(cls.OPERANDS, op.operands))
     names = cls.GRADIENT_OPERANDS or tuple(o.name for o in grad.OPERANDS[1:])
-    for k in range(1, len(op.operands)):
-        if need[k]:
+    targets = _gradient_targets(cls, grad) or [0]
+    for k in range(len(op.operands)):
+        if need[k] and k not in targets:
             e.fail(op, f"cannot differentiate {op.op_name} with respect to its operand {cls.operand_spec(k).name} "
-                       f"({op.operands[k]}): its gradient {grad.op_name} gives the first operand's only")
+                       f"({op.operands[k]}): its gradient {grad.op_name} gives no cotangent for it")
     attrs = {a.name: op.attrs[a.name] for a in grad.ATTRS if a.name in op.attrs}
-    return [e.op(grad.op_name, cts[0], *(values[n] for n in names), **attrs)]
+    res = e.op(grad.op_name, cts[0], *(values[n] for n in names), **attrs)
+    res = (res,) if isinstance(res, str) else res
+    out: list[Optional[str]] = [None] * len(op.operands)
+    for k, r in zip(targets, res):
+        if k < len(out):
+            out[k] = r
+    return out
 
 
 def _from_vjp(e: Emitter, op: Op, cts: list, need: list) -> list:

@@ -719,3 +719,31 @@ def test_a_bad_vjp_in_a_file_loaded_as_a_module_names_that_file_and_line(scratch
     assert str(e.value).startswith(f"{path}:4:1: error: op Wobble: VJP has an entry for 'W', which is not an "
                                    "operand of Wobble (its operands: X)")
     assert "Wobble" not in OPS
+
+
+def test_a_gradient_op_with_several_results_named_after_the_operands_derives_the_rule(scratch_ops):
+    """GRADIENT naming an op whose results are ``d<operand>`` (as ORT's LayerNormalizationGrad's dX, dScale,
+    dB) is a whole rule: one op, each result the cotangent of the operand it names."""
+    from gradir.ir import BackwardOp, Operand
+    from gradir.ops import ElementwiseOp
+
+    class ScaleByGradOp(BackwardOp):
+        """(dY, X, W) -> (dX, dW)."""
+        OPERANDS = (Operand("dY"), Operand("X"), Operand("W"))
+        RESULTS = ("dX", "dW")
+
+        def infer(self, ctx):
+            return [ctx.type(1), ctx.type(2)]
+
+    class ScaleByOp(ElementwiseOp):
+        """X * W, differentiated by one op with two results."""
+        OPERANDS = (Operand("X"), Operand("W"))
+        FORMULA = "X * W"
+        GRADIENT = "ScaleByGrad"
+
+    text = "input t0 : Float64 [2, 3]\ninput t1 : Float64 [2, 3]\nt2 = ScaleBy(t0, t1)\noutput t2\n"
+    g = grad(gradir.parse(text))
+    body = [line.split(" : ")[0] for line in g.to_text().splitlines() if " = " in line]
+    assert body[-1] == "t4, t5 = ScaleByGrad(t3, t0, t1)", body
+    assert g.outputs == ["t4", "t5"]
+    assert [o.op_name for o in grad(gradir.parse(text), ["t1"]).ops][-1] == "ScaleByGrad"
