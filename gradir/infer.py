@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from .errors import OpError
 from .types import DType, Dim, TensorType, format_shape
 
-# ``Op`` is named in annotations only: ir.py imports this module.
+if TYPE_CHECKING:  # named in annotations only: ir.py imports this module
+    from .ir import Op
 
 __all__ = ["InferContext", "unify_dim", "unify_shapes"]
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from .errors import ArgumentError, Diagnostic, InputError
 
-# ``Graph`` is named in annotations only: importing gradir.ir here would close an import cycle (ir uses this).
+if TYPE_CHECKING:  # named in annotations only: importing it here would close an import cycle (graph uses this)
+    from .graph import Graph
 
 __all__ = ["Outputs", "derived_labels", "label_text", "output_line", "output_label_list", "output_labels_of",
            "check_labels", "check_label_arg", "input_key", "output_keys", "inputs_by_name", "keyed_by_label"]

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     from .fastparse import Stmt
+    from .graph import Graph
 
 __all__ = ["Trivia", "comment_of", "attach", "render", "stmt_key"]
 

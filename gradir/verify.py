@@ -8,14 +8,16 @@ that one mistake does not cascade into a page of follow-on errors.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .errors import Diagnostic, Source, Span
 from .ir import VALUE_NAME, Op, OpError, OpLoc, OpErrors
 from .labels import check_labels
 
-# ``Graph`` is named in annotations only: graph.py imports this module to validate.
 from .types import TensorType
+
+if TYPE_CHECKING:  # named in annotations only: graph.py imports this module to validate
+    from .graph import Graph
 
 __all__ = ["verify_graph", "MAX_NAME_DIGITS"]
 

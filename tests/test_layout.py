@@ -1,9 +1,10 @@
 """The package's layout, checked on its source (an AST walk over ``gradir/``, nothing imported).
 
-* No import cycles.  Every ``import`` counts, the lazy ones inside functions (and under ``if
-  TYPE_CHECKING:``) too: a cycle through a function-level import still ties the modules together
-  (neither can be understood, tested or moved without the other), it only hides the knot from
-  Python's import machinery.  Cycles among the imports that run at import time are checked apart.
+* No import cycles.  Every ``import`` counts, the lazy ones inside functions too: a cycle through a
+  function-level import still ties the modules together (neither can be understood, tested or moved
+  without the other), it only hides the knot from Python's import machinery.  Cycles among the
+  imports that run at import time are checked apart.  An import under ``if TYPE_CHECKING:`` is no
+  edge: it names a class for an annotation and never runs.
   Importing a module imports the packages above it first, so ``from .kernels import jit`` is an
   edge to ``gradir.kernels`` as well as to ``gradir.kernels.jit``.  The one edge not counted is
   a module's own ancestor packages (``from . import kernel`` in a kernel family): Python runs them
@@ -80,13 +81,14 @@ def _targets(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
 
 
 def _import_nodes(node: ast.AST, lazy: bool) -> list[ast.Import | ast.ImportFrom]:
-    """The import statements under ``node``: with ``lazy``, all of them; otherwise those that run
-    when the module is imported (not in a function, nor under ``if TYPE_CHECKING:``)."""
+    """The import statements under ``node`` that can run (not under ``if TYPE_CHECKING:``, which
+    only names classes for annotations): with ``lazy``, all of them; otherwise those that run when
+    the module is imported (not in a function)."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return [node]
     if not lazy and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         return []
-    if not lazy and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
         return [n for child in node.orelse for n in _import_nodes(child, lazy)]
     return [n for child in ast.iter_child_nodes(node) for n in _import_nodes(child, lazy)]
 
@@ -247,6 +249,22 @@ def test_no_module_over_the_budget_but_the_known_ones() -> None:
 @pytest.mark.xfail(OVER_BUDGET != set(), strict=True, reason=f"modules still over {MAX_LINES} lines: {OVER_BUDGET}")
 def test_no_module_over_the_budget() -> None:
     assert _over_budget() == set()
+
+
+def test_type_checking_imports_are_no_edges() -> None:
+    """``Graph`` and ``Op`` are named in annotations below them under ``if TYPE_CHECKING:``."""
+    assert "gradir.graph" not in _graph(lazy=True)["gradir.verify"]
+    assert "gradir.ir" not in _graph(lazy=True)["gradir.infer"]
+
+
+def test_ruff_is_clean() -> None:
+    """``.ci/run`` runs ruff (the test extra installs it); here too, so a finding fails locally first."""
+    import subprocess
+    import sys
+    pytest.importorskip("ruff")
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
+                          cwd=ROOT.parent, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_every_package_is_installed() -> None:
