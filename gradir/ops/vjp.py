@@ -116,7 +116,8 @@ def _check(cls: type) -> dict[str, tuple[str, set[str]]]:
             _fail(cls, f"VJP[{key!r}] uses {', '.join(map(repr, unknown))}, which is not an operand, an attribute, "
                        f"{UPSTREAM}, {RESULT} or a formula function: {text!r}")
         filename, span = _defined_at(cls)
-        formula.check(text, operands + [a.name for a in cls.ATTRS] + [UPSTREAM, RESULT], where=f"op {cls.op_name}: VJP[{key!r}]", filename=filename,
+        names = operands + [a.name for a in cls.ATTRS] + [UPSTREAM, RESULT]
+        formula.check(text, names, where=f"op {cls.op_name}: VJP[{key!r}]", filename=filename,
                       line=span.line if span is not None else None)  # what else the language refuses (arity, ...)
         out[key] = (text, set(code.co_names))
     return out
