@@ -10,7 +10,7 @@ import sys
 
 def main() -> int:
     try:
-        from gradir.cli import main as gradir_main
+        from gradir.cli.main import main as gradir_main
     except KeyboardInterrupt:
         sys.stderr.write("gradir: interrupted\n")
         return 130

@@ -1,4 +1,4 @@
-"""Benchmark the activation kernels (gradir/kernels/activation/) against a memory floor
+"""Benchmark the activation kernels (gradir/backends/cpu/kernels/activation/) against a memory floor
 and PyTorch.
 
     python benchmarks/bench_activations.py [--size 4096] [--threads 2] [--repeats 9]
@@ -43,9 +43,9 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 # gradir before NumPy, as the gradir command does (gradir._blasenv: OpenBLAS's idle spin)
-from gradir.kernels import KERNELS, jit  # noqa: E402,I001
-from gradir.kernels import activation as act  # noqa: E402
-from gradir.kernels.parallel import parallel_rows, set_threads  # noqa: E402
+from gradir.backends.cpu.kernels import KERNELS, jit  # noqa: E402,I001
+from gradir.backends.cpu.kernels import activation as act  # noqa: E402
+from gradir.backends.cpu.kernels.parallel import parallel_rows, set_threads  # noqa: E402
 
 import numpy as np  # noqa: E402
 

@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import gradir  # noqa: E402
-from gradir.sharding.run import open_scheduler, tree_sum  # noqa: E402
+from gradir.distributed.run import open_scheduler, tree_sum  # noqa: E402
 
 F32 = np.float32
 
@@ -158,7 +158,7 @@ def model_terms(o: dict, shard2: float, sharded, inputs: dict, outputs: dict, N:
     """The terms of the predicted wall time on N machines (one shard each) for the batch ``scale`` times
     the measured one; ``shard2``: the compute time of one shard of half the measured batch (calibrated on
     the local:2 run's workers), taken as linear in the rows."""
-    from gradir.labels import inputs_by_name
+    from gradir.ir.labels import inputs_by_name
     byname = inputs_by_name(sharded.graph, inputs)
     split_in = sum(byname[n].nbytes for n in sharded.batch)
     repl_in = nbytes(inputs) - split_in
@@ -201,7 +201,7 @@ def bench(size: tuple, client, repeat: int, o: dict) -> None:
     tmp = tempfile.mkdtemp(prefix="gradir-bench-dask-")
     for k, part in enumerate(sharded.split_inputs(inputs, 2)):
         np.savez(os.path.join(tmp, f"shard{k}.npz"), **{n: part[n] for n in sharded.batch})
-    from gradir.labels import inputs_by_name
+    from gradir.ir.labels import inputs_by_name
     replicated = {n: a for n, a in inputs_by_name(sharded.graph, inputs).items() if n not in sharded.batch}
     pattern = os.path.join(tmp, "shard*.npz")
     # interleaved, one of each per round: a load that drifts (a shared machine) hits all alike

@@ -60,7 +60,7 @@ _TEN_THOUSAND = """
 import sys, time
 t0 = time.perf_counter()
 import gradir
-from gradir.kernels import fused_codegen
+from gradir.backends.cpu.kernels import fused_codegen
 lines = ["input t0 : Float32 [128, 128]", "input t1 : Float32 [128]"]
 for k in range(10_000):
     op = ["Add({}, t1)", "Neg({})", "Scale({}, factor=0.5)", "Mul({}, {})"][k % 4]

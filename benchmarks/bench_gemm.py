@@ -1,4 +1,4 @@
-"""gradir's packed-panel GEMM kernel (gradir/kernels/_jit_gemm.py) against NumPy's BLAS, on the
+"""gradir's packed-panel GEMM kernel (gradir/backends/cpu/kernels/_jit_gemm.py) against NumPy's BLAS, on the
 products the LSTM kernels give it, all measured in the same run.
 
     python benchmarks/bench_gemm.py [--repeats N]
@@ -10,7 +10,7 @@ does), against the same halves by single-threaded BLAS and against BLAS's own tw
 The kernel's time includes packing ``B`` where LSTMGrad packs it once per call (dX) and not
 where a layer call packs it once for all its steps.  Then the weight gradients ``Xᵀ·dY`` of
 bench_graphs.py's MLPs (a transposed left operand, K = 512 rows), which ``blocked.matmul``
-gives to the kernel with both operands packed (gradir/kernels/_jit_goto.py) where
+gives to the kernel with both operands packed (gradir/backends/cpu/kernels/_jit_goto.py) where
 ``FAST_LARGE``: through ``blocked.matmul`` on two threads with it, and with it off (OpenBLAS's
 single-threaded blocks), alternating.  No goal: information for bench_lstm.py and
 bench_graphs.py.
@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gradir.kernels import blocked, jit, parallel  # noqa: E402,I001  (gradir before NumPy: see bench_lstm)
+from gradir.backends.cpu.kernels import blocked, jit, parallel  # noqa: E402,I001  (gradir before NumPy: see bench_lstm)
 
 import numpy as np  # noqa: E402
 from bench_lstm import best_time  # noqa: E402

@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # gradir before NumPy, as the gradir command does (gradir._blasenv: OpenBLAS's idle spin)
 import gradir  # noqa: E402,I001
 from gradir import Graph, GraphInput  # noqa: E402
-from gradir.kernels import jit  # noqa: E402
+from gradir.backends.cpu.kernels import jit  # noqa: E402
 
 import numpy as np  # noqa: E402
 

@@ -32,11 +32,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 # gradir before NumPy, as the gradir command does: it shortens OpenBLAS's idle-thread spin
 # (gradir._blasenv), which OpenBLAS reads when NumPy loads it.
-from gradir.kernels import jit, parallel  # noqa: E402,I001
-from gradir.kernels.lstm import (  # noqa: E402
-    lstm_grad,
-    lstm_training,
-)
+from gradir.backends.cpu.kernels import jit, parallel  # noqa: E402,I001
+from gradir.backends.cpu.kernels.lstm import lstm_grad, lstm_training
 
 import numpy as np  # noqa: E402
 

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import gradir  # noqa: E402,I001
 
 import numpy as np  # noqa: E402
-from gradir.syntax import parse  # noqa: E402
+from gradir.text.syntax import parse  # noqa: E402
 
 
 def paired(a, b, repeat: int = 9) -> tuple[float, float]:
@@ -92,7 +92,7 @@ def _plain_threads_speedup(ops: list[str], inputs: dict) -> float:
     """The hardware's own speed-up: both branches' kernels called directly, in
     sequence vs on two plain threads (kernels kept on one thread each)."""
     from concurrent.futures import ThreadPoolExecutor
-    from gradir.kernels import KERNELS
+    from gradir.backends.cpu.kernels import KERNELS
     fns = [KERNELS[o].fn for o in ops]
     bufs = {k: np.empty_like(v) for k, v in inputs.items()}
 
@@ -115,7 +115,7 @@ def parallel(rows: int) -> None:
     and large kernels may also split their rows); the info lines keep each kernel
     on one thread to show the op-level part alone, next to the same kernels on two
     plain Python threads (what these 2 vCPUs give, measured in the same run)."""
-    from gradir.kernels import parallel as par
+    from gradir.backends.cpu.kernels import parallel as par
     rng = np.random.default_rng(0)
     inputs = {"t0": rng.standard_normal((rows, 1024)).astype(np.float32),
               "t1": rng.standard_normal((rows, 1024)).astype(np.float32)}

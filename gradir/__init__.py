@@ -8,19 +8,19 @@ from . import _blasenv  # noqa: F401  (first: before NumPy loads OpenBLAS)
 from . import ops as _ops  # noqa: F401  (registers every op)
 from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, GradirError, InputError, OnnxError,
                      OpDefinitionError, ParseError, RenderError, ShardError, Span, VerifyError)
-from .graph import Graph, GraphInput
-from .ir import OPS, Attr, BackwardOp, Op, Operand
-from .autodiff import AutodiffError, grad
-from .builder import BuilderError, GraphBuilder
-from .dot import to_dot
-from .gradcheck import GradcheckReport, gradcheck
-from .runtime import Executable, compile
-from .sharding import Sharded, shard
-from . import reference as _reference  # noqa: F401,E402  (registers the reference backend)
-from .syntax import load, parse
-from .onnxio import export_onnx, import_onnx
-from .types import DType, TensorType
-from .userops import load_ops
+from .ir.graph import Graph, GraphInput
+from .ir.op import OPS, Attr, BackwardOp, Op, Operand
+from .autodiff.driver import AutodiffError, grad
+from .autodiff.builder import BuilderError, GraphBuilder
+from .tools.dot import to_dot
+from .tools.gradcheck import GradcheckReport, gradcheck
+from .backends.cpu.runtime import Executable, compile
+from .distributed import Sharded, shard
+from .backends.reference import backend as _reference  # noqa: F401,E402  (registers the reference backend)
+from .text.syntax import load, parse
+from .interop.onnx import export_onnx, import_onnx
+from .ir.types import DType, TensorType
+from .ops.userops import load_ops
 
 __version__ = "0.1.0"
 

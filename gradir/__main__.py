@@ -2,7 +2,7 @@
 
 import sys
 
-from gradir.cli import main
+from gradir.cli.main import main
 
 if __name__ == "__main__":  # pragma: no cover (run as a module)
     sys.exit(main())

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Mapping, Optional
 import numpy as np
 
 from .errors import Diagnostic, InputError
-from .types import DType
+from .ir.types import DType
 
 __all__ = ["BAD_FILE", "bad_file_message", "too_big", "npy_header", "quiet_numpy", "load_array_file", "read_npz",
            "MAX_MEMBER_NAME", "npz_key_problems", "check_npz_keys", "npz_bytes", "write_npz"]

@@ -189,7 +189,7 @@ class OnnxError(GradirError):
 
 
 class OnnxUnsupported(Exception):
-    """Raised inside ``gradir.onnxio`` for one node (import) or op (export) that has no exact counterpart,
+    """Raised inside ``gradir.interop.onnx`` for one node (import) or op (export) that has no exact counterpart,
     with the reason; collected, and reported all at once as one ``OnnxError``."""
 
 

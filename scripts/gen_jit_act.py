@@ -1,4 +1,4 @@
-"""Write the element-wise kernels of ``gradir/kernels/_jit_act.py`` (development time).
+"""Write the element-wise kernels of ``gradir/backends/cpu/kernels/_jit_act.py`` (development time).
 
 Every element-wise kernel there is the same two loops around its own scalar function
 ``_<name>1`` (see the comment above ``TILE``): numba's disk cache keeps neither closures nor
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-TARGET = Path(__file__).resolve().parent.parent / "gradir" / "kernels" / "_jit_act.py"
+TARGET = Path(__file__).resolve().parent.parent / "gradir" / "backends" / "cpu" / "kernels" / "_jit_act.py"
 BEGIN = "# -- element-wise kernels: written by scripts/gen_jit_act.py from its KERNELS (do not edit) ---------\n"
 END = "# -- end of the written kernels ----------------------------------------------------------------\n"
 

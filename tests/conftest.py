@@ -6,7 +6,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
-from gradir.kernels import jit  # noqa: E402
+from gradir.backends.cpu.kernels import jit  # noqa: E402
 
 # Every run of the suite draws the same examples (derandomized: a test's time and outcome never
 # depend on the draw).  ``--hypothesis-profile=explore`` draws new ones, for a developer hunting bugs.

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gradir import DType, Graph, OPS
-from gradir.kernels import KERNELS, jit
+from gradir.backends.cpu.kernels import KERNELS, jit
 from strategies import commented_texts, graphs
 
 # -- budget ----------------------------------------------------------------------------------------

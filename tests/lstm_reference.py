@@ -1,7 +1,7 @@
 """Independent, deliberately plain float64 references for the LSTM ops (docs/ops.md, LSTM).
 
 One batch row and one step at a time, written straight from the equations; shares no
-code with ``gradir.kernels.lstm``.  Slow, and only for tests on small shapes.  The cell and
+code with ``gradir.backends.cpu.kernels.lstm``.  Slow, and only for tests on small shapes.  The cell and
 the layer are the ops' own references (``Op.reference``, ``gradir.ops.references``).
 """
 

@@ -19,7 +19,7 @@ import numpy as np
 
 import gradir
 from gradir import DType, Graph, GraphInput, ShardError, TensorType
-from gradir.sharding import Placement, split
+from gradir.distributed import Placement, split
 
 __all__ = ["check_placement", "splits", "PARTIAL"]
 

@@ -1,4 +1,4 @@
-"""Reverse-mode autodiff (``gradir.autodiff``): derived gradients against float64
+"""Reverse-mode autodiff (``gradir.autodiff.driver``): derived gradients against float64
 central finite differences, structure of the derived graphs, samples, CLI.
 
 The numeric check is the dot-product test: for the derived graph's gradient
@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import OPS, DType, Graph, GraphInput, TensorType
-from gradir.autodiff import AutodiffError, derive, grad, grad_text, gradient_rule
-from gradir.gradcli import register as register_cli
+from gradir.autodiff.driver import AutodiffError, derive, grad, grad_text, gradient_rule
+from gradir.cli.grad import register as register_cli
 from strategies import OP_EXAMPLES
+from gradir.cli.main import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORWARD_SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*_forward.gir")))
@@ -33,7 +34,7 @@ FORWARD_SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*_forward.gir"
 # the finite-difference check
 # ---------------------------------------------------------------------------
 def _compile(g: Graph):
-    from gradir.runtime import compile
+    from gradir.backends.cpu.runtime import compile
     return compile(g)
 
 
@@ -467,7 +468,7 @@ def test_three_sample_forward_graphs_exist():
 
 def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
     """``gradir ARGV`` through the real CLI."""
-    from gradir import cli
+    from gradir.cli import main as cli
     rc = cli.main(argv)
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
@@ -533,7 +534,7 @@ def test_a_gradient_op_rule_is_derived_from_the_gradient_trait(forward, backward
     """The ORT activation gradients need no hand rule: GRADIENT(dY, the forward operand or result its operands
     are named after, the attributes it declares), the same lines the hand rules wrote."""
     name = forward.split("(")[0]
-    assert name not in gradir.autodiff.RULES and gradient_rule(OPS[name]) is not None
+    assert name not in gradir.autodiff.driver.RULES and gradient_rule(OPS[name]) is not None
     g = grad(gradir.parse(f"input t0 : Float32 [2, 3]\nt1 = {forward}\noutput t1\n"))
     assert backward + " : Float32 [2, 3]" in g.to_text().splitlines()
 
@@ -574,7 +575,7 @@ def scratch_ops():
 def _define_vjp_ops():
     from gradir.ops.common import UnaryOp
     from gradir.ops.math import broadcast_shapes
-    from gradir.ir import Attr, InferContext, Op, Operand
+    from gradir.ir.op import Attr, InferContext, Op, Operand
 
     class SoftplusXOp(UnaryOp):
         """log(1 + exp(x)); its VJP reads the forward result Y (sigmoid(x) = 1 - exp(-Y))."""
@@ -614,7 +615,7 @@ def test_an_op_with_a_vjp_registers_one_backward_op_per_entry(scratch_ops):
     assert set(hypot.VJP_OPS) == {"A", "B"} and OPS["HypotGrad_A"].ELEMENTWISE == "broadcast"
     assert [o.name for o in OPS["HypotGrad_A"].OPERANDS] == ["dY", "A", "B", "Y"]
     assert [o.name for o in OPS["HypotGrad_B"].OPERANDS] == ["dY", "A", "B"]
-    from gradir.docs import op_traits
+    from gradir.tools.docs import op_traits
     assert "its gradient comes from its VJP (`HypotGrad_A`: dA = `dY * A / Y`, `HypotGrad_B`: dB = " in "; ".join(
         op_traits(hypot))
 
@@ -634,7 +635,7 @@ def test_an_op_with_a_vjp_and_no_rule_derives_its_gradient_from_it(scratch_ops):
 
 def test_a_vjp_formula_is_the_derivative_of_the_forward_formula(scratch_ops):
     """Each generated op's formula (float64) against central differences of its forward op's formula."""
-    from gradir.traits import evaluate_formula
+    from gradir.ir.traits import evaluate_formula
     rng = np.random.default_rng(0)
     for fwd in _define_vjp_ops():
         attrs = {a.name: 0.7 for a in fwd.ATTRS}
@@ -650,7 +651,7 @@ def test_a_vjp_formula_is_the_derivative_of_the_forward_formula(scratch_ops):
 
 
 def test_a_vjp_without_an_entry_for_an_operand_that_needs_a_gradient_is_a_located_error(scratch_ops):
-    from gradir.ir import Operand
+    from gradir.ir.op import Operand
     from gradir.ops.common import UnaryOp
 
     class HalfOp(UnaryOp):
@@ -724,7 +725,7 @@ def test_a_bad_vjp_in_a_file_loaded_as_a_module_names_that_file_and_line(scratch
 def test_a_gradient_op_with_several_results_named_after_the_operands_derives_the_rule(scratch_ops):
     """GRADIENT naming an op whose results are ``d<operand>`` (as ORT's LayerNormalizationGrad's dX, dScale,
     dB) is a whole rule: one op, each result the cotangent of the operand it names."""
-    from gradir.ir import BackwardOp, Operand
+    from gradir.ir.op import BackwardOp, Operand
     from gradir.ops import ElementwiseOp
 
     class ScaleByGradOp(BackwardOp):
@@ -747,3 +748,13 @@ def test_a_gradient_op_with_several_results_named_after_the_operands_derives_the
     assert body[-1] == "t4, t5 = ScaleByGrad(t3, t0, t1)", body
     assert g.outputs == ["t4", "t5"]
     assert [o.op_name for o in grad(gradir.parse(text), ["t1"]).ops][-1] == "ScaleByGrad"
+
+
+def test_grad_without_floating_point_inputs_is_a_clear_error(tmp_path, capsys):
+    f = tmp_path / "g.gir"
+    f.write_text("input t0 : Int32 [3]\nt1 = Neg(t0)\noutput t1\n")
+    assert main(["grad", str(f)]) == 1
+    err = capsys.readouterr().err
+    assert "nothing to differentiate: the graph has no floating-point inputs (its inputs are t0 Int32 [3])" in err
+    with pytest.raises(gradir.AutodiffError):
+        gradir.grad(gradir.load(f))

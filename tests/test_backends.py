@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir.backends import BACKENDS
-from gradir.passes import PASSES, register_pass
-from gradir.runcli import demo_inputs
+from gradir.backends.base import BACKENDS
+from gradir.transforms.passes.pipeline import PASSES, register_pass
+from gradir.cli.run import demo_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
@@ -80,8 +80,8 @@ def test_a_graph_changed_after_validation_is_validated_again() -> None:
 def test_kernels_are_registered_per_backend() -> None:
     """A backend names its kernel table; the plan's steps call that table's kernels, and an op without
     a kernel there is a compile error for that backend only."""
-    from gradir.kernels import TABLES, kernel
-    from gradir.reference import ReferenceExecutable
+    from gradir.backends.cpu.kernels import TABLES, kernel
+    from gradir.backends.reference.backend import ReferenceExecutable
     calls = []
 
     @kernel("Neg", backend="test-negonly")

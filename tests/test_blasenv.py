@@ -25,7 +25,7 @@ def run(code: str, **env: str | None) -> dict:
     return json.loads(out.stdout)
 
 
-REPORT = ("import json, os; from gradir import _blasenv; from gradir.kernels import parallel; "
+REPORT = ("import json, os; from gradir import _blasenv; from gradir.backends.cpu.kernels import parallel; "
           f"print(json.dumps([os.environ.get('{VAR}'), _blasenv.EFFECTIVE, parallel.blas_idle_threads_sleep()]))")
 
 
@@ -67,7 +67,7 @@ for _ in range(3):
 a @ a  # uses every BLAS thread; then the process sleeps
 t0 = time.process_time()
 time.sleep(0.3)
-from gradir.kernels import parallel
+from gradir.backends.cpu.kernels import parallel
 print(json.dumps([time.process_time() - t0, blas, parallel.blas_idle_threads_sleep()]))
 """
 

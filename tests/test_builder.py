@@ -10,10 +10,11 @@ import pytest
 
 import gradir
 from gradir import OPS, TensorType
-from gradir.autodiff import grad
-from gradir.builder import BuilderError, GraphBuilder, Value
-from gradir.ir import Attr, Operand
+from gradir.autodiff.driver import grad
+from gradir.autodiff.builder import BuilderError, GraphBuilder, Value
+from gradir.ir.op import Attr, Operand
 from gradir.ops.common import UnaryOp
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -195,3 +196,21 @@ def test_build_returns_an_independent_validated_graph():
     assert len(g1.ops) == 1 and len(g2.ops) == 2
     assert g1.to_text() == "input t0 : Float32 [?, 3]\nt1 = Tanh(t0) : Float32 [?, 3]\noutput t1\n"
     assert gradir.parse(g2.to_text()) == g2
+
+
+GIR = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\nt3 = Tanh(t2)\noutput t3\n"
+
+
+def test_grad_wrt_a_0d_array_and_builder_apply_of_a_non_str():
+    """``grad(g, wrt=np.array(1))`` iterated a 0-d array and ``GraphBuilder.apply([])`` looked a list
+    up in the op registry: TypeErrors, now ArgumentError / BuilderError."""
+    with pytest.raises(gradir.ArgumentError, match=r"wrt must be a list of input names .*, got array\(1\)"):
+        gradir.grad(GIR, wrt=np.array(1))
+    with pytest.raises(gradir.ArgumentError, match="wrt must be a list of input names .*, got 3"):
+        gradir.grad(GIR, wrt=3)
+    b = gradir.GraphBuilder()
+    x = b.input("Float32", [2])
+    with pytest.raises(gradir.BuilderError, match=r"apply\(\): the op name is a str like 'Relu', got \[\] \(list\)"):
+        b.apply([], x)
+    with pytest.raises(gradir.BuilderError, match="got an int of 16610 bits"):
+        b.apply(10 ** 5000, x)

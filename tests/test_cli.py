@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-from gradir.cli import main
+from gradir.cli.main import main
+import pathlib
+import numpy as np
+from gradir.cli.run import _stats_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
@@ -20,7 +23,7 @@ BAD = "input t0 : Float32 [2]\nt1 = Relu(t9)\noutput t1\n"
 def run(*args, stdin=None):
     """Run the installed console script the way a user would."""
     exe = os.path.join(os.path.dirname(sys.executable), "gradir")
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli"]
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli.main"]
     return subprocess.run(cmd + list(args), input=stdin, capture_output=True, text=True, cwd=ROOT)
 
 
@@ -156,8 +159,9 @@ def test_ops_markdown(capsys):
 
 
 def test_internal_errors_are_brief_unless_traceback(monkeypatch, capsys):
-    import gradir.cli as cli
-    monkeypatch.setattr(cli, "cmd_check", lambda a: 1 / 0)
+    import gradir.cli.check
+    import gradir.cli.main as cli
+    monkeypatch.setattr(gradir.cli.check, "cmd_check", lambda a: 1 / 0)
     parser_args = ["check", "x"]
     # rebuild so the patched function is used
     assert cli.main(parser_args) == 3
@@ -168,7 +172,7 @@ def test_internal_errors_are_brief_unless_traceback(monkeypatch, capsys):
 
 
 def test_docs_ops_md_is_current():
-    from gradir.docs import ops_markdown
+    from gradir.tools.docs import ops_markdown
     with open(os.path.join(ROOT, "docs", "ops.md"), encoding="utf-8") as f:
         assert f.read() == ops_markdown(), "regenerate with: gradir ops --markdown > docs/ops.md"
 
@@ -215,7 +219,7 @@ def test_pyproject_ships_every_subpackage():
     for dirpath, _, files in os.walk(os.path.join(ROOT, "gradir")):
         if "__init__.py" in files:
             found.add(os.path.relpath(dirpath, ROOT).replace(os.sep, "."))
-    assert found | {"gradir.grammar"} == listed
+    assert found == listed
 
 
 def test_a_slow_compile_says_why_on_a_terminal(monkeypatch, capsys):
@@ -224,7 +228,7 @@ def test_a_slow_compile_says_why_on_a_terminal(monkeypatch, capsys):
     neither does a compile whose stderr is not a terminal."""
     import time
 
-    from gradir import runcli
+    from gradir.cli import run as runcli
 
     def slow(graph, **kw):
         time.sleep(0.3)
@@ -248,3 +252,104 @@ def test_fmt_onto_its_own_file_points_at_in_place(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "refusing to overwrite an input (gradir fmt -i FILE rewrites it in place)" in err
     assert src.read_text() == GOOD
+
+
+ROOT_ux_bugs = pathlib.Path(__file__).resolve().parent.parent
+
+
+MLP = ROOT_ux_bugs / "samples" / "mlp_forward.gir"
+
+
+def gradir_cmd(*args: str, **kw) -> subprocess.CompletedProcess:
+    exe = os.path.join(os.path.dirname(sys.executable), "gradir")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli.main"]
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run(cmd + list(args), text=True, cwd=ROOT_ux_bugs, **kw)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["check", str(MLP)], ["ops"], ["fmt", str(MLP)], ["run", str(MLP)],
+                                  ["plan", str(MLP)], ["grad", str(MLP)]])
+def test_a_full_standard_output_is_exit_1_with_a_message(argv):
+    with open("/dev/full", "w") as full:
+        r = gradir_cmd(*argv, stdout=full, stderr=subprocess.PIPE)
+    assert r.returncode == 1, r.stderr
+    assert "gradir: error: cannot write to standard output: No space left on device" in r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert "Exception ignored" not in r.stderr
+
+
+def test_a_closed_pipe_is_still_quiet():
+    r = subprocess.run(f"'{sys.executable}' -m gradir.cli.main ops | head -c 10 > /dev/null", shell=True,
+                       capture_output=True, text=True, cwd=ROOT_ux_bugs)
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_ops_markdown_honours_the_filter(capsys):
+    assert main(["ops", "--markdown", "Relu"]) == 0
+    out = capsys.readouterr().out
+    assert "### `Relu`" in out
+    assert out.count("### ") == 1
+    assert main(["ops", "--markdown", "Relu", "TanhGrad"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("### ") == 2 and "### `TanhGrad`" in out
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def _rows(table: str) -> dict[str, list[str]]:
+    lines = table.splitlines()
+    return {line.split()[0]: line.split()[1:] for line in [lines[0]] + lines[2:]}
+
+
+def test_run_table_statistics_leave_nans_out_and_count_them(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [4]\ninput t1 : Float32 [4]\nt2 = Log(t0)\nt3 = Relu(t0)\nt4 = Div(t1, t1)\n"
+                 "output t2, t3, t4\n")
+    np.savez(tmp_path / "in.npz", t0=np.array([1.0, -1.0, 0.0, 2.0], np.float32), t1=np.zeros(4, np.float32))
+    rc, out, err = _run(["run", g, "--inputs", tmp_path / "in.npz"], capsys)
+    assert rc == 0
+    rows = _rows(out.split("time:")[0])
+    assert rows["output"] == ["dtype", "shape", "min", "max", "mean", "L2", "norm", "NaNs"]
+    assert rows["t2"] == ["Float32", "[4]", "-inf", "0.693147", "-inf", "inf", "1"]  # log: -inf, nan, 0, log 2
+    assert rows["t3"] == ["Float32", "[4]", "0", "2", "0.75", "2.23607", "0"]
+    assert rows["t4"] == ["Float32", "[4]", "nan", "nan", "nan", "nan", "all", "4"]  # 0/0 everywhere
+    assert "non-finite values in t2 (1 NaN, 1 Inf), t4 (4 NaN)" in err
+
+
+def test_stats_table_without_nans_is_unchanged_and_inf_shows():
+    table = _stats_table({"a": np.array([1.0, np.inf, 3.0]), "b": np.array([3, 4], np.int32),
+                          "c": np.zeros((0,), np.float32)})
+    assert table.splitlines()[0].split() == ["output", "dtype", "shape", "min", "max", "mean", "L2", "norm"]
+    rows = _rows(table)
+    assert rows["a"] == ["Float64", "[3]", "1", "inf", "inf", "inf"]
+    assert rows["b"] == ["Int32", "[2]", "3", "4", "3.5", "5"]
+    assert rows["c"] == ["Float32", "[0]", "-", "-", "-", "-"]
+
+
+def test_stats_table_nan_among_infinities():
+    rows = _rows(_stats_table({"a": np.array([np.nan, -np.inf, 2.0, np.nan], np.float32)}))
+    assert rows["a"] == ["Float32", "[4]", "-inf", "2", "-inf", "inf", "2"]
+
+
+def test_python_dash_m_gradir_is_the_command_line():
+    import subprocess
+    import sys
+    sample = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "samples" / "mlp_forward.gir")
+    r = subprocess.run([sys.executable, "-m", "gradir", "check", sample], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.endswith("ok (5 inputs, 6 ops, 1 output)\n"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "gradir", "check", "/nonexistent/g.gir"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_abbreviated_option_is_not_taken_for_another():
+    """`gradir --trace run g.gir` meant run's --trace; it was taken as --traceback (found by fuzzing)."""
+    from gradir.cli.main import main
+    assert main(["--trace", "run", "missing.gir"]) == 2
+    assert main(["run", "missing.gir", "--trac", "t.json"]) == 2

@@ -1,5 +1,5 @@
 """``gradir run --save-inputs / --generate-missing / --compare``: repeating a run and checking its numbers
-without writing NumPy; ``gradir.compare``'s element rule."""
+without writing NumPy; ``gradir.tools.compare``'s element rule."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir.labels import input_key, label_text, output_keys
-from gradir.cli import main
-from gradir.compare import DEFAULT_TOLERANCES, compare_outputs
-from gradir.runcli import demo_inputs
+from gradir.ir.labels import input_key, label_text, output_keys
+from gradir.cli.main import main
+from gradir.tools.compare import DEFAULT_TOLERANCES, compare_outputs
+from gradir.cli.run import demo_inputs
+import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(os.path.join(ROOT, "samples", f) for f in os.listdir(os.path.join(ROOT, "samples"))
@@ -251,3 +252,21 @@ def test_run_compare_with_a_big_endian_reference_file(tmp_path, capsys):
     np.savez(tmp_path / "ref.npz", **{k: v.astype(v.dtype.newbyteorder(">")) for k, v in ref.items()})
     assert main(["run", f, "--inputs", ins, "--compare", str(tmp_path / "ref.npz")]) == 0
     assert [r.endswith(" pass") for r in _rows(capsys.readouterr().out).values()] == [True, True]
+
+
+def test_compare_of_a_rank_0_output(tmp_path, capsys):
+    """``run --compare`` on a graph with a scalar output (ReduceSum over every axis) crashed: the
+    element-wise arithmetic on 0-d arrays gave NumPy scalars, which take no item assignment."""
+    c = compare_outputs({"y": np.array(4.5, np.float32)}, {"y": np.array(4.5, np.float32)}).checks[0]
+    assert c.ok and c.max_abs == 0 and c.worst is None
+    c = compare_outputs({"y": np.array(4.5, np.float32)}, {"y": np.array(5.0, np.float32)}).checks[0]
+    assert not c.ok and c.failed == 1 and c.max_abs == 0.5 and c.worst == ()
+    g = tmp_path / "g.gir"
+    g.write_text("input t0 : Float32 [2, 3]\nt1 = ReduceSum(t0)\noutput t1\n")
+    assert main(["run", str(g), "-o", str(tmp_path / "out.npz")]) == 0
+    assert main(["run", str(g), "--compare", str(tmp_path / "out.npz")]) == 0
+    np.savez(tmp_path / "ref.npz", t1=np.array(1e6, np.float32))
+    assert main(["run", str(g), "--compare", str(tmp_path / "ref.npz")]) == 1
+    cap = capsys.readouterr()
+    assert "internal error" not in cap.err and "1 of 1 output does not match" in cap.err
+    assert re.search(r"^t1\s+scalar\s+1e\+06\s+1\s+\(\)\s.*FAIL \(1 of 1 element\)$", cap.out, re.M), cap.out

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradir
-from gradir.passes import DEFAULT_PASSES
+from gradir.transforms.passes.pipeline import DEFAULT_PASSES
 from gradir import GraphBuilder
-from gradir.cli import main
-from gradir.constants import MAX_CONSTANT_ELEMENTS
+from gradir.cli.main import main
+from gradir.ir.constants import MAX_CONSTANT_ELEMENTS
 from gradir.errors import GradirError
 
 
@@ -327,7 +327,7 @@ def test_builder_constant_errors(make, message):
 
 
 def test_the_kernel_returns_a_fresh_array_never_the_cached_one():
-    from gradir.kernels import KERNELS
+    from gradir.backends.cpu.kernels import KERNELS
     op = gradir.parse("t0 = Constant(value=[1, 2]) : Int32 [2]\noutput t0\n").ops[0]
     cached = op.kernel_attrs()["array"]
     assert not cached.flags.writeable and op.kernel_attrs()["array"] is cached  # made once per op

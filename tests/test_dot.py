@@ -17,14 +17,15 @@ import pytest
 
 import gradir
 from gradir import DType, Graph, TensorType, load, parse, to_dot
-from gradir.cli import main
-from gradir.dot import render
+from gradir.cli.main import main
+from gradir.tools.dot import render
 from gradir.ops.fused import FusedElementwiseOp
 from complexity import grows_linearly
 from gradir.errors import RenderError
-from gradir.ir import OPS, Attr, Op, Operand
-from gradir.passes import Program, run_passes
-from gradir.schedule import build_plan
+from gradir.ir.op import OPS, Attr, Op, Operand
+from gradir.transforms.passes.pipeline import Program, run_passes
+from gradir.transforms.schedule import build_plan
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
@@ -240,7 +241,7 @@ def odd_graph(op_cls, note=ODD, name='odd "name" \\ <x>'):
 
 
 def test_odd_strings_are_escaped(note_op):
-    from gradir.ir import format_attr_value
+    from gradir.ir.op import format_attr_value
     text = to_dot(odd_graph(note_op))
     g = parse_dot(text)
     assert g.get_name() == '"odd \\"name\\" \\\\ <x>"'
@@ -252,7 +253,7 @@ def test_odd_strings_are_escaped(note_op):
 
 @pytest.mark.skipif(not HAVE_DOT, reason=NO_DOT)
 def test_odd_strings_survive_rendering(note_op):
-    from gradir.ir import format_attr_value
+    from gradir.ir.op import format_attr_value
     svg = render(to_dot(odd_graph(note_op)), "svg")
     shown = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
     assert f"note={format_attr_value(ODD)}" in shown
@@ -390,3 +391,23 @@ def test_the_readme_picture_is_current():
         want.update(text_of(label(n)).split("\n"))
     want.update(label(e).strip('"') for e in edges(g))
     assert shown == want, "re-render the picture: gradir dot --plan samples/mlp_backward.gir --svg ..."
+
+
+GIR = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\nt3 = Tanh(t2)\noutput t3\n"
+
+
+def test_graph_of_a_0d_array_and_to_dot_argument_checks():
+    """``Graph(np.array(1))`` iterated a 0-d array (TypeError); ``to_dot(g, plan=True, disable=1)``
+    iterated an int and ``disable=[{}]`` hashed a dict; ``plan=np.ones(2)`` had no truth value."""
+    with pytest.raises(gradir.ArgumentError, match=r"Graph inputs must be a list of GraphInput .*, got array\(1\)"):
+        gradir.Graph(np.array(1))
+    g = gradir.parse(GIR)
+    for disable, msg in [(1, "to_dot\\(\\): disable must be a list of pass names, got int"),
+                         ([{}], "to_dot\\(\\): disable must be a list of pass names, got \\{\\} in it"),
+                         (["nope"], "unknown pass 'nope'")]:
+        with pytest.raises(gradir.ArgumentError, match=msg):
+            gradir.to_dot(g, plan=True, disable=disable)
+    with pytest.raises(gradir.ArgumentError, match="to_dot\\(\\): plan must be True or False, got array"):
+        gradir.to_dot(g, plan=np.ones(2))
+    text = gradir.to_dot(g, plan=True, disable="cse, dce")  # a comma-separated str, as compile takes
+    assert text == gradir.to_dot(g, plan=True, disable=["cse", "dce"]) and "cse:" not in text

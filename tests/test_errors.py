@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import GradirError, ParseError, VerifyError
+from gradir.cli.main import main
 
 HEAD = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [2, 3]\n"
 
@@ -201,7 +202,7 @@ def test_huge_dimensions_are_rejected_with_a_location():
 @pytest.mark.parametrize("bad,more", [(50, 0), (51, 1), (173, 123)])
 def test_syntax_errors_past_the_limit_are_counted(bad, more):
     """The first MAX_SYNTAX_ERRORS bad lines are described; a last line says how many more there are."""
-    from gradir.syntax import MAX_SYNTAX_ERRORS
+    from gradir.text.syntax import MAX_SYNTAX_ERRORS
     assert MAX_SYNTAX_ERRORS == 50
     lines = ["input t0 : Float32 [2]"]
     for k in range(bad):  # bad lines between good ones, some only lark can parse (hand-spaced)
@@ -220,7 +221,7 @@ def test_syntax_errors_past_the_limit_are_counted(bad, more):
 
 
 def test_check_reports_the_count_of_unshown_syntax_errors(tmp_path, capsys):
-    from gradir.cli import main
+    from gradir.cli.main import main
     f = tmp_path / "junk.gir"
     f.write_text("".join(f"this is line {k}\n" for k in range(1, 201)))
     assert main(["check", str(f)]) == 1
@@ -239,3 +240,116 @@ def test_load_of_a_path_that_cannot_name_a_file_is_an_argument_error(path, what)
     if path.endswith(".gir"):  # compile takes a one-line str ending in .gir as a path (else as IR text)
         with pytest.raises(gradir.ArgumentError, match=what):
             gradir.compile(path)
+
+
+LSTM = """input t0 : Float32 [3, 2, 4]
+input t1 : Float32 [1, 20, 4]
+input t2 : Float32 [1, 20, 5]
+t3, t4, t5, t6, t7 = LSTMTraining(t0, t1, t2, hidden_size=5, activations={acts})
+output t3
+"""
+
+
+def test_lstm_other_activations_are_still_refused():
+    with pytest.raises(gradir.VerifyError, match="only activations="):
+        gradir.parse(LSTM.format(acts='["Relu", "Tanh", "Tanh"]'))
+
+
+def check(tmp_path, capsys, text: str) -> tuple[int, str]:
+    f = tmp_path / "g.gir"
+    f.write_text(text)
+    rc = main(["check", str(f)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
+    return rc, err
+
+
+def test_lstm_grad_without_required_operands_is_a_check_error(tmp_path, capsys):
+    text = ("input t0 : Float32 [2, 1, 3]\ninput t1 : Float32 [1, 8, 3]\ninput t2 : Float32 [1, 8, 2]\n"
+            "t3, t4, t5, t6, t7 = LSTMTraining(t0, t1, t2, hidden_size=2)\n"
+            "t8, t9, t10, t11, t12, t13, t14 = LSTMGrad(t0, t1, t2, _, _, _, t3, hidden_size=2)\noutput t8\n")
+    rc, err = check(tmp_path, capsys, text)
+    assert rc == 1 and "LSTMGrad: operands CAll, iofc are required but not given" in err
+    assert main(["fmt", str(tmp_path / "g.gir")]) == 1
+
+
+@pytest.mark.parametrize("operands, msg", [
+    ("t6, t6, t0, t1, t2, t3, t4", "operand Bias is required but not given"),
+    ("t6, _, t0, t1, t2, t3, t4", "operand Bias is required but not given"),
+    ("t6, t6, t0, t1, t2, t3, _, t5", "operand W_hh is required; '_' is only allowed"),
+])
+def test_cell_gradient_with_missing_operands_is_a_check_error(tmp_path, capsys, operands, msg):
+    text = ("input t0 : Float32 [4, 16]\ninput t1 : Float32 [4, 32]\ninput t2 : Float32 [4, 32]\n"
+            "input t3 : Float32 [128, 16]\ninput t4 : Float32 [128, 32]\ninput t5 : Float32 [128]\n"
+            "input t6 : Float32 [4, 32]\n"
+            f"t7 = GradLSTMCellInput({operands}, input_index=0, hidden_size=32)\noutput t7\n")
+    rc, err = check(tmp_path, capsys, text)
+    assert rc == 1 and msg in err
+
+
+def test_every_op_checks_every_required_operand():
+    """The generic checker catches a missing required operand in every registered op, so no
+    op's own type rule ever sees one missing."""
+    for name, cls in gradir.OPS.items():
+        required = [k for k, o in enumerate(cls.OPERANDS) if not o.optional and not o.variadic]
+        if not required:
+            continue
+        last = required[-1]
+        operands = [f"t{k}" for k in range(last)]  # everything up to, not including, the last required one
+        op = cls([f"t{100 + k}" for k in range(8)], operands, {})
+        with pytest.raises(gradir.VerifyError) as e:
+            op.validate([gradir.TensorType("Float32", [2])] * len(operands))
+        assert "required" in str(e.value) or "takes" in str(e.value), (name, str(e.value))
+
+
+def test_an_inferred_type_over_the_element_limit_is_a_check_error(tmp_path, capsys):
+    rc, err = check(tmp_path, capsys, "input t0 : Float32 [16777217, 1]\ninput t1 : Float32 [1, 16777217]\n"
+                                      "t2 = Add(t0, t1)\noutput t2\n")
+    assert rc == 1 and "Add: result t2 would have 281475010265089 elements; at most 2^48 are supported" in err
+
+
+def test_rank_over_64_is_a_check_error(tmp_path, capsys):
+    ones = ", ".join(["1"] * 65)
+    rc, err = check(tmp_path, capsys, f"input t0 : Float32 [{ones}]\nt1 = Relu(t0)\noutput t1\n")
+    assert rc == 1 and "type Float32 has rank 65; at most 64 dimensions are supported" in err
+    ones = ", ".join(["1"] * 33)
+    axes = ", ".join(str(i) for i in range(32))
+    rc, err = check(tmp_path, capsys, f"input t0 : Float32 [{ones}]\nt1 = Unsqueeze(t0, axes=[{axes}])\n"
+                                      "output t1\n")
+    assert rc == 1 and "Unsqueeze: result t1 would have rank 65" in err
+    ones = ", ".join(["1"] * 64)
+    assert check(tmp_path, capsys, f"input t0 : Float32 [{ones}]\nt1 = Relu(t0)\noutput t1\n")[0] == 0
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("input t0 : Float32 [" + "1" * 5000 + "]\noutput t0\n", "dimension 111111111111... has 5000 digits"),
+    ("input t0 : Float32 [2]\nt1 = Softmax(t0, axis=" + "1" * 5000 + ")\noutput t1\n",
+     "integer literal 111111111111... has 5000 digits; at most 19"),
+    ("input t" + "1" * 5000 + " : Float32 [2]\noutput t0\n", "value name t11111111111... has 5000 digits; at most 18"),
+    ("input t0 : Float32 [" + ", ".join(["9" * 19] * 20) + "]\noutput t0\n",
+     "type Float32 has about 2^1262 elements; at most 2^48 are supported"),
+])
+def test_huge_numbers_are_located_errors(tmp_path, capsys, text, msg):
+    rc, err = check(tmp_path, capsys, text)
+    assert rc == 1 and msg in err
+    for cmd in ("fmt", "plan", "grad", "run"):
+        assert main([cmd, str(tmp_path / "g.gir")]) == 1
+        assert "internal error" not in capsys.readouterr().err
+
+
+GIR = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\nt3 = Tanh(t2)\noutput t3\n"
+
+
+def test_messages_about_huge_ints_do_not_fail_themselves():
+    """An int past Python's 4300-digit limit for str() made the message about it raise ValueError."""
+    huge = 10 ** 5000
+    with pytest.raises(gradir.ArgumentError, match="threads must be a positive integer or None, got an int of"):
+        gradir.compile(GIR, threads=-huge)
+    with pytest.raises(gradir.ArgumentError, match="disable must be a list of pass names, got an int of"):
+        gradir.compile(GIR, disable=[huge])
+    with pytest.raises(gradir.ArgumentError, match="Graph outputs must be a list of value names, got an int of"):
+        gradir.Graph([], [], [huge])
+    with pytest.raises(gradir.AutodiffError, match="wrt entries are input names like 't0', got an int of"):
+        gradir.grad(GIR, wrt=[huge])
+    with pytest.raises(gradir.BuilderError, match="graph name an int of 16610 bits is not an identifier"):
+        gradir.GraphBuilder(huge)

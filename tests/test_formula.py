@@ -1,5 +1,5 @@
-"""The formula language (gradir/formula.py) and what is generated from an op's FORMULA
-(gradir/kernels/generated.py): a new element-wise op defined by its class alone runs in both
+"""The formula language (gradir/ir/formula.py) and what is generated from an op's FORMULA
+(gradir/backends/cpu/kernels/generated.py): a new element-wise op defined by its class alone runs in both
 dtypes, on any thread count, in place, and fused with its neighbours with the unfused bits; a
 broken definition is an OpDefinitionError naming the op and its file; each hand-written kernel
 agrees with its formula."""
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir import formula
+from gradir.ir import formula
 from gradir.errors import GradirError, OpDefinitionError
-from gradir.ir import OPS
-from gradir.kernels import KERNELS, get_kernel, parallel
+from gradir.ir.op import OPS
+from gradir.backends.cpu.kernels import KERNELS, get_kernel, parallel
 from gradir.ops import Attr, ElementwiseOp, Operand
 from gradir.ops.fused import FusedElementwiseOp
-from gradir.passes import elementwise
-from gradir.traits import evaluate_formula
+from gradir.transforms.passes import elementwise
+from gradir.ir.traits import evaluate_formula
 
 
 SOFTSIGN = "X / (1 + abs(X))"

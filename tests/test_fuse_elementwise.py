@@ -1,5 +1,5 @@
-"""The fuse-elementwise pass and its compiled loops (gradir/passes/elementwise.py,
-gradir/kernels/fused.py, gradir/kernels/fused_codegen.py): what is grouped, the same numbers as
+"""The fuse-elementwise pass and its compiled loops (gradir/transforms/passes/elementwise.py,
+gradir/backends/cpu/kernels/fused.py, gradir/backends/cpu/kernels/fused_codegen.py): what is grouped, the same numbers as
 the unfused ops, the same bits for every thread count, and the disk cache."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir.errors import GradirError
-from gradir.kernels import KERNELS, jit, parallel
-from gradir.kernels.fused import layout
-from gradir.kernels.fused_codegen import compile_count
+from gradir.backends.cpu.kernels import KERNELS, jit, parallel
+from gradir.backends.cpu.kernels.fused import layout
+from gradir.backends.cpu.kernels.fused_codegen import compile_count
 from gradir.ops.fused import FusedBody, FusedElementwiseOp
-from gradir.passes import elementwise
-from gradir.types import DType, TensorType
+from gradir.transforms.passes import elementwise
+from gradir.ir.types import DType, TensorType
 from strategies import EXACT_ELEMENTWISE, elementwise_dags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +119,7 @@ def test_plan_says_why_groups_were_left_apart():
 
 
 def test_plan_shows_each_loop_and_the_pass_can_be_turned_off(capsys, tmp_path):
-    from gradir.cli import main
+    from gradir.cli.main import main
     path = tmp_path / "chain.gir"
     path.write_text(CHAIN)
     assert main(["plan", str(path)]) == 0
@@ -274,7 +274,7 @@ def test_layout_coalesces_axes():
 
 
 def test_codegen_rounds_constants_to_the_dtype():
-    from gradir.kernels.fused_codegen import kernel_source
+    from gradir.backends.cpu.kernels.fused_codegen import kernel_source
     op = gradir.OPS["Scale"](["t1"], ["t0"], {"factor": 0.1})
     body = FusedBody([op], ["t0"], ["t1"], TensorType(DType.Float32, (4,)))
     src = kernel_source(body, (True,))
@@ -288,7 +288,7 @@ def test_codegen_rounds_constants_to_the_dtype():
 
 _SECOND_PROCESS = textwrap.dedent("""
     import json, sys, numpy as np, gradir
-    from gradir.kernels import fused_codegen
+    from gradir.backends.cpu.kernels import fused_codegen
     exe = gradir.compile(sys.argv[1])
     loops = list(fused_codegen._loops.values())
     x = {i.name: np.ones(i.type.shape, i.type.dtype.numpy) for i in exe.graph.inputs}
@@ -346,7 +346,7 @@ def _wide_sum(n: int, shape: str = "[4]") -> str:
 def test_a_sum_of_thousands_of_operands_runs_plans_and_draws(tmp_path, capsys):
     """A ``Sum`` of 5,000 operands: the pass looked at its formula, an expression 5,000 deep, before
     the size threshold, and run, plan and dot --plan exited 3 with a RecursionError."""
-    from gradir.cli import main
+    from gradir.cli.main import main
     f = tmp_path / "wide.gir"
     f.write_text(_wide_sum(5000))
     for argv in (["run", str(f)], ["plan", str(f)], ["dot", "--plan", str(f)]):
@@ -375,3 +375,16 @@ def test_a_sum_of_more_than_max_operands_stays_apart():
         x = _inputs(exe.graph, special=False)
         want = gradir.compile(_wide_sum(k, "[128, 128]"), disable=["fuse-elementwise"]).run(x)
         assert _bits(exe.run(x)[f"t{k + 1}"]) == _bits(want[f"t{k + 1}"])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scale_of_a_scalar_then_element_wise_ops_runs(threads):
+    g = gradir.parse("input t0 : Float32 scalar\nt1 = Scale(t0, factor=2.0)\nt2 = Relu(t1)\nt3 = Exp(t2)\n"
+                     "t4 = TanhGrad(t3, t1)\nt5 = Add(t4, t0)\noutput t5, t3\n")
+    out = gradir.compile(g, threads=threads).run({"t0": np.array(0.25, np.float32)})
+    x = np.float32(0.25)
+    t1 = np.float32(2.0) * x
+    t3 = np.exp(np.maximum(t1, np.float32(0)))
+    assert isinstance(out["t5"], np.ndarray) and out["t5"].shape == ()
+    np.testing.assert_allclose(out["t3"], t3, rtol=1e-6)
+    np.testing.assert_allclose(out["t5"], t3 * (1 - t1 * t1) + x, rtol=1e-6)

@@ -1,5 +1,5 @@
-"""Fused groups that end in sums (gradir/passes/elementwise.py ``_sums``, the sum loop of
-gradir/kernels/fused_codegen.py): a ``ReduceSumTo`` over leading axes (a broadcast bias's
+"""Fused groups that end in sums (gradir/transforms/passes/elementwise.py ``_sums``, the sum loop of
+gradir/backends/cpu/kernels/fused_codegen.py): a ``ReduceSumTo`` over leading axes (a broadcast bias's
 gradient) is added up inside the loop that computes its operand; the unfused bits, for every
 thread count; the cases left apart."""
 
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradir
-from gradir.kernels import fused, parallel
+from gradir.backends.cpu.kernels import fused, parallel
 from gradir.ops.fused import FusedElementwiseOp
-from gradir.passes import elementwise
+from gradir.transforms.passes import elementwise
 from strategies import elementwise_dags
 from test_fuse_elementwise import _bits, _bits_for_thread_counts, _fused_steps, _inputs
 

@@ -40,8 +40,8 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 import gradir
-from gradir.cli import main
-from gradir.runcli import demo_inputs
+from gradir.cli.main import main
+from gradir.cli.run import demo_inputs
 from fuzzing import kernels  # noqa: F401 - the module's kernels (fixture)
 from fuzzing import (API_SECONDS, BUDGET, CLI_SECONDS, REPO, RUN_ELEMENTS, SAMPLE_TEXTS, CallersError, campaign,
                      examples, fuzz_settings, junk, mutated_bytes, mutated_npy, mutated_npz, mutated_texts,
@@ -134,7 +134,7 @@ def test_mutated_text_through_the_api():
 @fuzz_settings(examples(25))
 @given(mutated_texts(large=False))  # lark reads ~7,000 lines/s: big texts would only slow this down
 def _fast_path_agrees(text: str) -> None:
-    from gradir.syntax import _statements
+    from gradir.text.syntax import _statements
     with time_limit(API_SECONDS, "both parsers"):
         fast, slow = _statements(text), _statements(text, fast=False)
     assert len(fast.errors) == len(slow.errors) and fast.more_errors == slow.more_errors
@@ -192,7 +192,7 @@ def _subprocess(argv: list[str], stdin: bytes = b"", cwd: Optional[str] = None) 
     if not BUDGET:
         env["GRADIR_JIT"] = "0"
     with time_limit(CLI_SECONDS + 5, "gradir " + " ".join(argv[:3])):  # + 5 s: the interpreter's start
-        r = subprocess.run([sys.executable, "-m", "gradir.cli", *argv], input=stdin, capture_output=True,
+        r = subprocess.run([sys.executable, "-m", "gradir.cli.main", *argv], input=stdin, capture_output=True,
                            cwd=cwd, env=env, timeout=CLI_SECONDS * 3)
     err = r.stderr.decode("utf-8", "replace")
     assert r.returncode in (0, 1, 2) and not crashed(err), (r.returncode, err[-2000:])
@@ -235,7 +235,7 @@ def test_endless_devices_as_input_files(tmp_path, command):
     Path(tmp_path, "g.gir").write_text(SMALL_GIR)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), GRADIR_JIT="0")
     with time_limit(CLI_SECONDS + 5, "gradir " + " ".join(command)):
-        r = subprocess.run([sys.executable, "-m", "gradir.cli", *command, "/dev/zero"], capture_output=True,
+        r = subprocess.run([sys.executable, "-m", "gradir.cli.main", *command, "/dev/zero"], capture_output=True,
                            cwd=tmp_path, env=env, timeout=CLI_SECONDS * 3, preexec_fn=_limit_memory)
     err = r.stderr.decode("utf-8", "replace")
     assert r.returncode in (1, 2) and not crashed(err) and "/dev/zero" in err, (r.returncode, err[-2000:])

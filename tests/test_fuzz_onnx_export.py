@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gradir
-from gradir.kernels import jit
-from gradir.labels import input_key, output_labels_of
-from gradir.onnxio import export_onnx, import_onnx
-from gradir.runcli import demo_inputs
+from gradir.backends.cpu.kernels import jit
+from gradir.ir.labels import input_key, output_labels_of
+from gradir.interop.onnx import export_onnx, import_onnx
+from gradir.cli.run import demo_inputs
 from fuzzing import API_SECONDS, RUN_ELEMENTS, campaign, examples, fuzz_settings, time_limit, total_elements
 from strategies import graphs
 

@@ -27,7 +27,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import gradir
-from gradir.onnxio import import_onnx
+from gradir.interop.onnx import import_onnx
 from fuzzing import API_SECONDS, campaign, examples, fuzz_settings, time_limit
 import onnx_models as M
 

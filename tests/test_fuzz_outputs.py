@@ -31,7 +31,7 @@ from hypothesis.extra import numpy as hnp
 
 from gradir import GradirError
 from gradir.arrayfiles import MAX_MEMBER_NAME, read_npz, write_npz
-from gradir.cli import main
+from gradir.cli.main import main
 from fuzzing import API_SECONDS, CLI_SECONDS, campaign, examples, fuzz_settings, time_limit
 
 # names NumPy's savez/load/format and zipfile take as parameters: as keyword arguments they were lost

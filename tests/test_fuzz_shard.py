@@ -1,4 +1,4 @@
-"""Fuzzing the shard paths (gradir.sharding): random valid graphs (``strategies.graphs``) sharded
+"""Fuzzing the shard paths (gradir.distributed): random valid graphs (``strategies.graphs``) sharded
 along random inputs and axes, valid or not, and run inline in a random number of shards, valid or not.
 
 The property: ``gradir.shard`` returns a ``Sharded`` or raises a located ``ShardError`` (a rule's
@@ -21,7 +21,7 @@ from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 import gradir
-from gradir.runcli import complete_inputs
+from gradir.cli.run import complete_inputs
 from fuzzing import kernels  # noqa: F401 - the module's kernels (fixture)
 from fuzzing import API_SECONDS, RUN_ELEMENTS, campaign, examples, fuzz_settings, time_limit, total_elements
 from strategies import graphs

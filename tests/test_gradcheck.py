@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir import autodiff
-from gradir.cli import main
-from gradir.gradcheck import SAFETY, _estimate, promote
-from gradir.runcli import demo_inputs
+from gradir.autodiff import driver as autodiff
+from gradir.cli.main import main
+from gradir.tools.gradcheck import SAFETY, _estimate, promote
+from gradir.cli.run import demo_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORWARD_SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*_forward.gir")))
@@ -253,3 +253,83 @@ def test_help_has_a_description_and_examples(capsys):
     out = capsys.readouterr().out
     assert "dot-product test" in out and "Kinks" in out and "examples:" in out and "--backward" in out
     assert math.isclose(float(out.split("relative tolerance (default ")[1].split(")")[0]), 1e-5)
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+FWD = ('graph f\ninput t0 "x" : Float64 [3]\ninput t1 "w" : Float64 [3]\nt2 = Mul(t0, t1) : Float64 [3]\n'
+       't3 = Tanh(t2) : Float64 [3]\noutput t3 "y", t2 "pre"\n')
+
+
+def test_gradcheck_inputs_is_repeatable_like_run(tmp_path, capsys):
+    """`gradcheck --inputs A --inputs B` silently used only B."""
+    f = tmp_path / "f.gir"
+    f.write_text(FWD)
+    x, w = np.array([0.1, 0.2, 0.3]), np.array([1.0, -1.0, 2.0])
+    np.savez(tmp_path / "a.npz", x=x)
+    np.savez(tmp_path / "b.npz", w=w)
+    code, out, err = _run(["gradcheck", f, "--inputs", tmp_path / "a.npz", "--inputs", tmp_path / "b.npz"], capsys)
+    assert code == 0, err
+    assert "generated" not in err  # both archives used: nothing drawn from the seed
+    np.savez(tmp_path / "both.npz", x=x, w=w)
+    code, out, err = _run(["gradcheck", f, "--inputs", tmp_path / "a.npz", "--inputs", tmp_path / "both.npz"],
+                          capsys)
+    assert code == 1
+    assert f"--inputs: 'x' is in both {tmp_path / 'a.npz'} and {tmp_path / 'both.npz'}" in err
+    code, _, err2 = _run(["run", f, "--inputs", tmp_path / "a.npz", "--inputs", tmp_path / "both.npz"], capsys)
+    assert code == 1 and err2 == err  # the same rule and message as run
+
+
+def test_gradcheck_rows_show_labels(tmp_path, capsys):
+    f = tmp_path / "f.gir"
+    f.write_text(FWD)
+    code, out, err = _run(["gradcheck", f], capsys)
+    assert code == 0, err
+    rows = [line.split()[0] for line in out.splitlines()[3:5]]
+    assert rows == ["x", "w"]
+    report = gradir.gradcheck(gradir.parse(FWD))
+    assert [(c.name, c.label, c.key) for c in report.checks] == [("t0", "x", "x"), ("t1", "w", "w")]
+
+
+GIR = "input t0 : Float32 [2, 3]\ninput t1 : Float32 [3]\nt2 = Add(t0, t1)\nt3 = Tanh(t2)\noutput t3\n"
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"rtol": None}, "rtol must be a finite number >= 0, got None"),
+    ({"atol": np.ones(3)}, "atol must be a finite number >= 0, got array([1., 1., 1.])"),
+    ({"rtol": 1j}, "rtol must be a finite number >= 0, got 1j"),
+    ({"rtol": 10 ** 400}, "rtol must be a finite number >= 0, got 1" + "0" * 56 + "..."),
+    ({"atol": float("nan")}, "atol must be a finite number >= 0, got nan"),
+    ({"rtol": True}, "rtol must be a finite number >= 0, got True"),
+    ({"directions": 0}, "directions must be a positive integer, got 0"),
+    ({"directions": 2.0}, "directions must be a positive integer, got 2.0"),
+    ({"seed": -1}, "seed must be a non-negative integer, got -1"),
+    ({"seed": None}, "seed must be a non-negative integer, got None"),
+    ({"inputs": [1, 2]}, "inputs must be a mapping of input names to arrays, or None, got list"),
+    ({"generate_missing": np.array([1, 2])}, "generate_missing must be True or False, got array([1, 2])"),
+    ({"backward": []}, "gradcheck(backward=...) takes a Graph, IR text or a path, not list"),
+    ({"threads": 10 ** 5000}, "threads must be at most 1024, got an int of 16610 bits"),
+])
+def test_gradcheck_arguments_are_checked(kwargs, msg):
+    """``gradcheck`` with a bad argument raised ValueError, TypeError, AttributeError, OverflowError
+    (an int over Python's 4300-digit str limit in a message) or compared an array with ``<=``."""
+    with pytest.raises(gradir.ArgumentError) as e:
+        gradir.gradcheck(GIR, **kwargs)
+    assert str(e.value) == msg
+
+
+@pytest.mark.parametrize("graph", [None, [], 3])
+def test_gradcheck_of_something_not_a_graph(graph):
+    with pytest.raises(gradir.ArgumentError, match=f"gradcheck\\(\\) takes a Graph, IR text or a path, "
+                                                   f"not {type(graph).__name__}"):
+        gradir.gradcheck(graph)
+
+
+def test_gradcheck_takes_numpy_scalars_paths_and_ints(tmp_path):
+    f = tmp_path / "g.gir"
+    f.write_text(GIR)
+    assert gradir.gradcheck(f, rtol=np.float32(1e-4), atol=0, seed=3, directions=1).ok

@@ -2,7 +2,7 @@
 softmax flattening semantics, dtypes, in-place safety and thread-count determinism.
 
 Every test runs twice: on the compiled (numba) Float32 kernels and on the NumPy ones
-(``gradir.kernels.jit``); both must meet the same references."""
+(``gradir.backends.cpu.kernels.jit``); both must meet the same references."""
 
 from __future__ import annotations
 
@@ -19,32 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradir import OPS
-from gradir.kernels import KERNELS
-from gradir.kernels import activation as act
-from gradir.kernels.activation import blocks as act_blocks
-from gradir.kernels.activation import (
-    fast_gelu,
-    fast_gelu_grad,
-    gelu,
-    gelu_grad,
-    leaky_relu,
-    leaky_relu_grad,
-    log_softmax,
-    log_softmax_grad,
-    log_softmax_grad_13,
-    quick_gelu,
-    quick_gelu_grad,
-    relu,
-    relu_grad,
-    sigmoid,
-    sigmoid_grad,
-    softmax,
-    softmax_grad,
-    softmax_grad_13,
-    tanh,
-    tanh_grad,
-)
-from gradir.kernels.parallel import get_threads, set_threads
+from gradir.backends.cpu.kernels import KERNELS
+from gradir.backends.cpu.kernels import activation as act
+from gradir.backends.cpu.kernels.activation import blocks as act_blocks
+from gradir.backends.cpu.kernels.activation import (fast_gelu, fast_gelu_grad, gelu, gelu_grad, leaky_relu,
+                                                    leaky_relu_grad, log_softmax, log_softmax_grad, log_softmax_grad_13,
+                                                    quick_gelu, quick_gelu_grad, relu, relu_grad, sigmoid, sigmoid_grad,
+                                                    softmax, softmax_grad, softmax_grad_13, tanh, tanh_grad)
+from gradir.backends.cpu.kernels.parallel import get_threads, set_threads
 
 EDGE = [-1000.0, -100.0, -1.0, 0.0, 1.0, 100.0, 1000.0]
 QUICK_ALPHAS = [1.702, 1.0, 0.5, -0.3, -1.702]
@@ -535,7 +517,7 @@ DET_CASES: list[tuple[str, tuple[int, ...], dict[str, Any]]] = (
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_results_identical_for_1_2_4_threads(dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
 
     chunks: list[tuple[int, int]] = []
     real = parallel.parallel_rows

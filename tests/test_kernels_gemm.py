@@ -1,4 +1,4 @@
-"""The packed-panel GEMM of the compiled LSTM step loops (gradir.kernels._jit_gemm)."""
+"""The packed-panel GEMM of the compiled LSTM step loops (gradir.backends.cpu.kernels._jit_gemm)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradir.kernels import jit
+from gradir.backends.cpu.kernels import jit
 
 jg = jit.load("gemm")
 

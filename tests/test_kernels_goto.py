@@ -1,4 +1,4 @@
-"""The GEMM with both operands packed (gradir.kernels._jit_goto) and its use by
+"""The GEMM with both operands packed (gradir.backends.cpu.kernels._jit_goto) and its use by
 ``blocked.matmul`` for products whose left operand is a transposed view."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradir.kernels import blocked, jit, parallel
+from gradir.backends.cpu.kernels import blocked, jit, parallel
 from test_kernels_gemm import _bound
 
 jo = jit.load("goto")

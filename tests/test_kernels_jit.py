@@ -1,4 +1,4 @@
-"""The compiled kernels (gradir.kernels.jit): the switch, and agreement with the NumPy path."""
+"""The compiled kernels (gradir.backends.cpu.kernels.jit): the switch, and agreement with the NumPy path."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gradir.kernels import KERNELS, jit
+from gradir.backends.cpu.kernels import KERNELS, jit
 
 from test_kernels_activation import ALL_OPS, ALPHA_DEFAULTS, EDGE, EPS32, _call
 
@@ -29,7 +29,7 @@ def test_switch_off_from_python_and_environment() -> None:
     with jit.disabled():
         assert not jit.enabled() and jit.load("act") is None
     assert jit.enabled()
-    code = "from gradir.kernels import jit; print(jit.enabled(), jit.load('act') is None)"
+    code = "from gradir.backends.cpu.kernels import jit; print(jit.enabled(), jit.load('act') is None)"
     env = {**os.environ, "GRADIR_JIT": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
@@ -93,7 +93,7 @@ def test_compile_builds_the_compiled_kernels_a_plan_uses() -> None:
     run does not pay for numba; kernels the plan does not use stay unbuilt."""
     code = """
 import gradir
-from gradir.kernels import jit
+from gradir.backends.cpu.kernels import jit
 act = jit.load("act")
 assert not act.gelu_grad.signatures and not act.sigmoid.signatures
 gradir.compile("input t0 : Float32 [4, 8]\\ninput t1 : Float32 [4, 8]\\nt2 = GeluGrad(t0, t1)\\noutput t2\\n")
@@ -257,7 +257,7 @@ def test_quick_gelu_paths_agree_at_extreme_inputs_and_alphas(alpha: float) -> No
 def test_exp2_32_accuracy_and_special_values() -> None:
     from numba import njit
 
-    from gradir.kernels._jit_core import exp2_32
+    from gradir.backends.cpu.kernels._jit_core import exp2_32
 
     @njit
     def apply(t, out):  # type: ignore[no-untyped-def]
@@ -281,8 +281,8 @@ def test_compile_builds_the_lstm_kernels_so_runs_compile_nothing() -> None:
     backward) and the cell kernels; running the samples afterwards adds no numba signature."""
     code = """
 import numpy as np, gradir
-from gradir.kernels import jit
-from gradir.kernels.lstm import common as L
+from gradir.backends.cpu.kernels import jit
+from gradir.backends.cpu.kernels.lstm import common as L
 lstm = jit.load("lstm")
 names = ("bptt", "bptt_step", "forward_step", "cell_forward", "cell_backward", "cell_forward_small",
          "cell_grads_small", "forward_loop")

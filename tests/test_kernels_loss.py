@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import AutodiffError, ExecutionError, VerifyError
-from gradir.kernels import KERNELS
+from gradir.backends.cpu.kernels import KERNELS
 from gradir.ops.references import sce_grad, sce_loss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -305,7 +305,7 @@ def test_type_errors_are_located(text, where, message):
 
 
 def test_cli_demo_run_draws_valid_labels_and_a_bad_label_exits_1(tmp_path, capsys):
-    from gradir.cli import main
+    from gradir.cli.main import main
     f = tmp_path / "sce.gir"
     f.write_text("input t0 : Float32 [8, 6]\ninput t1 : Float32 [6, 3]\ninput t2 \"labels\" : Int64 [8]\n"
                  "t3 = MatMul(t0, t1)\nt4, t5 = SoftmaxCrossEntropyLoss(t3, t2, ignore_index=-100)\noutput t4\n")
@@ -324,7 +324,7 @@ def test_cli_demo_run_draws_valid_labels_and_a_bad_label_exits_1(tmp_path, capsy
 @pytest.mark.parametrize("reduction", ["none", "mean"])
 def test_kernels_give_the_same_bits_however_rows_are_split(monkeypatch, reduction):
     """Chunks of rows on 1, 2, 3 and 4 threads, forced small enough to split even a small case."""
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
     monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 64)
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((37, 11, 5)) * 20).astype(np.float32)

@@ -13,19 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lstm_reference import lstm_cell_ref, lstm_loss, lstm_training_ref
 
-import gradir.kernels._jit_gemm as jit_gemm
-import gradir.kernels.lstm as lstm_mod
-from gradir.kernels import jit, parallel
-from gradir.kernels.lstm import backward as lstm_backward
-from gradir.kernels.lstm import cell as lstm_cell_mod
-from gradir.kernels.lstm import common as lstm_common
-from gradir.kernels.lstm import (
-    grad_lstm_cell_input,
-    grad_lstm_cell_input_fused,
-    lstm_cell,
-    lstm_grad,
-    lstm_training,
-)
+import gradir.backends.cpu.kernels._jit_gemm as jit_gemm
+import gradir.backends.cpu.kernels.lstm as lstm_mod
+from gradir.backends.cpu.kernels import jit, parallel
+from gradir.backends.cpu.kernels.lstm import backward as lstm_backward
+from gradir.backends.cpu.kernels.lstm import cell as lstm_cell_mod
+from gradir.backends.cpu.kernels.lstm import common as lstm_common
+from gradir.backends.cpu.kernels.lstm import (grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell, lstm_grad,
+                                              lstm_training)
 
 # ONNX Runtime's own LSTMGrad unit test (lstm_test.cc, BackwardCompute): inputs and expected outputs
 CASE_A = Path(__file__).resolve().parent / "data" / "ort_lstm_case_a.json"
@@ -463,7 +458,7 @@ def test_two_halves_bits_do_not_depend_on_threads(monkeypatch, direction):
     """A batch large enough to split by itself, forward and backward: the two half-batch loops
     run side by side (two cores given) or one after the other (one core, as the runtime gives a
     step when the other core is busy) with the same bits; the NumPy kernels agree."""
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
     side_by_side = []
     run_two = parallel.run_two
@@ -559,7 +554,7 @@ def test_compiled_float32_tanh_accuracy():
     assert jit.available(), jit.why_unavailable()
     from numba import njit
 
-    from gradir.kernels import _jit_lstm
+    from gradir.backends.cpu.kernels import _jit_lstm
 
     @njit
     def apply(x, out):
@@ -1002,3 +997,8 @@ def test_da_streamed_from_a_ring_has_the_bits_of_da_written_in_place(monkeypatch
         monkeypatch.setattr(lstm_backward, "STREAM", True)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_the_lstm_kernel_itself_takes_any_case():
+    from gradir.backends.cpu.kernels.lstm.common import check_layer_attrs
+    assert check_layer_attrs("LSTMGrad", "forward", ["Sigmoid", "Tanh", "Tanh"], None, 0) == 1

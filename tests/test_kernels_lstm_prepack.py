@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from test_kernels_lstm import force_path, make_layer, run_forward, run_grad, upstream
 
-import gradir.kernels._jit_gemm as jit_gemm
-from gradir.kernels import jit
-from gradir.kernels.lstm import backward as lstm_backward
+import gradir.backends.cpu.kernels._jit_gemm as jit_gemm
+from gradir.backends.cpu.kernels import jit
+from gradir.backends.cpu.kernels.lstm import backward as lstm_backward
 
 jo = jit.load("goto")
 pytestmark = pytest.mark.skipif(jo is None, reason="compiled kernels off (GRADIR_JIT=0) or numba missing")

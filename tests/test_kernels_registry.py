@@ -1,6 +1,6 @@
-"""The kernel tables (gradir/kernels/__init__.py): keyed by op class, generated kernels for ops with
+"""The kernel tables (gradir/backends/cpu/kernels/__init__.py): keyed by op class, generated kernels for ops with
 a formula, and the seam the compiler's middle goes through instead of importing the kernels
-(gradir/backends.py: ``kernel_info``, ``fusion``)."""
+(gradir/backends/base.py: ``kernel_info``, ``fusion``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir import backends
-from gradir.ir import OPS
-from gradir.kernels import KERNELS, TABLES, KernelInfo, get_kernel, kernel
+from gradir.backends import base as backends
+from gradir.ir.op import OPS
+from gradir.backends.cpu.kernels import KERNELS, TABLES, KernelInfo, get_kernel, kernel
 from gradir.ops import ElementwiseOp, Operand
 from gradir.ops.fused import FusedElementwiseOp
 
@@ -39,16 +39,16 @@ def _imported(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("name", MIDDLE)
 def test_the_middle_does_not_import_the_kernels(name):
-    """Passes, the schedule and the cost model ask the backend (``gradir.backends``) what its
-    kernels can do; an import of ``gradir.kernels`` there (even inside a function) fails here."""
-    bad = sorted(m for m in _imported(ROOT / name) if m == "gradir.kernels" or m.startswith("gradir.kernels."))
-    assert not bad, f"gradir/{name} imports {bad}: ask the backend (gradir.backends.kernel_info / fusion)"
+    """Passes, the schedule and the cost model ask the backend (``gradir.backends.base``) what its
+    kernels can do; an import of ``gradir.backends.cpu.kernels`` there (even inside a function) fails here."""
+    bad = sorted(m for m in _imported(ROOT / name) if m == "gradir.backends.cpu.kernels" or m.startswith("gradir.backends.cpu.kernels."))
+    assert not bad, f"gradir/{name} imports {bad}: ask the backend (gradir.backends.base.kernel_info / fusion)"
 
 
 def test_the_import_check_sees_a_kernel_import():
     p = ROOT / "passes" / "constfold.py"
-    assert "gradir.kernels" not in _imported(p)
-    assert "gradir.kernels" in _imported(ROOT / "reference.py")
+    assert "gradir.backends.cpu.kernels" not in _imported(p)
+    assert "gradir.backends.cpu.kernels" in _imported(ROOT / "reference.py")
 
 
 def test_tables_are_keyed_by_op_class():
@@ -78,7 +78,7 @@ def test_a_deleted_kernel_is_not_generated_again(monkeypatch):
 def test_a_backend_without_fused_loops_gets_no_fusion_and_its_own_kernels():
     """What a backend can do is asked of it: ``fusion()`` None means the fuse-elementwise pass
     leaves every op alone; its kernel table says which ops run."""
-    from gradir.reference import ReferenceExecutable
+    from gradir.backends.reference.backend import ReferenceExecutable
 
     class Plain:
         name = "test-plain"

@@ -10,10 +10,11 @@ import pytest
 
 import gradir
 from gradir import GraphBuilder, GraphInput, TensorType
-from gradir.autodiff import grad
+from gradir.autodiff.driver import grad
 from gradir.errors import GradirError, InputError
-from gradir.syntax import _statements
+from gradir.text.syntax import _statements
 from test_syntax import _same
+from gradir.cli.main import main
 
 MLP = '''\
 graph mlp
@@ -26,7 +27,7 @@ output t3 "y", t2 "pre \\"activation\\" é"
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    from gradir import cli
+    from gradir.cli import main as cli
     rc = cli.main(argv)
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
@@ -238,7 +239,7 @@ def test_graph_api_labels():
 
 
 def test_dot_shows_labels():
-    from gradir.dot import to_dot
+    from gradir.tools.dot import to_dot
     text = to_dot(gradir.parse(MLP))
     assert "&quot;x&quot;" in text and "&quot;onnx::W1::0&quot;" in text and "&quot;y&quot;" in text
 
@@ -254,7 +255,7 @@ def test_missing_and_unexpected_inputs_show_labels():
 
 
 def test_gradcheck_takes_inputs_by_label_and_checks_a_labelled_backward_graph(tmp_path, capsys):
-    from gradir.gradcheck import gradcheck
+    from gradir.tools.gradcheck import gradcheck
     x, w = _mlp_inputs()
     report = gradcheck(gradir.parse(MLP), inputs={"x": x, "onnx::W1::0": w})
     assert [c.status for c in report.checks] == ["pass", "pass"]
@@ -335,3 +336,21 @@ def test_a_lone_surrogate_label_is_refused_by_the_api_and_a_pair_is_one_characte
         GraphBuilder().input("Float32", [2], label="\ud800")
     g = gradir.parse('graph s\ninput t0 "\\ud83d\\ude00" : Float32 [2]\noutput t0\n')
     assert g.inputs[0].label == "😀"
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+FWD = ('graph f\ninput t0 "x" : Float64 [3]\ninput t1 "w" : Float64 [3]\nt2 = Mul(t0, t1) : Float64 [3]\n'
+       't3 = Tanh(t2) : Float64 [3]\noutput t3 "y", t2 "pre"\n')
+
+
+def test_plan_keeps_the_output_labels(tmp_path, capsys):
+    f = tmp_path / "f.gir"
+    f.write_text(FWD)
+    code, out, err = _run(["plan", f], capsys)
+    assert code == 0, err
+    assert 'output t3 "y", t2 "pre"\n' in out

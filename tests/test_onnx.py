@@ -1,4 +1,4 @@
-"""ONNX import and export (gradir/onnxio): models built with onnx.helper, checked against ONNX's own
+"""ONNX import and export (gradir/interop/onnx): models built with onnx.helper, checked against ONNX's own
 reference implementation (``onnx.reference``) or NumPy, round trips, errors, the command line."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir.cli import main
-from gradir.onnxio import export_onnx, import_onnx
+from gradir.cli.main import main
+from gradir.interop.onnx import export_onnx, import_onnx
 
 import onnx
 import onnx_models as M
@@ -157,7 +157,7 @@ def test_export_of_derived_graphs_uses_ort_gradient_ops(tmp_path) -> None:
     assert any(d == "com.microsoft" for d, _ in domains)
     assert [o.name for o in model.graph.output] == bwd.output_labels or all(o.name for o in model.graph.output)
     back = import_onnx(model).graph
-    ins = gradir.runcli.demo_inputs(bwd, 0)
+    ins = gradir.cli.run.demo_inputs(bwd, 0)
     want = _run(bwd, ins)
     got = _run(back, {(i.label or i.name): ins[i.name] for i in bwd.inputs})
     keys = [lb or o for o, lb in zip(bwd.outputs, bwd.output_labels)]
@@ -290,8 +290,8 @@ def test_export_to_standard_output_and_option_errors(tmp_path, capsysbinary) -> 
 def _round_trip_outputs(g: gradir.Graph, seed: int = 0) -> gradir.Graph:
     """Export ``g`` (custom domain on: every op exports), import it back, run both on the same inputs and
     check every output bit for bit (keyed alike: labels and ``tN`` names survive the trip)."""
-    from gradir.labels import input_key, output_labels_of
-    from gradir.runcli import demo_inputs
+    from gradir.ir.labels import input_key, output_labels_of
+    from gradir.cli.run import demo_inputs
     back = import_onnx(export_onnx(g, custom_domain=True)).graph
     assert [input_key(i) for i in back.inputs] == [input_key(i) for i in g.inputs]
     assert [lb or o for o, lb in zip(back.outputs, output_labels_of(back))] == \
@@ -316,7 +316,7 @@ def test_export_then_import_gives_random_graphs_back_bit_for_bit() -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from fuzzing import total_elements as total_elements_of
-    from gradir.kernels import jit
+    from gradir.backends.cpu.kernels import jit
     from strategies import graphs
 
     @settings(max_examples=300, deadline=None, database=None, derandomize=True,
@@ -420,7 +420,7 @@ def test_a_fill_constant_exports_as_constant_of_shape_not_its_array() -> None:
 
 
 def test_a_model_over_protobufs_limit_is_a_clear_error(monkeypatch, tmp_path, capsys) -> None:
-    from gradir.onnxio import exporter
+    from gradir.interop.onnx import exporter
     monkeypatch.setattr(exporter, "MAX_MODEL_BYTES", 300)
     path = tmp_path / "g.gir"
     path.write_text("t0 = Constant(value=[" + ", ".join(["1.5"] * 100) + "]) : Float64 [100]\noutput t0\n")
@@ -688,7 +688,7 @@ class _CountingList(list):
 def test_import_makes_no_pass_over_the_inputs_or_outputs_per_output(monkeypatch) -> None:
     """Import time was quadratic in the number of graph outputs and labelled initializers (20,000 outputs:
     31 s): each output's label was checked against every input and output.  Counted, not timed."""
-    from gradir.builder import GraphBuilder
+    from gradir.autodiff.builder import GraphBuilder
     init = GraphBuilder.__init__
 
     def counting(self, *a, **k):

@@ -1,4 +1,4 @@
-"""The ONNX mapping as data (``Op.ONNX``, gradir/onnxmap.py): every registered op exports and imports
+"""The ONNX mapping as data (``Op.ONNX``, gradir/ir/onnxmap.py): every registered op exports and imports
 back, or says why ONNX has no such op; user ops (defined after gradir is imported) round trip through
 the ``ai.gradir`` domain, and an op's ONNX data alone (name, domain, attribute renames, operand order)
 makes its export and import."""
@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import OPS, Graph, GraphInput
-from gradir.ir import Attr, InferContext, Op, Operand
-from gradir.onnxio import export_onnx, import_onnx
-from gradir.onnxio.export_ops import EXPORTERS, exporter_for, exports_in_gradir_domain
-from gradir.onnxio.import_ops import HANDLERS, handlers
-from gradir.onnxio.ort import ort_notes
-from gradir.onnxmap import MS_DOMAIN, OnnxMap, no_onnx, onnx_map
-from gradir.types import TensorType
+from gradir.ir.op import Attr, InferContext, Op, Operand
+from gradir.interop.onnx import export_onnx, import_onnx
+from gradir.interop.onnx.export_ops import EXPORTERS, exporter_for, exports_in_gradir_domain
+from gradir.interop.onnx.import_ops import HANDLERS, handlers
+from gradir.interop.onnx.ort import ort_notes
+from gradir.ir.onnxmap import MS_DOMAIN, OnnxMap, no_onnx, onnx_map
+from gradir.ir.types import TensorType
 
 import onnx
 
@@ -44,8 +44,8 @@ def onnx_problem(name: str) -> Optional[str]:
     cls = OPS[name]
     if exporter_for(cls) is None and not exports_in_gradir_domain(cls):
         if not no_onnx(cls):
-            return (f"op {name} has no ONNX export: give its class ONNX = OnnxMap(...) (gradir/onnxmap.py), a "
-                    "hand exporter in gradir/onnxio/exporter.py, or NO_ONNX = '<why ONNX has no such op>'")
+            return (f"op {name} has no ONNX export: give its class ONNX = OnnxMap(...) (gradir/ir/onnxmap.py), a "
+                    "hand exporter in gradir/interop/onnx/exporter.py, or NO_ONNX = '<why ONNX has no such op>'")
         return None
     m = onnx_map(cls)
     if m is not None and cls not in EXPORTERS and (m.domain, m.op_type(cls)) not in handlers():
@@ -115,9 +115,9 @@ def test_a_one_op_graph_of_every_op_exports_and_imports_back_to_the_same_op_and_
     """Export without --custom-domain where the op has a counterpart (with it where its attributes or
     opset have none, or it has none: then NO_ONNX), import back: an op exported from its ONNX data comes
     back as itself, with its attributes; every op's outputs come back bit for bit."""
-    from gradir.kernels import jit
-    from gradir.labels import input_key
-    from gradir.runcli import demo_inputs
+    from gradir.backends.cpu.kernels import jit
+    from gradir.ir.labels import input_key
+    from gradir.cli.run import demo_inputs
     cls = OPS[name]
     exported_plain = []
 
@@ -216,7 +216,7 @@ def test_a_user_op_with_attributes_of_every_kind_round_trips_through_ai_gradir(u
 
 def test_the_command_line_exports_and_imports_a_user_op_and_warns_that_ort_cannot_run_it(user_ops, tmp_path,
                                                                                           capsys) -> None:
-    from gradir.cli import main
+    from gradir.cli.main import main
     _softsign_class(), _mix_class()
     g = _user_graph()
     (tmp_path / "g.gir").write_text(g.to_text())

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir.onnxio import import_onnx
+from gradir.interop.onnx import import_onnx
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "onnx")
 with open(os.path.join(DATA, "manifest.json"), encoding="utf-8") as _f:

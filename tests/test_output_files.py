@@ -20,8 +20,9 @@ import pytest
 
 from gradir import fileio
 from gradir.arrayfiles import MAX_MEMBER_NAME, npz_bytes, read_npz, write_npz
-from gradir.cli import main
+from gradir.cli.main import main
 from gradir.errors import InputError
+import gradir
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE = str(ROOT / "samples" / "gelu_grads.gir")
@@ -30,7 +31,7 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 def gradir_cmd(*args: str, **kw) -> subprocess.CompletedProcess:
     exe = os.path.join(os.path.dirname(sys.executable), "gradir")
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli"]
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli.main"]
     if "stdout" not in kw:
         kw["capture_output"] = True
     return subprocess.run(cmd + list(args), cwd=ROOT, **kw)
@@ -134,7 +135,7 @@ def test_temporary_files_are_named_for_gradir_and_removed_on_sigterm(tmp_path):
 import os, sys, time
 from gradir import fileio
 from gradir.arrayfiles import MAX_MEMBER_NAME, npz_bytes, read_npz, write_npz
-from gradir.cli import main
+from gradir.cli.main import main
 from gradir.errors import InputError
 fileio.terminate_cleanly()
 real = os.fsync
@@ -159,14 +160,14 @@ except fileio.Terminated:
 
 def test_the_cli_exits_143_on_sigterm(tmp_path):
     script = ("import os, signal, sys, threading\n"
-              "from gradir.cli import main\n"
-              "import gradir.runcli as r\n"
+              "from gradir.cli.main import main\n"
+              "import gradir.cli.run as r\n"
               "orig = r.cmd_run\n"
               "def slow(args):\n"
               "    os.kill(os.getpid(), signal.SIGTERM)\n"
               "    return orig(args)\n"
               "r.cmd_run = slow\n"
-              "import gradir.cli as c\n"
+              "import gradir.cli.main as c\n"
               f"sys.exit(main(['run', {SAMPLE!r}]))\n")
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert p.returncode == 143 and "gradir: terminated" in p.stderr and "Traceback" not in p.stderr
@@ -205,7 +206,7 @@ sys.exit(gradir_entry.main())
 
 @pytest.mark.parametrize("event, target, code", [
     ("import", "numpy", 130),       # while the entry point imports gradir (NumPy, numba, SciPy)
-    ("open", SAMPLE, 130),          # once gradir.cli runs: opening the user's file
+    ("open", SAMPLE, 130),          # once gradir.cli.main runs: opening the user's file
 ])
 def test_a_real_ctrl_c_during_start_up(event, target, code):
     """A real SIGINT sent to the process while it starts up: no traceback, exit 130.  The child
@@ -437,8 +438,8 @@ SPLIT = ["--shard", "t0:0,t11:0"]
 def _shard_files(tmp_path) -> dict:
     """The sample's inputs from seed 5: two shard files of the split ones, rest.npz of the others."""
     from gradir import load
-    from gradir.runcli import demo_inputs
-    from gradir.labels import keyed_by_label
+    from gradir.cli.run import demo_inputs
+    from gradir.ir.labels import keyed_by_label
     x = keyed_by_label(load(SHARDED), demo_inputs(load(SHARDED), 5))
     split = ("t0", "cotangent(t10)")
     for k in range(2):
@@ -487,3 +488,57 @@ def test_an_output_that_is_a_directory_is_refused_before_the_run(tmp_path, capsy
     cap = capsys.readouterr()
     assert f"{tmp_path / 'd'}: error: -o {tmp_path / 'd'} is a directory; name a file" in cap.err
     assert "L2 norm" not in cap.out  # before the run, not after it
+
+
+MLP = ROOT / "samples" / "mlp_forward.gir"
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    p = tmp_path / "g.gir"
+    p.write_bytes(MLP.read_bytes())
+    return p
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "{g}", "-o", "{g}"],
+    ["run", "{g}", "--trace", "{g}"],
+    ["run", "{link}", "-o", "{g}"],          # through a symbolic link
+    ["run", "{g}", "--trace", "{hard}"],     # a hard link is the same file too
+    ["grad", "{g}", "-o", "{g}"],
+    ["grad", "{g}", "-o", "{dotted}"],
+    ["fmt", "{g}", "-o", "{link}"],
+])
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(graph_file, tmp_path, capsys, argv):
+    link = tmp_path / "link.gir"
+    link.symlink_to(graph_file)
+    hard = tmp_path / "hard.gir"
+    os.link(graph_file, hard)
+    before = graph_file.read_bytes()
+    names = {"g": str(graph_file), "link": str(link), "hard": str(hard),
+             "dotted": str(tmp_path / "." / "g.gir")}
+    assert main([a.format(**names) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert "is the same file as FILE" in err and "refusing to overwrite an input" in err
+    assert graph_file.read_bytes() == before
+    assert "Traceback" not in err
+
+
+def test_an_input_array_file_is_not_overwritten(graph_file, tmp_path, capsys):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **{i.name: np.zeros(i.type.shape, np.float32) for i in gradir.load(graph_file).inputs})
+    before = inputs.read_bytes()
+    assert main(["run", str(graph_file), "--inputs", str(inputs), "-o", str(inputs)]) == 1
+    assert "-o " + str(inputs) + " is the same file as --inputs" in capsys.readouterr().err
+    assert inputs.read_bytes() == before
+
+
+def test_two_outputs_on_one_path_are_refused(graph_file, tmp_path, capsys):
+    out = tmp_path / "o.npz"
+    assert main(["run", str(graph_file), "-o", str(out), "--trace", str(out)]) == 1
+    assert "--trace" in capsys.readouterr().err and not out.exists()
+
+
+def test_distinct_outputs_still_work(graph_file, tmp_path):
+    assert main(["run", str(graph_file), "-o", str(tmp_path / "o.npz"), "--trace", str(tmp_path / "t.json")]) == 0
+    assert (tmp_path / "o.npz").exists() and (tmp_path / "t.json").exists()

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradir
-from gradir.kernels import KERNELS
-from gradir.matmul_layout import operand_perm, perm_to_flags
-from gradir.passes.simplify import exact_product
+from gradir.backends.cpu.kernels import KERNELS
+from gradir.ops.matmul_layout import operand_perm, perm_to_flags
+from gradir.transforms.passes.simplify import exact_product
 
 REWRITES = ["simplify", "fold-transpose-matmul", "flatten-batched-matmul"]
 
@@ -400,7 +400,7 @@ def test_random_chains_simplify_to_the_same_bits(steps, dtype, outs):
 
 
 def test_the_command_line_lists_shows_and_switches_the_rewrites(tmp_path, capsys):
-    from gradir.cli import main
+    from gradir.cli.main import main
     assert main(["plan", "--list-passes"]) == 0
     names = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
     assert names.index("cse") < names.index("simplify") < names.index("fold-transpose-matmul") \

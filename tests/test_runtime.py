@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import CompileError, ExecutionError, InputError
-from gradir.cli import main
-from gradir.kernels import KERNELS, parallel
-from gradir.runcli import demo_inputs
+from gradir.cli.main import main
+from gradir.backends.cpu.kernels import KERNELS, parallel
+from gradir.cli.run import demo_inputs
 from strategies import OP_EXAMPLES, graphs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +42,7 @@ def _bits(a: np.ndarray) -> bytes:
 def test_results_are_bit_identical_for_1_2_4_threads(g, seed, all_heavy):
     """Random graphs, every op; with ``all_heavy`` no op counts as tiny, so the
     dataflow executor really runs them on worker threads, out of schedule order."""
-    from gradir import schedule
+    from gradir.transforms import schedule
     inputs = demo_inputs(g, seed)
     try:
         ref = gradir.compile(g, threads=1).run(inputs)
@@ -63,7 +63,7 @@ def test_results_are_bit_identical_for_1_2_4_threads(g, seed, all_heavy):
 
 def test_dataflow_frees_a_value_only_after_all_its_readers():
     """Regression: a value read by a slow and a fast op must outlive both, whatever order they finish in."""
-    from gradir import schedule
+    from gradir.transforms import schedule
     # t2's first reader (Add) waits for a slow MatMul; its last reader in schedule order (Transpose, not in place) is ready at once
     text = ("input t0 : Float32 [256, 256]\ninput t1 : Float32 [256, 256]\n"
             "t2 = Exp(t0)\nt3 = MatMul(t1, t1)\nt7 = MatMul(t3, t1)\nt4 = Add(t2, t7)\nt5 = Transpose(t2)\n"
@@ -123,8 +123,8 @@ def test_large_lstm_beside_a_matmul_identical_across_threads(monkeypatch, allot)
     (``allot``: the free ones, always one, or a random number up to 4, more than are free too)."""
     import random
 
-    from gradir import policy
-    from gradir.kernels.lstm import common as lstm_common
+    from gradir.backends.cpu import policy
+    from gradir.backends.cpu.kernels.lstm import common as lstm_common
     monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where gradir is imported before NumPy
     rnd = random.Random(7)
     if allot == "one":
@@ -292,7 +292,7 @@ def test_input_errors_name_the_input():
 
 def test_kernel_exception_names_the_op_line(monkeypatch):
     gradir.compile("input t0 : Float32 [1]\noutput t0\n")
-    from gradir.kernels import KernelInfo
+    from gradir.backends.cpu.kernels import KernelInfo
 
     def boom(*a, out=None):
         raise RuntimeError("kaput")
@@ -582,8 +582,8 @@ def test_kernel_exception_in_the_dataflow_executor(monkeypatch, failing_thread):
     its located message; the other worker is waited for, and the executable runs again."""
     import time
 
-    from gradir import schedule
-    from gradir.kernels import KernelInfo
+    from gradir.transforms import schedule
+    from gradir.backends.cpu.kernels import KernelInfo
 
     real_exp = KERNELS["Exp"]
     armed = {"on": True}
@@ -617,8 +617,8 @@ def test_overlapping_runs_restore_the_switch_interval(monkeypatch):
     import sys
     import time
 
-    from gradir import schedule
-    from gradir.kernels import KernelInfo
+    from gradir.transforms import schedule
+    from gradir.backends.cpu.kernels import KernelInfo
 
     real_exp = KERNELS["Exp"]
 
@@ -649,8 +649,8 @@ def test_a_run_does_not_wait_for_other_runs_on_the_shared_pool(monkeypatch):
     """Runs with the same thread count share a pool; a short run whose helper is still
     queued behind another run's long op must not wait for it."""
 
-    from gradir import schedule
-    from gradir.kernels import KernelInfo
+    from gradir.transforms import schedule
+    from gradir.backends.cpu.kernels import KernelInfo
 
     real_tanh = KERNELS["Tanh"]
 
@@ -694,7 +694,8 @@ def test_an_interrupt_between_steps_stops_the_dataflow_helpers(monkeypatch):
     after it takes a step) propagates; the helper thread is told to stop (no hang)."""
     import types
 
-    from gradir import executor, schedule
+    from gradir.backends.cpu import executor
+    from gradir.transforms import schedule
 
     monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
     exe = gradir.compile("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = Exp(t0)\n"
@@ -740,7 +741,7 @@ def _blas_threads():
 def _blas_at(n):
     """BLAS at ``n`` threads for a test, set without holding threadpoolctl's per-thread control
     (``with threadpool_limits`` would make this thread the only one whose limits take effect)."""
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
     from threadpoolctl import ThreadpoolController
     ctl = ThreadpoolController()
     saved = parallel._as_controller(lambda: ctl.limit(limits=n, user_api="blas"))
@@ -759,7 +760,7 @@ def test_overlapping_blas_limits_restore_the_original_thread_counts():
     the first one in, could not restore at all."""
     import threading as th
 
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
 
     with _blas_at(2):
         before = _blas_threads()
@@ -847,7 +848,7 @@ def test_own_blas_threads_never_lowers_a_count_others_hold_above_one():
 
 
 def test_a_blas_limit_never_raises_the_thread_count():
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
     with _blas_at(1):
         before = _blas_threads()
         with parallel.blas_limit(8):
@@ -892,7 +893,7 @@ def test_a_reshape_runs_as_a_view_whose_buffer_outlives_every_reader():
     """Reshape/Unsqueeze of a static value share its buffer (no copy): the buffer goes back to the
     pool only after the last reader of the value and of every view of it, in both executors and
     whatever order the steps finish in; a view is never written in place."""
-    from gradir import schedule
+    from gradir.transforms import schedule
     text = ("input t0 : Float32 [256, 256]\ninput t1 : Float32 [256, 256]\n"
             "t2 = Exp(t0)\nt3 = Reshape(t2, shape=[65536])\nt4 = MatMul(t1, t1)\nt5 = MatMul(t4, t1)\n"
             "t6 = Reshape(t5, shape=[65536])\nt7 = Add(t3, t6)\nt8 = Neg(t2)\nt9 = Reshape(t8, shape=[65536])\n"
@@ -959,3 +960,40 @@ def test_outputs_nobody_holds_are_reused_and_held_ones_never_change():
     out = exe.run({"t0": x})  # the result dict kept whole
     exe.run({"t0": 3 * x})
     np.testing.assert_array_equal(out["t2"], want)
+
+
+GIR = "input t0 : Float32 [2, 3]\nt1 = Relu(t0)\noutput t1\n"
+
+
+def test_threads_have_an_upper_bound(tmp_path, capsys):
+    g = tmp_path / "g.gir"
+    g.write_text(GIR)
+    assert main(["run", str(g), "--threads", "100000"]) == 2
+    assert "expected a positive integer up to 1024, got '100000'" in capsys.readouterr().err
+    assert main(["run", str(g), "--threads", "9" * 5000]) == 2
+    with pytest.raises(gradir.ArgumentError, match="at most 1024"):
+        gradir.compile(g, threads=100000)
+
+
+def test_a_thread_the_system_refuses_is_an_execution_error(monkeypatch):
+    from gradir.backends.cpu import executor
+    from gradir.transforms import schedule
+    monkeypatch.setattr(schedule, "INLINE_BYTES", 0)
+    exe = gradir.compile("input t0 : Float32 [64, 64]\ninput t1 : Float32 [64, 64]\nt2 = Exp(t0)\nt3 = Exp(t1)\n"
+                         "t4 = Add(t2, t3)\noutput t4\n", threads=3)
+    assert exe.plan.heavy_concurrency
+    pool = executor._executor(3)
+    real = pool.submit
+    calls = []
+
+    def submit(fn, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("can't start new thread")
+        return real(fn, *a, **k)
+    monkeypatch.setattr(pool, "submit", submit)
+    x = np.ones((64, 64), np.float32)
+    with pytest.raises(gradir.ExecutionError, match="cannot start worker thread 3 of 3: can't start new thread"):
+        exe.run({"t0": x, "t1": x})
+    monkeypatch.setattr(pool, "submit", real)
+    np.testing.assert_allclose(exe.run({"t0": x, "t1": x})["t4"], 2 * np.exp(x), rtol=1e-6)

@@ -12,9 +12,9 @@ import threadpoolctl
 import pytest
 
 import gradir
-from gradir import policy
-from gradir.kernels import KERNELS, KernelInfo, blocked, jit, parallel
-from gradir.runcli import demo_inputs
+from gradir.backends.cpu import policy
+from gradir.backends.cpu.kernels import KERNELS, KernelInfo, blocked, jit, parallel
+from gradir.cli.run import demo_inputs
 
 
 def _bits(a: np.ndarray) -> bytes:
@@ -71,7 +71,7 @@ def test_the_fast_gemm_choice_can_be_overridden():
     """``GRADIR_FAST_GEMM=0/1`` decides which kernel the LSTM loops and row blocks use."""
     import subprocess
     import sys
-    code = "from gradir.kernels import _jit_gemm as g; print(g.FAST_LARGE)"
+    code = "from gradir.backends.cpu.kernels import _jit_gemm as g; print(g.FAST_LARGE)"
     for flag, want in (("0", "False"), ("1", "True")):
         env = dict(os.environ, GRADIR_FAST_GEMM=flag)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -355,7 +355,7 @@ def test_a_short_side_step_waits_for_the_critical_paths_next_wide_step():
 def test_small_products_have_the_same_bits_with_blas_on_any_thread_count():
     """``blocked.matmul`` does not hold BLAS for a product OpenBLAS runs on one thread anyway
     (m·n·k <= SINGLE_THREADED_MNK): check that premise on this machine's BLAS."""
-    from gradir.kernels import blocked, parallel
+    from gradir.backends.cpu.kernels import blocked, parallel
     rng = np.random.default_rng(7)
     shapes = [(40, 48, 128), (64, 64, 64), (2, 256, 512), (100, 50, 52), (7, 33, 1000)]
     for m, k, n in shapes:
@@ -395,14 +395,14 @@ def test_threads_of_a_parallel_section_are_pinned_to_different_cpus_and_unpinned
     assert ca != cb and ma == {ca} and mb == {cb} and ra == ca and rb == cb
     assert seen["a inner"] == ca and seen["b inner"] == cb
     assert seen["a after"][0] == seen["a after"][1] and seen["b after"][0] == seen["b after"][1]
-    from gradir.kernels import cpus
+    from gradir.backends.cpu.kernels import cpus
     assert cpus._claims == {}  # the claims are given back
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) != 2
                     or parallel.current_cpu() < 0, reason="needs exactly 2 CPUs and affinity calls (Linux)")
 def test_a_thread_finding_every_cpu_held_is_not_pinned_and_takes_no_claim():
-    from gradir.kernels import cpus
+    from gradir.backends.cpu.kernels import cpus
     got = []
     hold, go = threading.Event(), threading.Event()
 
@@ -459,7 +459,7 @@ def test_a_pool_thread_started_by_a_pinned_thread_may_use_every_cpu():
 def test_pinning_can_be_turned_off_from_the_environment():
     import subprocess
     import sys
-    code = ("import os; from gradir.kernels import cpus, parallel; m = os.sched_getaffinity(0)\n"
+    code = ("import os; from gradir.backends.cpu.kernels import cpus, parallel; m = os.sched_getaffinity(0)\n"
             "with parallel.pinned(): print(os.sched_getaffinity(0) == m, cpus.PIN)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "GRADIR_PIN_THREADS": "0"},
                          capture_output=True, text=True, check=True).stdout.split()
@@ -469,7 +469,8 @@ def test_pinning_can_be_turned_off_from_the_environment():
 def test_views_and_products_come_from_the_ops_traits(monkeypatch):
     """The schedule runs an op as a view because its class says ``VIEW``, and the cost model counts an op's
     FLOPs because it says ``PRODUCT``: no lists of op names in the middle."""
-    from gradir import OPS, DType, TensorType, cost
+    from gradir import OPS, DType, TensorType
+    from gradir.transforms import cost
     text = "input t0 : Float32 [8, 8]\nt1 = Exp(t0)\nt2 = Reshape(t1, shape=[64])\nt3 = MatMul(t2, t2)\noutput t3\n"
     assert [st.results[0] for st in gradir.compile(text).plan.steps if st.view] == ["t2"]
     monkeypatch.setattr(OPS["Reshape"], "VIEW", False)

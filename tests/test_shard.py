@@ -1,4 +1,4 @@
-"""Data-parallel sharding (gradir.sharding, docs/distributed.md): the placement rules of every op family
+"""Data-parallel sharding (gradir.distributed, docs/distributed.md): the placement rules of every op family
 and their refusals (located errors), the shard graph (derive first, then shard), and runs whose bits
 depend only on K: inline, on a Dask LocalCluster of 1, 2 and 4 processes, with shard tasks delayed at
 random, with a worker killed mid-run, and from one .npz per shard."""
@@ -16,9 +16,9 @@ import pytest
 
 import gradir
 from gradir import ShardError
-from gradir.cli import main
-from gradir.runcli import complete_inputs
-from gradir.sharding.run import open_scheduler, tree_sum
+from gradir.cli.main import main
+from gradir.cli.run import complete_inputs
+from gradir.distributed.run import open_scheduler, tree_sum
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -240,7 +240,7 @@ def _placement_combinations(types: list, limit: int = 3000):
     them when there are more (the LSTM ops' thirteen operands)."""
     import itertools
     import random
-    from gradir.sharding import PARTIAL, REPLICATED, split
+    from gradir.distributed import PARTIAL, REPLICATED, split
     opts = [[None] if t is None else [REPLICATED, PARTIAL] + [split(a) for a in range(t.rank)] for t in types]
     if np.prod([len(o) for o in opts], dtype=float) <= limit:
         combos = itertools.product(*opts)
@@ -261,8 +261,8 @@ def test_every_rule_returns_placements_or_refuses_for_every_combination_of_place
     within the result's rank) or refuses (``Refusal``, a located ``ShardError``): never another
     exception (an exit 3 on the command line)."""
     from gradir.errors import Refusal
-    from gradir.sharding.placement import Placement, RuleContext
-    from gradir.sharding.rules import RULES, placement_rule
+    from gradir.distributed.placement import Placement, RuleContext
+    from gradir.distributed.rules import RULES, placement_rule
     rule = RULES[placement_rule(gradir.OPS[name])]
     tried = 0
     for g in _op_instances(name, 12):
@@ -287,7 +287,7 @@ def test_every_rule_returns_placements_or_refuses_for_every_combination_of_place
 # -- placements derived from traits, and checked by running them (tests/shardcheck.py) -----------------
 def test_element_wise_ops_and_reductions_do_not_name_the_rule_their_traits_imply():
     """``SHARDING`` is an override: an op whose traits say how it is placed does not restate it."""
-    from gradir.sharding.rules import derived_placement_rule, placement_rule
+    from gradir.distributed.rules import derived_placement_rule, placement_rule
     for name, cls in gradir.OPS.items():
         derived = derived_placement_rule(cls)
         assert cls.SHARDING is None or cls.SHARDING != derived, f"{name} restates SHARDING = {derived!r}"
@@ -318,7 +318,7 @@ def scratch_ops():
 
 
 def test_an_op_with_no_derivable_placement_and_no_sharding_is_a_located_error_naming_it(scratch_ops):
-    from gradir.ir import InferContext, Op, Operand
+    from gradir.ir.op import InferContext, Op, Operand
 
     class RowNormOp(Op):
         """Each row divided by its norm (a user op: neither element-wise nor a reduction)."""
@@ -366,13 +366,13 @@ def test_a_weight_gradient_placed_split_instead_of_summed_is_caught(monkeypatch)
     """MatMul's rule broken to split what contracting over the batch makes a partial sum (every weight
     gradient, X^T @ dY): the check fails, naming the op and the split."""
     from shardcheck import check_placement
-    from gradir.sharding import rules
+    from gradir.distributed import rules
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((3, 4)), rng.standard_normal((4, 5))]  # (X^T, dY) with the batch of 4
     assert check_placement(gradir.OPS["MatMul"], arrays, {}) > 0
     matmul = rules.RULES["matmul"]
     monkeypatch.setitem(rules.RULES, "matmul",
-                        lambda ctx: [gradir.sharding.split(0) if p.is_partial else p for p in matmul(ctx)])
+                        lambda ctx: [gradir.distributed.split(0) if p.is_partial else p for p in matmul(ctx)])
     with pytest.raises(AssertionError, match=r"MatMul with A split\(1\), B split\(0\)"):
         check_placement(gradir.OPS["MatMul"], arrays, {})
 
@@ -383,7 +383,7 @@ def test_a_rule_whose_types_hold_but_numbers_do_not_is_caught_numerically(monkey
     over, a ReduceMean over the split axis summed as is (without AVERAGES, no 1/n rewrite), an Exp said to be
     linear (LINEAR_IN) passing a partial sum through."""
     from shardcheck import check_placement
-    from gradir.sharding import rules
+    from gradir.distributed import rules
     rng = np.random.default_rng(1)
     if wrong.startswith("softmax"):
         cls, attrs = gradir.OPS["Softmax"], {"axis": 0}
@@ -571,7 +571,7 @@ def test_buffers_of_earlier_runs_are_reused_once_nobody_holds_them():
 def test_partial_sums_are_added_in_a_fixed_pairwise_tree():
     parts = [np.float32(x) for x in (1e8, 1.0, -1e8, 1.0, 0.5)]
     assert tree_sum(parts) == ((parts[0] + parts[1]) + (parts[2] + parts[3])) + parts[4]
-    from gradir.buffers import BufferPool
+    from gradir.backends.cpu.buffers import BufferPool
     pool, rng = BufferPool(), np.random.default_rng(0)
     arrays = [rng.standard_normal((3, 5)).astype(np.float32) * 10.0 ** k for k in range(5)]
     buf = np.empty((3, 5), np.float32)
@@ -874,7 +874,7 @@ def test_wrong_arguments_of_shard_are_argument_errors(args, kwargs, what):
 def test_numpy_integers_are_accepted_as_shards_and_batch_axes(integer):
     """``gradir.shard(g, {"t0": np.int64(0)})`` and ``run(shards=np.int64(2))`` were refused as "must be an
     integer" although they are (``a.shape[0]`` and NumPy arithmetic give them)."""
-    from gradir.sharding import analyze, split
+    from gradir.distributed import analyze, split
     s = gradir.shard(TANH, {"t0": integer(0)})
     assert s.batch == {"t0": 0} and type(s.batch["t0"]) is int
     x = {"t0": np.arange(32, dtype=np.float32).reshape(8, 4), "t1": np.ones(4, np.float32)}
@@ -892,7 +892,7 @@ def test_numpy_integers_are_accepted_as_shards_and_batch_axes(integer):
 
 
 def test_wrong_arguments_of_the_other_sharding_api_are_argument_errors():
-    from gradir.sharding import Placement, analyze, split
+    from gradir.distributed import Placement, analyze, split
     s = gradir.shard(TANH, {"t0": 0})
     calls = [(lambda: s.combine(1), "shard_outputs must be a non-empty list"),
              (lambda: s.combine([]), "shard_outputs must be a non-empty list"),

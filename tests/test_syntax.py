@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 import gradir
 from gradir import DType, Graph, GraphInput, TensorType
 from gradir.errors import Span
-from gradir.fastparse import FastType, type_from_syntax
-from gradir.syntax import _statements
+from gradir.text.fastparse import FastType, type_from_syntax
+from gradir.text.syntax import _statements
 from strategies import DECLARED_EXAMPLES, OP_EXAMPLES, graphs
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
@@ -197,15 +198,94 @@ def test_op_names_print_without_op_suffix():
 
 
 def test_non_editable_grammar_is_packaged():
-    from gradir.syntax import grammar_text
+    from gradir.text.syntax import grammar_text
     assert "op_decl" in grammar_text()
 
 
 def test_fast_path_scalar_type_span_covers_scalar_on_first_sight():
     """A scalar type not yet in the fast path's cache spanned only its dtype (lark: `Float32 scalar`)."""
-    from gradir import fastparse
+    from gradir.text import fastparse
     text = "input t0 : Float64 scalar\noutput t0\n"
     fastparse._FAST_TYPES.clear()
     st = _statements(text)[0][0]
     assert st.data["type"].span == Span(1, 12, 26)
     assert _same(_statements(text)[0], _statements(text, fast=False)[0])
+
+
+LSTM = """input t0 : Float32 [3, 2, 4]
+input t1 : Float32 [1, 20, 4]
+input t2 : Float32 [1, 20, 5]
+t3, t4, t5, t6, t7 = LSTMTraining(t0, t1, t2, hidden_size=5, activations={acts})
+output t3
+"""
+
+
+@pytest.mark.parametrize("acts", ['["Sigmoid", "Tanh", "Tanh"]', '["SIGMOID", "tanh", "TaNh"]'])
+def test_lstm_activations_are_case_insensitive_and_print_canonically(acts):
+    g = gradir.parse(LSTM.format(acts=acts))
+    assert 'activations=["sigmoid", "tanh", "tanh"]' in g.to_text()
+    feeds = {i.name: np.full(i.type.shape, 0.1, np.float32) for i in g.inputs}
+    ref = gradir.compile(gradir.parse(LSTM.format(acts='["sigmoid", "tanh", "tanh"]'))).run(feeds)
+    np.testing.assert_array_equal(gradir.compile(g).run(feeds)["t3"], ref["t3"])
+
+
+def test_many_results_verify_in_linear_time():
+    from complexity import grows_linearly
+
+    def verify(n: int):
+        res = ", ".join(f"t{k + 1}" for k in range(n))
+        text = f"input t0 : Float32 [2]\n{res} = Sum(t0)\noutput t1\n"
+
+        def parse() -> None:
+            with pytest.raises(gradir.VerifyError):
+                gradir.parse(text)
+        return parse
+    grows_linearly(verify, 2_000)  # lines executed, not seconds
+    verify(80_000)()
+
+
+@pytest.mark.parametrize("where", ["before the shape", "after the type", "before a stray token"])
+def test_long_runs_of_spaces_parse_in_linear_time(where):
+    sp = " " * 64_000
+    line = {"before the shape": f"t1 = Relu(t0) : Float32{sp}[2]",
+            "after the type": f"t1 = Relu(t0) : Float32 [2]{sp}",
+            "before a stray token": f"t1 = Relu(t0) : Float32 [2]{sp}x"}[where]
+    from complexity import cpu_seconds
+
+    def parse() -> None:
+        try:
+            gradir.parse(f"input t0 : Float32 [2]\n{line}\noutput t1\n")
+        except gradir.ParseError:
+            pass
+    assert cpu_seconds(parse) < 1.0  # regular expressions (C): this process's CPU time, not the wall clock
+
+
+def test_an_attribute_past_the_int_str_limit_is_described_not_printed():
+    """``GraphBuilder.Add(x, x, axis=10**5000)`` and ``Op.to_string`` raised ValueError while
+    formatting the huge int for the error message (Python refuses str() past 4300 digits)."""
+    b = gradir.GraphBuilder()
+    x = b.input("Float32", [2])
+    with pytest.raises(gradir.BuilderError, match="Relu.*an int of 16610 bits"):
+        b.Relu(x, axis=10 ** 5000)
+    op = gradir.OPS["Softmax"](["t1"], ["t0"], {"axis": 10 ** 5000})
+    assert op.to_string() == "t1 = Softmax(t0, axis=an int of 16610 bits)"
+    t0 = [("t0", gradir.TensorType("Float32", [2]))]
+    with pytest.raises(gradir.VerifyError, match="axis expects a 64-bit integer, got an int of 16610 bits"):
+        gradir.Graph(t0, [op], ["t1"]).validate()
+    with pytest.raises(gradir.VerifyError, match="axis expects a 64-bit integer, got -9223372036854775809"):
+        gradir.Graph(t0, [gradir.OPS["Softmax"](["t1"], ["t0"], {"axis": -(1 << 63) - 1})], ["t1"]).validate()
+    scale = gradir.OPS["Scale"](["t1"], ["t0"], {"factor": 10 ** 400})
+    with pytest.raises(gradir.VerifyError, match="factor expects a number within the Float64 range, got 1000"):
+        gradir.Graph(t0, [scale], ["t1"]).validate()
+
+
+def test_a_raw_tab_in_a_string_reads_the_same_on_both_parse_paths():
+    from gradir.text.syntax import _statements
+    text = 'input t0 : Float32 [2]\nt1 = LeakyRelu(t0, alpha=0.5)\noutput t1 "a\tb"\n'
+    fast, slow = _statements(text), _statements(text, fast=False)
+    assert fast.errors == slow.errors == []
+    from test_syntax import _same
+    assert _same(fast.stmts, slow.stmts)
+    assert [st.data.get("labels") for st in fast.stmts] == [st.data.get("labels") for st in slow.stmts]
+    import gradir
+    assert 'output t1 "a\\tb"' in gradir.parse(text).to_text()

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import gradir
 from gradir import Graph
-from gradir.syntax import _statements
-from gradir.trivia import comment_of
+from gradir.text.syntax import _statements
+from gradir.ir.trivia import comment_of
 from strategies import commented_texts, graphs
 from test_syntax import _same
 
@@ -183,7 +183,7 @@ def test_comments_change_neither_the_graph_nor_error_locations():
 @pytest.mark.parametrize("path", FORWARD + [None], ids=lambda p: os.path.basename(p) if p else "unnamed")
 def test_derived_files_are_canonical(path):
     """``gradir grad`` writes its header comment, then canonical text: ``fmt`` leaves the file alone."""
-    from gradir.autodiff import grad_text
+    from gradir.autodiff.driver import grad_text
     g = gradir.load(path) if path else gradir.parse("input t0 : Float32 [2]\nt1 = Tanh(t0)\noutput t1\n")
     text = grad_text(g)
     assert text.startswith("# Backward (vector-Jacobian) graph of ")

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir.cli import build_parser, main
+from gradir.cli.main import build_parser, main
 from gradir.errors import ArgumentError, GradirError, OpDefinitionError
-from gradir.ir import OPS, Op
-from gradir.userops import registry_snapshot
+from gradir.ir.op import OPS, Op
+from gradir.ops.userops import registry_snapshot
 
 SOFTSIGN = '''\
 from gradir.ops import ElementwiseOp, Operand
@@ -246,7 +246,7 @@ def test_composite_op_sharded_run_matches_the_unsharded_one(opsdir):
 def test_a_sharded_run_on_dask_worker_processes_loads_the_user_ops(opsdir):
     """A worker process has not loaded the op file: the task names the loaded files and it loads them."""
     pytest.importorskip("distributed")
-    from gradir.sharding.scheduler import open_scheduler
+    from gradir.distributed.scheduler import open_scheduler
     ops, _ = write(opsdir, "softsign")
     gradir.load_ops(ops)
     text = graph_text("softsign", shape="8, 5")
@@ -456,7 +456,7 @@ def test_a_failing_decompose_is_located_at_the_op_and_its_line(tmp_path, capsys)
 def test_the_console_script_reads_GRADIR_OPS_and_a_broken_file_exits_1_without_a_traceback(opsdir):
     ops, g = write(opsdir, "swish")
     exe = os.path.join(os.path.dirname(sys.executable), "gradir")
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli"]
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gradir.cli.main"]
     env = dict(os.environ, GRADIR_OPS=ops)
     r = subprocess.run(cmd + ["check", g], capture_output=True, text=True, cwd=str(opsdir), env=env)
     assert r.returncode == 0, r.stderr

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import gradir
-from gradir.cli import build_parser, main
+from gradir.cli.main import build_parser, main
 from gradir.fileio import human_bytes
-from gradir.kernels import KERNELS, KernelInfo
+from gradir.backends.cpu.kernels import KERNELS, KernelInfo
 
 ROOT_SAMPLE = __import__("pathlib").Path(__file__).resolve().parent.parent / "samples" / "mlp_forward.gir"
 
@@ -172,6 +172,102 @@ def test_help_to_a_full_disk_is_exit_1():
         pytest.skip("needs /dev/full")
     with open("/dev/full", "w") as full:
         for argv in (["--help"], ["run", "--help"], ["--version"]):
-            r = subprocess.run([sys.executable, "-m", "gradir.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+            r = subprocess.run([sys.executable, "-m", "gradir.cli.main", *argv], stdout=full, stderr=subprocess.PIPE,
                                text=True)
             assert r.returncode == 1 and "cannot write to standard output" in r.stderr, (argv, r.stderr)
+
+
+GRAPH = ("graph g\n"
+         "input t0 : Float32 [4]\n"
+         'input t1 "weight" : Float32 [4]\n'
+         "t2 = Mul(t0, t1) : Float32 [4]\n"
+         "t3 = Relu(t2) : Float32 [4]\n"
+         'output t3 "y"\n')
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    p = tmp_path / "g.gir"
+    p.write_text(GRAPH)
+    return p
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_grad_wrt_naming_no_value_says_so_and_lists_the_inputs(graph_file, capsys):
+    rc, out, err = _run(["grad", graph_file, "--wrt", "t99"], capsys)
+    assert (rc, out) == (1, "")  # like an unknown --inputs key or --shard name: a problem with the file's names
+    assert err == (f"{graph_file}: error: wrt: the graph has no value t99, by name or label; the graph's inputs "
+                   f'are t0, t1 ("weight")\n')
+
+
+def test_grad_wrt_suggests_close_matches(graph_file, capsys):
+    rc, _, err = _run(["grad", graph_file, "--wrt", "wieght"], capsys)
+    assert rc == 1
+    assert err == (f"{graph_file}: error: wrt: the graph has no value wieght, by name or label; did you mean "
+                   f'weight (t1)? the graph\'s inputs are t0, t1 ("weight")\n')
+
+
+def test_grad_wrt_lists_a_bounded_number_of_inputs(tmp_path, capsys):
+    g = tmp_path / "wide.gir"
+    g.write_text("".join(f"input t{k} : Float32 [2]\n" for k in range(40))
+                 + "t40 = Sum(" + ", ".join(f"t{k}" for k in range(40)) + ")\noutput t40\n")
+    rc, _, err = _run(["grad", g, "--wrt", "t400"], capsys)
+    assert rc == 1
+    assert err == (f"{g}: error: wrt: the graph has no value t400, by name or label; did you mean t4 or t0? the "
+                   "graph's inputs are t0, t1, t2, t3, t4, t5, t6, t7, ... (40 in all)\n")
+
+
+@pytest.mark.parametrize("name, line, what, op, caret", [
+    ("t2", 4, "t2", "Mul", "t2 = Mul(t0, t1) : Float32 [4]\n    ^^"),
+    ("y", 5, '"y" labels output t3, which', "Relu", "t3 = Relu(t2) : Float32 [4]\n    ^^"),
+])
+def test_grad_wrt_naming_a_computed_value_points_at_its_line(graph_file, capsys, name, line, what, op, caret):
+    rc, _, err = _run(["grad", graph_file, "--wrt", f"t0,{name}"], capsys)
+    assert rc == 1
+    assert err == (f"{graph_file}:{line}:1: error: wrt: {what} is computed here (by {op}), not an input; gradients "
+                   f'are with respect to the graph\'s inputs, t0, t1 ("weight")\n    {caret}\n')
+
+
+@pytest.mark.parametrize("key, line, what, op, caret", [
+    ("t2", 4, "t2", "Mul", "t2 = Mul(t0, t1) : Float32 [4]\n    ^^"),
+    ("y", 5, '"y" labels output t3, which', "Relu", "t3 = Relu(t2) : Float32 [4]\n    ^^"),
+])
+def test_run_input_key_naming_a_computed_value_points_at_its_line(graph_file, tmp_path, capsys, key, line, what,
+                                                                   op, caret):
+    np.savez(tmp_path / "in.npz", t0=np.ones(4, np.float32), weight=np.ones(4, np.float32),
+             **{key: np.ones(4, np.float32)})
+    rc, out, err = _run(["run", graph_file, "--inputs", tmp_path / "in.npz"], capsys)
+    assert (rc, out) == (1, "")
+    assert err == (f"{graph_file}:{line}:1: error: unexpected input {key}: {what} is computed here (by {op}) and "
+                   f"cannot be given as an input\n    {caret}\n")
+
+
+def test_run_single_input_naming_a_computed_value_points_at_its_line(graph_file, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    rc, _, err = _run(["run", graph_file, "--input", f"t3={tmp_path / 'x.npy'}", "--generate-missing"], capsys)
+    assert rc == 1
+    assert (f"{graph_file}:5:1: error: unexpected input t3: t3 is computed here (by Relu) and cannot be given as an "
+            "input\n    t3 = Relu(t2) : Float32 [4]\n    ^^\n") in err
+    assert "Traceback" not in err
+
+
+def test_run_unknown_input_key_suggests_and_bounds_the_list(graph_file, tmp_path, capsys):
+    np.savez(tmp_path / "in.npz", t0=np.ones(4, np.float32), weight=np.ones(4, np.float32),
+             weights=np.ones(4, np.float32))
+    rc, _, err = _run(["run", graph_file, "--inputs", tmp_path / "in.npz"], capsys)
+    assert rc == 1
+    assert err == (f'{graph_file}: error: unexpected input weights (did you mean t1 "weight"? the graph\'s inputs '
+                   f'are t0, t1 "weight")\n')
+
+
+def test_computed_value_keys_are_located_through_the_python_api_too():
+    exe = gradir.compile(GRAPH, filename="api.gir")
+    with pytest.raises(gradir.InputError) as e:
+        exe.run({"t0": np.ones(4, np.float32), "t1": np.ones(4, np.float32), "t2": np.ones(4, np.float32)})
+    assert e.value.render() == ("api.gir:4:1: error: unexpected input t2: t2 is computed here (by Mul) and cannot "
+                                "be given as an input\n    t2 = Mul(t0, t1) : Float32 [4]\n    ^^")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ir import BackwardOp, InferContext, Op, Operand
-from ..onnxmap import MS_DOMAIN, OnnxMap
-from ..types import FLOAT_DTYPES, TensorType
+from ..ir.op import BackwardOp, InferContext, Op, Operand
+from ..ir.onnxmap import MS_DOMAIN, OnnxMap
+from ..ir.types import FLOAT_DTYPES, TensorType
 from . import references
 from .common import ALPHA_LEAKY, ALPHA_QUICKGELU, BinaryActivationGradOp, UnaryOp, axis_attr
 

@@ -15,10 +15,10 @@ import math
 import sys
 from typing import Any, Optional, Sequence
 
-from .. import formula
+from ..ir import formula
 from ..errors import OpDefinitionError
-from ..ir import Attr, BackwardOp, InferContext, Op, Operand
-from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType, format_shape
+from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand
+from ..ir.types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType, format_shape
 
 __all__ = ["ElementwiseOp", "UnaryOp", "BinaryActivationGradOp", "ALPHA_LEAKY", "ALPHA_QUICKGELU", "axis_attr",
            "broadcast_shapes", "Operand", "Attr"]

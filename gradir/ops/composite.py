@@ -32,8 +32,8 @@ import traceback
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 from ..errors import AutodiffError, Diagnostic, GradirError, OpDefinitionError, OpError
-from ..ir import OPS, VALUE_NAME, InferContext, Op, defined_in, freeze
-from ..types import TensorType
+from ..ir.op import OPS, VALUE_NAME, InferContext, Op, defined_in, freeze
+from ..ir.types import TensorType
 
 __all__ = ["CompositeOp", "expand_composites", "has_composites"]
 
@@ -56,7 +56,7 @@ class CompositeOp(Op):
             OPS.pop(cls.op_name, None)  # not half-registered
             raise
         cls._decompositions = {}
-        from ..gradrules import RULES
+        from ..autodiff.gradrules import RULES
         RULES[cls.op_name] = _composite_rule
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
@@ -78,7 +78,7 @@ class CompositeOp(Op):
         gradir compiles, fuses, shards and exports the op, not the decomposition itself: an op with an
         independent formula defines its own."""
         import numpy as np
-        from ..types import DType
+        from ..ir.types import DType
         from .constant import ConstantOp, constant_array
         given = [np.asarray(a) for a in arrays if a is not None]
         given = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in given]  # integers stay
@@ -142,7 +142,7 @@ def _user_line(fn: Any, tb: Any) -> str:
 
 
 def _build(cls: type[CompositeOp], types: Sequence[Optional[TensorType]], attrs: Mapping[str, Any]) -> Any:
-    from ..builder import GraphBuilder, Value
+    from ..autodiff.builder import GraphBuilder, Value
     b = GraphBuilder(cls.op_name)
     values = [None if t is None else b.input(t) for t in types]
     if not (cls.OPERANDS and cls.OPERANDS[-1].variadic):  # omitted trailing optional operands are None too
@@ -187,7 +187,7 @@ def expand_composites(graph: Any) -> Any:
     itself when it has no composite op."""
     if not has_composites(graph):
         return graph
-    from ..graph import Graph, GraphInput
+    from ..ir.graph import Graph, GraphInput
     types = dict(graph.types)
     top = max([int(n[1:]) for n in types if VALUE_NAME.match(n)] + [-1]) + 1
     counter = iter(range(top, 1 << 62))
@@ -226,7 +226,7 @@ def _expand(op: CompositeOp, types: dict[str, TensorType], fresh: Callable[[], s
 
 def _composite_rule(e: Any, op: Op, cts: list, need: list) -> list:
     """The gradient of a composite op: its decomposition (primitives only) differentiated, inlined."""
-    from ..autodiff import derive
+    from ..autodiff.driver import derive
     assert isinstance(op, CompositeOp)
     g = expand_composites(type(op).decomposition([None if v is None else e.types[v] for v in op.operands],
                                                  op.attrs))

@@ -1,4 +1,4 @@
-"""``Constant``: a tensor whose value is written in the text (see ``gradir.constants``).
+"""``Constant``: a tensor whose value is written in the text (see ``gradir.ir.constants``).
 
     t3 = Constant(value=0.5) : Float32 [2, 3]        # a number fills the declared shape
     t4 = Constant(value=[1, 2, 3]) : Int64 [3]      # a flat, row-major list, one element each
@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, value_array
-from ..ir import Attr, InferContext, Op, OpError
-from ..types import TensorType
+from ..ir.constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, value_array
+from ..ir.op import Attr, InferContext, Op, OpError
+from ..ir.types import TensorType
 
 __all__ = ["ConstantOp"]
 

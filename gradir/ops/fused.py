@@ -1,5 +1,5 @@
 """``FusedElementwise``: a connected group of element-wise ops run as one loop (made by the
-``fuse-elementwise`` pass, ``gradir.passes.elementwise``; compiled by ``gradir.kernels.fused``).
+``fuse-elementwise`` pass, ``gradir.transforms.passes.elementwise``; compiled by ``gradir.backends.cpu.kernels.fused``).
 
 The op exists only after the pass: it is not registered in ``OPS``, so a graph's text cannot
 name it (the parser reports an unknown op), and the pass is the only place that builds one.
@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional, Sequence
 
-from ..ir import Attr, InferContext, Op, Operand, freeze
-from ..types import TensorType
+from ..ir.op import Attr, InferContext, Op, Operand, freeze
+from ..ir.types import TensorType
 
 __all__ = ["FusedElementwiseOp", "FusedBody", "sum_lead"]
 
@@ -157,7 +157,7 @@ class FusedElementwiseOp(Op):
 
 
 def _shape(t: Optional[TensorType]) -> str:
-    from ..types import format_shape
+    from ..ir.types import format_shape
     return format_shape(t.shape) if t is not None else "?"
 
 

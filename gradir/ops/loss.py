@@ -11,9 +11,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..ir import Attr, BackwardOp, InferContext, Op, Operand
-from ..onnxmap import MS_DOMAIN, OnnxMap
-from ..types import FLOAT_DTYPES, INT_DTYPES, TensorType, format_shape
+from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand
+from ..ir.onnxmap import MS_DOMAIN, OnnxMap
+from ..ir.types import FLOAT_DTYPES, INT_DTYPES, TensorType, format_shape
 from . import references
 
 __all__ = ["REDUCTIONS", "SoftmaxCrossEntropyLossOp", "SoftmaxCrossEntropyLossGradOp"]

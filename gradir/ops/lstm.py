@@ -6,9 +6,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..ir import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
-from ..onnxmap import MS_DOMAIN, OnnxMap
-from ..types import FLOAT_DTYPES, INT_DTYPES, Dim, TensorType
+from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
+from ..ir.onnxmap import MS_DOMAIN, OnnxMap
+from ..ir.types import FLOAT_DTYPES, INT_DTYPES, Dim, TensorType
 from . import references
 
 HIDDEN = Attr("hidden_size", "int", min=1, doc="hidden size H")

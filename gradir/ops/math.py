@@ -6,10 +6,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..ir import Attr, InferContext, Op, Operand, unify_shapes
-from ..onnxmap import MS_DOMAIN, OnnxMap
-from ..types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
-from ..matmul_layout import operand_perm
+from ..ir.op import Attr, InferContext, Op, Operand, unify_shapes
+from ..ir.onnxmap import MS_DOMAIN, OnnxMap
+from ..ir.types import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
+from .matmul_layout import operand_perm
 from .common import ElementwiseOp, UnaryOp, broadcast_shapes, finite
 
 __all__ = ["broadcast_shapes"]

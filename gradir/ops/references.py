@@ -2,7 +2,7 @@
 ops computes, and what the conformance suite (``tests/conformance``) holds every kernel to.
 
 Deliberately plain: written straight from each op's definition (docs/ops.md), one row or one step
-at a time where that is clearer, sharing no code with ``gradir.kernels``.  Slow, and only for small
+at a time where that is clearer, sharing no code with ``gradir.backends.cpu.kernels``.  Slow, and only for small
 shapes.  An element-wise op needs none of this: its reference is its ``FORMULA`` in float64.
 """
 

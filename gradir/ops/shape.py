@@ -19,8 +19,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..ir import Attr, InferContext, Op, Operand, unify_shapes
-from ..types import FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
+from ..ir.op import Attr, InferContext, Op, Operand, unify_shapes
+from ..ir.types import FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
 from . import references
 from .common import UnaryOp
 from .math import broadcast_shapes

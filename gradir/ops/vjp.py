@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from typing import Optional
 
 from ..errors import Diagnostic, OpDefinitionError, Span
-from ..ir import ON_REGISTER, OPS, BackwardOp, InferContext, Op, Operand
-from .. import formula
-from ..traits import formula_names
-from ..types import FLOAT_DTYPES, TensorType, format_shape
+from ..ir.op import ON_REGISTER, OPS, BackwardOp, InferContext, Op, Operand
+from ..ir import formula
+from ..ir.traits import formula_names
+from ..ir.types import FLOAT_DTYPES, TensorType, format_shape
 from .common import ElementwiseOp
 from .math import broadcast_shapes
 

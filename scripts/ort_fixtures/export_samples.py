@@ -34,7 +34,7 @@ def graphs() -> dict[str, object]:
 def main() -> int:
     import gradir
     from gradir.errors import OnnxError
-    from gradir.runcli import demo_inputs
+    from gradir.cli.run import demo_inputs
     os.makedirs(OUT, exist_ok=True)
     done, skipped = [], {}
     sources = {}

@@ -24,7 +24,7 @@ import pytest
 
 import gradir
 from gradir import OPS, Graph, GraphInput, Op
-from gradir.types import DType, TensorType
+from gradir.ir.types import DType, TensorType
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPS_ENV = "GRADIR_OPS"
@@ -76,20 +76,20 @@ def is_builtin(cls: type[Op]) -> bool:
 # -- adapters: where gradir keeps each place of an op ----------------------------------------------------
 def kernel_of(cls: type[Op]) -> Any:
     """The op's CPU kernel (``KernelInfo``: ``fn``, ``inplace``), or None."""
-    from gradir.kernels import get_kernel
+    from gradir.backends.cpu.kernels import get_kernel
     return get_kernel(cls)
 
 
 def grad_rule_of(cls: type[Op]) -> Any:
     """The op's gradient rule, or None (a backward op needs none)."""
-    from gradir.gradrules import gradient_rule
+    from gradir.autodiff.gradrules import gradient_rule
     return gradient_rule(cls)
 
 
 def placement_of(cls: type[Op]) -> Any:
     """The op's sharding placement rule, or None."""
     from gradir.errors import ShardError
-    from gradir.sharding.rules import RULES, placement_rule
+    from gradir.distributed.rules import RULES, placement_rule
     try:
         return RULES.get(placement_rule(cls))
     except ShardError:
@@ -98,13 +98,13 @@ def placement_of(cls: type[Op]) -> Any:
 
 def can_fuse(op: Op, types: dict) -> bool:
     """Whether the backend may make ``op`` a member of a fused element-wise loop."""
-    from gradir.passes.elementwise import fusable
+    from gradir.transforms.passes.elementwise import fusable
     return fusable(op, types)
 
 
 def fuse_small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fuse groups of any size (the examples are small)."""
-    from gradir.passes import elementwise
+    from gradir.transforms.passes import elementwise
     monkeypatch.setattr(elementwise, "MIN_ELEMENTS", 1)
 
 
@@ -116,13 +116,13 @@ def fused_members(exe: Any) -> list[list[str]]:
 
 def split_rows_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kernels that split their rows over threads do so even for the examples' few bytes."""
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
     monkeypatch.setattr(parallel, "MIN_CHUNK_BYTES", 1)
 
 
 def on_threads(n: int) -> Any:
     """``with on_threads(n):`` a kernel called here may use ``n`` threads."""
-    from gradir.kernels import parallel
+    from gradir.backends.cpu.kernels import parallel
     return parallel.cores(n)
 
 
@@ -168,7 +168,7 @@ def onnx_comes_back_as(cls: type[Op]) -> Optional[str]:
 def docs_entry(cls: type[Op]) -> Optional[str]:
     """The op's section of docs/ops.md (a built-in op) or of ``gradir ops NAME`` (a user op), or None."""
     if not is_builtin(cls):
-        from gradir.docs import ops_text
+        from gradir.tools.docs import ops_text
         text = ops_text([cls.op_name])
         return text if f"  {cls.op_name}" in text else None
     with open(os.path.join(ROOT, "docs", "ops.md"), encoding="utf-8") as f:
@@ -179,7 +179,7 @@ def docs_entry(cls: type[Op]) -> Optional[str]:
 
 def docs_generated(cls: type[Op]) -> str:
     """What the docs generator writes for the op now (its section of ``gradir ops --markdown``)."""
-    from gradir.docs import ops_markdown
+    from gradir.tools.docs import ops_markdown
     text = ops_markdown([cls.op_name])
     m = re.search(rf"^### `{re.escape(cls.op_name)}`.*?(?=^##|\Z)", text, re.S | re.M)
     return m.group(0) if m else text

@@ -22,7 +22,7 @@ def failure(check, *args) -> str:
 
 
 def test_a_missing_kernel_is_named(monkeypatch):
-    from gradir.kernels import KERNELS
+    from gradir.backends.cpu.kernels import KERNELS
     monkeypatch.delitem(KERNELS, "Relu")
     assert failure(check_kernel, OPS["Relu"], np.float64, monkeypatch).startswith(
         "Relu: kernel: no kernel is registered for it")
@@ -30,7 +30,7 @@ def test_a_missing_kernel_is_named(monkeypatch):
 
 def test_a_wrong_kernel_is_named(monkeypatch):
     from dataclasses import replace
-    from gradir.kernels import KERNELS
+    from gradir.backends.cpu.kernels import KERNELS
     info = KERNELS["Sigmoid"]
     monkeypatch.setitem(KERNELS, "Sigmoid", replace(info, fn=lambda x, out=None: KERNELS["Tanh"].fn(x, out=out)))
     assert failure(check_kernel, OPS["Sigmoid"], np.float32, monkeypatch).startswith(
@@ -43,7 +43,7 @@ def test_a_missing_gradient_rule_is_named(monkeypatch):
 
 
 def test_a_wrong_gradient_is_named(monkeypatch):
-    from gradir.autodiff import RULES
+    from gradir.autodiff.driver import RULES
     monkeypatch.setitem(RULES, "Sigmoid", RULES["Neg"])  # dX = -dY
     assert failure(check_gradient, OPS["Sigmoid"]).startswith(
         "Sigmoid: gradient: derived gradient against finite differences")
@@ -70,7 +70,7 @@ def test_a_missing_onnx_export_is_named(monkeypatch):
 
 def test_a_missing_onnx_import_is_named(monkeypatch):
     pytest.importorskip("onnx")
-    from gradir.onnxio import import_ops, importer
+    from gradir.interop.onnx import import_ops, importer
     table = import_ops.handlers
     monkeypatch.setattr(importer, "handlers", lambda: {k: v for k, v in table().items() if k != ("", "Relu")})
     assert failure(check_onnx, OPS["Relu"]).startswith("Relu: onnx: its export does not import")
@@ -101,7 +101,7 @@ def test_an_op_without_an_example_is_named(monkeypatch):
 
 def test_an_onnx_mapping_that_drops_an_attribute_is_named(monkeypatch):
     pytest.importorskip("onnx")
-    from gradir.onnxmap import OnnxMap
+    from gradir.ir.onnxmap import OnnxMap
     monkeypatch.setattr(OPS["LeakyRelu"], "ONNX", OnnxMap())  # alpha left out: ONNX's default 0.01
     assert failure(check_onnx, OPS["LeakyRelu"]).startswith("LeakyRelu: onnx: its attributes come back otherwise")
 
@@ -109,8 +109,8 @@ def test_an_onnx_mapping_that_drops_an_attribute_is_named(monkeypatch):
 def test_a_weight_gradient_split_instead_of_summed_is_named(monkeypatch):
     """A placement rule that says the weight's gradient stays split along the batch, where each shard
     holds a part of a sum (here the shard graph's own type check is what refuses it)."""
-    from gradir.sharding.placement import split
-    from gradir.sharding.rules import RULES
+    from gradir.distributed.placement import split
+    from gradir.distributed.rules import RULES
     monkeypatch.setitem(RULES, "wrong_split", lambda ctx: [split(0)] * len(ctx.op.results))
     monkeypatch.setattr(OPS["GradLSTMCellInput"], "SHARDING", "wrong_split")
     message = failure(check_sharding, OPS["GradLSTMCellInput"], np.float64)
@@ -120,8 +120,8 @@ def test_a_weight_gradient_split_instead_of_summed_is_named(monkeypatch):
 def test_a_mean_placed_as_a_sum_is_named_by_its_numbers(monkeypatch):
     """A rule that makes the mean over the split axis a partial sum without rescaling it: it places
     everything, and only the numbers (each shard's mean added up) show it."""
-    from gradir.sharding.placement import PARTIAL
-    from gradir.sharding.rules import RULES
+    from gradir.distributed.placement import PARTIAL
+    from gradir.distributed.rules import RULES
     monkeypatch.setitem(RULES, "sum_of_means", lambda ctx: [PARTIAL])
     monkeypatch.setattr(OPS["ReduceMean"], "SHARDING", "sum_of_means")
     message = failure(check_sharding, OPS["ReduceMean"], np.float64)

@@ -72,7 +72,7 @@ def _text(inputs: list[GraphInput], op: Op) -> tuple[str, int]:
 
 def _wrong(t: Any) -> list[tuple[str, Any]]:
     """Types an operand of type ``t`` may not have: another dtype, one rank more, one rank less."""
-    from gradir.types import DType
+    from gradir.ir.types import DType
     out = [(f"dtype {d}", t.with_dtype(d)) for d in (DType.Bool, DType.Int32) if d != t.dtype]
     out.append(("one rank more", t.with_shape((7,) + tuple(t.shape))))
     if t.rank:
@@ -120,7 +120,7 @@ def test_type_rule(name: str) -> None:
 def check_kernel(cls: type[Op], dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     k = kernel_of(cls)
     if k is None:
-        fail(cls, "kernel", "no kernel is registered for it (@kernel in gradir/kernels/, or a FORMULA)")
+        fail(cls, "kernel", "no kernel is registered for it (@kernel in gradir/backends/cpu/kernels/, or a FORMULA)")
     case = make_case(cls, dtype, concern="kernel")
     kw = case.op.kernel_attrs()
     n = len(case.op.results)
@@ -164,7 +164,7 @@ def test_kernel(name: str, dtype: Any, kernel_path: str, monkeypatch: pytest.Mon
 def _derivable(case: Any) -> tuple[Graph, list[str]]:
     """The example graph and inputs to differentiate: every result and floating-point input, less those
     the op's rule says take no gradient (a located ``AutodiffError`` naming the value)."""
-    from gradir.autodiff import derive
+    from gradir.autodiff.driver import derive
     g = case.graph
     outputs = list(g.outputs)
     wrt = [i.name for i in g.inputs if i.type.dtype.is_float]
@@ -184,7 +184,7 @@ def _derivable(case: Any) -> tuple[Graph, list[str]]:
 @concern("gradient")
 def check_gradient(cls: type[Op]) -> None:
     if grad_rule_of(cls) is None:
-        fail(cls, "gradient", "no gradient rule (a VJP, or @rule in gradir/gradrules.py)")
+        fail(cls, "gradient", "no gradient rule (a VJP, or @rule in gradir/autodiff/gradrules.py)")
     case = make_case(cls, np.float64, concern="gradient")
     if not any(i.type.dtype.is_float for i in case.graph.inputs):
         return  # nothing to differentiate (a Constant): its rule is all there is

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from gradir import OPS, Op
-from gradir.traits import evaluate_formula, formula_names
+from gradir.ir.traits import evaluate_formula, formula_names
 
 from .conftest import concern, fail, make_case, op_names
 
 
 @concern("traits")
 def check_traits(cls: type[Op]) -> None:
-    from gradir.attrs import SAMPLES
+    from gradir.ir.attrs import SAMPLES
     if cls.ELEMENTWISE not in (None, "same", "broadcast"):
         fail(cls, "traits", f"ELEMENTWISE is {cls.ELEMENTWISE!r}, not None, 'same' or 'broadcast'")
     if cls.GRADIENT is not None and not (cls.GRADIENT in OPS and OPS[cls.GRADIENT].is_backward):

@@ -1,0 +1,1 @@
+"""Reverse-mode differentiation: the driver, the gradient rules and GraphBuilder."""

@@ -1,0 +1,1 @@
+"""What runs a plan: the backend seam (base), the CPU backend, the float64 reference."""

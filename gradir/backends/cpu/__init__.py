@@ -1,0 +1,1 @@
+"""The CPU backend: kernels, the dataflow executor, buffers, the BLAS/threads policy."""

@@ -1,0 +1,131 @@
+"""Kernels generated from an op's ``FORMULA`` (for ops with a formula and no hand-written kernel).
+
+Two paths, both from the one formula (``gradir.ir.formula``):
+
+* **Compiled** (Float32 and Float64, when the compiled kernels are on): the loop the fusion pass
+  builds for a group, here for the op alone (a one-member ``FusedBody``, ``fused_codegen``): the
+  formula translated to numba, each element rounded as in a fused group, the source cached on
+  disk and the machine code in numba's cache.  A fused group containing the op computes it with
+  the same translated expression, fenced the same way, so fused and unfused give the same bits.
+  The loop's grid depends only on the shape, so the bits do not depend on the thread count.
+* **NumPy** (other dtypes, or the compiled kernels off): the formula evaluated in the operands'
+  dtype (numbers and attributes rounded to it), in row chunks of the result like the other
+  element-wise kernels.  A fused group then runs its members' kernels one after another
+  (``fused._interpret``), so it gives these bits too.
+
+Both write into ``out`` when given; ``out`` may be one of the operands (each chunk of the result
+is computed from the same chunk of the operands before it is written).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ....ir import formula
+from ....ir.types import DType, TensorType
+from . import KernelInfo, jit
+from .parallel import parallel_rows
+
+__all__ = ["generated_kernel", "COMPILED_DTYPES"]
+
+COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_DTYPES = {np.dtype(np.float32): DType.Float32, np.dtype(np.float64): DType.Float64}
+
+
+def _attrs(cls: type, given: dict[str, Any]) -> dict[str, Any]:
+    """The op's attributes with defaults filled in (a kernel is called with them all by the runtime;
+    a direct call may leave some out)."""
+    out = {}
+    for a in cls.ATTRS:
+        if a.name in given:
+            out[a.name] = given[a.name]
+        elif not a.required:
+            out[a.name] = a.default
+        else:
+            raise TypeError(f"{cls.op_name}: attribute {a.name!r} is required")
+    unknown = set(given) - set(out)
+    if unknown:
+        raise TypeError(f"{cls.op_name}: unknown attribute{'s' if len(unknown) > 1 else ''} {sorted(unknown)}")
+    return out
+
+
+def _body(cls: type, attrs: dict[str, Any], shapes: list[tuple], dtype: np.dtype) -> Any:
+    """The one-member ``FusedBody`` computing ``cls`` on operands of ``shapes``."""
+    from ....ops.fused import FusedBody
+    names = [f"x{k}" for k in range(len(shapes))]
+    shape = np.broadcast_shapes(*shapes)
+    op = cls(["y"], names, attrs)
+    return FusedBody([op], names, ["y"], TensorType(_DTYPES[dtype], list(shape)))
+
+
+def _compiled(cls: type, operands: tuple, out: Optional[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    from .fused import fused_elementwise
+    body = _body(cls, attrs, [a.shape for a in operands], operands[0].dtype)
+    return fused_elementwise(*operands, out=out, body=body)
+
+
+def _numpy(cls: type, operands: tuple, out: Optional[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    names = [o.name for o in cls.OPERANDS]
+    dtype = operands[0].dtype if operands else np.dtype(np.float64)
+    shape = np.broadcast_shapes(*(a.shape for a in operands))
+    if out is None:
+        out = np.empty(shape, dtype)
+    elif out.shape != shape:
+        raise ValueError(f"{cls.op_name}: out has shape {out.shape}, the result {shape}")
+
+    def compute(o: np.ndarray, arrays: list[np.ndarray]) -> None:
+        env = dict(attrs)
+        env.update(zip(names, arrays))
+        np.copyto(o, formula.evaluate(cls.FORMULA, env, dtype), casting="unsafe")
+
+    if out.ndim == 0 or out.size < (1 << 16) or out.shape[0] == 1:
+        compute(out, list(operands))
+        return out
+    # row chunks along axis 0 of the result; operands broadcast along it are passed whole
+    whole = [a.ndim < out.ndim or a.shape[0] == 1 for a in operands]
+    row_bytes = out.itemsize * (out.size // out.shape[0]) * (len(operands) + 1)
+
+    def body(lo: int, hi: int) -> None:
+        compute(out[lo:hi], [a if w else a[lo:hi] for a, w in zip(operands, whole)])
+
+    parallel_rows(out.shape[0], row_bytes, body)
+    return out
+
+
+def _check(cls: type, operands: tuple) -> None:
+    n = len(cls.OPERANDS)
+    if len(operands) != n:
+        raise TypeError(f"{cls.op_name} takes {n} operand{'s' if n != 1 else ''}, got {len(operands)}")
+    if any(a is None for a in operands):
+        raise TypeError(f"{cls.op_name}: every operand is required")
+    if len({a.dtype for a in operands}) > 1:
+        raise ValueError(f"{cls.op_name}: operands of different dtypes {[str(a.dtype) for a in operands]}")
+
+
+def generated_kernel(cls: type) -> KernelInfo:
+    """The kernel made from ``cls.FORMULA`` (see the module docstring)."""
+
+    def fn(*operands: np.ndarray, out: Optional[np.ndarray] = None, **given: Any) -> np.ndarray:
+        operands = tuple(None if a is None else np.asarray(a) for a in operands)
+        _check(cls, operands)
+        attrs = _attrs(cls, given)
+        if operands[0].dtype in COMPILED_DTYPES and jit.enabled():
+            return _compiled(cls, operands, out, attrs)
+        return _numpy(cls, operands, out, attrs)
+
+    def prepare(op: Any, types: Any) -> None:
+        """Build (or load from the disk cache) the loop ``op`` will run, at compile time."""
+        if not jit.enabled():
+            return
+        ts = [types.get(v) for v in op.operands]
+        if any(t is None or not t.is_static for t in ts) or ts[0].dtype.numpy not in COMPILED_DTYPES:
+            return
+        from .fused import prepare_body
+        shapes = [tuple(t.shape) for t in ts]
+        prepare_body(_body(cls, _attrs(cls, dict(op.attrs)), shapes, np.dtype(ts[0].dtype.numpy)), shapes)
+
+    fn.__name__ = fn.__qualname__ = cls.op_name
+    fn.__doc__ = f"{cls.op_name}: generated from its formula ``{cls.FORMULA}`` (gradir.backends.cpu.kernels.generated)."
+    return KernelInfo(cls.op_name, fn, inplace=True, splits=True, prepare=prepare, op=cls, generated=True)

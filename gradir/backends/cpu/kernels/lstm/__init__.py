@@ -1,0 +1,111 @@
+"""NumPy kernels for the LSTM family: the cell (PyTorch gate order i, f, g, o), its
+per-input gradient, and ORT's sequence-level forward/backward (ONNX gate order i, o, f, c).
+
+Semantics are in docs/ops.md, LSTM.  Float32 and Float64; results keep the input dtype.
+
+How the sequence kernels are made fast (docs/performance.md; measured by ``benchmarks/bench_lstm.py``):
+
+* The forward computes ``X·Wᵀ`` for every step as one GEMM straight into ``iofc``; each
+  step then does one GEMM (``H_{t-1}·Rᵀ``) and a few ufuncs with ``out=``.  Sigmoids are
+  ``σ(a) = ½·tanh(a/2) + ½`` with the ``/2`` folded into the weight rows of the three
+  sigmoid gates (scaling by ½ is exact), so one ``tanh`` covers all four gate blocks;
+  ``scipy.special.expit`` measured ~10× slower than ``tanh`` here.
+* The backward keeps every step's gate gradient ``da`` in one ``[S, B, D, 4H]`` scratch
+  buffer (the only scratch that grows with S; it is reused between calls on a thread,
+  see ``release_scratch``).  Chunk by chunk (L2-sized; one chunk for small problems) it
+  first fills that buffer with the factors that do not depend on the carried gradients
+  (``τ·o(1-o)``, ``c̃·i(1-i)``, ...) using a few bulk ufuncs, then runs the step loop,
+  which multiplies them in place by ``dH``/``dC`` and does one GEMM ``da·R`` per step
+  (7 ufuncs).  ``dX``, ``dW``, ``dR`` and ``dB`` are large GEMMs over all steps afterwards
+  (on the packed-kernel path of large problems, one direction: dX's rows by the step loops
+  while each ``da_t`` is in cache, and dW and dR as one product ``daᵀ·[X | H_{t-1}]``,
+  ``_jit_goto.gemm2``; there the loops write each step's ``da`` straight into that product's
+  packed layout, in the same buffer, at most ``5·S·B`` elements larger, instead of ``da``).
+* Not done, because it was measured not to pay here: splitting the batch rows over
+  threads (two threads issuing many small ufuncs serialize on the GIL) and running the
+  bulk work on a helper thread beside the step loop (both slowed ~2×).
+* With the compiled kernels (``jit.load("lstm")``, numba; ``_jit_lstm.py``) the step loop's
+  element-wise work is one fused pass per step (``tanh(C_t)``, every gate gradient, dC, and
+  the dP/dB sums), ~3x less time than the ufunc passes; small problems (B·4H <= 16K) run the
+  whole loop, its per-step GEMMs included, in one compiled call (no per-step Python), larger
+  ones call the compiled step from Python and keep NumPy's threaded GEMM per step.  Tried and
+  dropped: running dX/dW on a helper thread beside the compiled step loop (each BLAS held to
+  one thread): the two cores slowed each other and the total got worse (100-130 vs 85-110 ms;
+  again 122-132 vs 94 ms on AMD Zen 3).  The forward's step (gate activations with peepholes,
+  C_t, H_t) is one compiled pass too (75 -> 59 ms at S,B,I,H = 100,64,256,256), for Float64
+  only when B·4H <= 16K (libm's scalar tanh loses to NumPy's SIMD one on larger steps); it
+  also adds the bias (a pass over all steps' ``X·Wᵀ`` less), and large batches run as two
+  half-batch loops as the backward does (below): 55-56 -> 49 ms.
+* Large batches on the compiled path run as two independent half-batch step loops on two
+  threads, each with single-threaded BLAS, and the big GEMMs in halves (see ``lstm_grad``):
+  the step loops went from 33 to 29 ms.  Only where OpenBLAS's own threads sleep soon after
+  a call (``gradir._blasenv``): with its default 0.1 s of spinning they take a core from the
+  loops (53 vs 31 ms) and ``LSTMGrad`` right after ``LSTMTraining`` took 139-155 ms instead
+  of 92-105; there the per-step GEMM is left to OpenBLAS's threads, as before.
+* Sequence lengths (``SL``) use precomputed float masks on the steps that are only
+  partly valid, skip steps valid for no row, and inject ``dHFinal``/``dCFinal`` at (and
+  take ``dH0``/``dC0`` from) each row's last/first step.
+
+Contract for ``LSTMGrad``: ``HAll``, ``CAll`` and ``iofc`` are what ``LSTMTraining`` returned
+for the same operands, in particular zero at steps ``t >= SL[b]`` (the kernel relies on
+that instead of masking them again).  Padded entries of ``X`` and ``dHAll`` must be finite.
+
+Modules: ``cell`` (LSTMCell and its gradients), ``forward`` (LSTMTraining), ``backward``
+(LSTMGrad; its NumPy step loops in ``bptt``), ``common`` (checks and the size thresholds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .....ops.lstm import LSTMGradOp, LSTMTrainingOp
+from .. import jit, kernel
+from .backward import lstm_grad, release_scratch
+from .cell import grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell
+from .common import this_thread
+from .forward import lstm_training
+
+__all__ = [
+    "grad_lstm_cell_input",
+    "grad_lstm_cell_input_fused",
+    "lstm_cell",
+    "lstm_grad",
+    "lstm_training",
+    "release_scratch",
+]
+
+
+def _warm_layers(dtype: Any) -> None:
+    """``warm`` hook of LSTMTraining and LSTMGrad (see ``gradir.backends.cpu.kernels``): run both on a
+    tiny layer, with and without peepholes (and the forward's other paths), and the backward on
+    both of its compiled paths (the whole loop and the per-step one), so numba builds or loads
+    all their machine code."""
+    dt = np.dtype(dtype)
+    jl = jit.load("lstm")
+    if dt not in (np.float32, np.float64) or jl is None:
+        return
+    if jl.gemm_module.FAST_LARGE:
+        jit.load("goto")  # LSTMGrad's dW and dR on large problems (``_jit_goto.gemm2``)
+    S, nb, I, h = 2, 1, 1, 1
+    X = np.full((S, nb, I), 0.5, dt)
+    W, R = np.full((1, 4 * h, I), 0.5, dt), np.full((1, 4 * h, h), 0.5, dt)
+    try:
+        # the forward's step-by-step path (rows shorter than the sequence) and its whole loop on
+        # strided per-direction results (bidirectional)
+        lstm_training(X, W, R, SL=np.array([1], np.int32), hidden_size=h)
+        lstm_training(X, np.concatenate([W, W]), np.concatenate([R, R]), hidden_size=h, direction="bidirectional")
+        for P in (None, np.full((1, 3 * h), 0.5, dt)):
+            HAll, _, _, CAll, iofc = lstm_training(X, W, R, P=P, hidden_size=h)
+            for per_step in (False, True):
+                this_thread.per_step = per_step  # this thread only
+                lstm_grad(X, W, R, None, None, None, HAll, CAll, iofc, HAll, P=P, hidden_size=h)
+    finally:
+        this_thread.per_step = False
+
+
+
+# Registered here, beside their warm hook, which runs both.
+kernel(LSTMTrainingOp, blas=True, warm=_warm_layers)(lstm_training)
+kernel(LSTMGradOp, blas=True, warm=_warm_layers)(lstm_grad)

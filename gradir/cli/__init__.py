@@ -1,0 +1,1 @@
+"""The ``gradir`` command line: ``main`` and one module per subcommand."""

@@ -1,0 +1,1 @@
+"""Other formats gradir reads and writes (ONNX)."""

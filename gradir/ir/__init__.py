@@ -1,0 +1,1 @@
+"""The IR: types, attributes, the Op base and its traits, graphs, type inference, verification."""

@@ -1,0 +1,1 @@
+"""Tools over graphs: dot rendering, gradient checks, output comparison, op docs."""

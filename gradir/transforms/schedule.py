@@ -1,0 +1,374 @@
+"""Scheduling: topological order (networkx), liveness and the buffer plan.
+
+The plan is computed once per compiled graph:
+
+* ``order``: a topological order of the ops (the source order when it is one);
+* liveness: each value is freed right after its last use (graph outputs are kept,
+  inputs belong to the caller and are never written);
+* in-place reuse: an element-wise (``inplace``) kernel writes its result into an
+  operand's buffer when that operand dies at this op and has the same dtype and
+  shape.  The donor's other readers become dependencies of the step, so the
+  reuse stays safe when steps run in parallel;
+* peak memory: the largest total size of live values along the schedule, next
+  to the naive total (every value kept alive);
+* for the executor (``gradir.transforms.cost``): each step's estimated cost, how many cores its kernel
+  can use (``width``) and its ``priority``, the estimated length of the longest path from it
+  to the end: the ready step with the highest starts first, so the critical path does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import networkx as nx
+
+from . import cost
+from ..errors import CompileError, Diagnostic
+from ..ir.op import Op
+from ..backends.base import table as kernel_table
+from ..ops.fused import FusedElementwiseOp
+from .passes.pipeline import Program
+from ..ir.types import TensorType
+
+__all__ = ["Step", "Plan", "build_plan"]
+
+
+@dataclass
+class Step:
+    """One op of the schedule: plain data (it pickles); its CPU kernel is looked up, not held."""
+
+    index: int
+    op: Op
+    operands: list[Optional[str]]  # padded with None to the op's full operand count
+    results: list[str]
+    deps: set[int] = field(default_factory=set)  # steps that must finish first
+    free_after: list[str] = field(default_factory=list)  # values whose last use is this step
+    inplace: dict[int, int] = field(default_factory=dict)  # result index -> donor operand index
+    tiny: bool = False  # small static results, not BLAS: run inline, never worth a thread hop
+    view: bool = False  # the result is the operand reshaped, sharing its buffer (``Op.VIEW``)
+    cost: float = 0.0  # estimated seconds on one core (``gradir.transforms.cost``)
+    width: int = 1  # how many cores its kernel can keep busy
+    priority: float = 0.0  # estimated seconds of the longest path from this step to the end
+    table: str = "cpu"  # the kernel table (``gradir.backends.base.TABLES``) of the backend the plan is for
+
+    @property
+    def kernel(self) -> Any:
+        """This op's kernel (a ``KernelInfo``) in the plan's kernel table (looked up, not stored: the
+        plan pickles)."""
+        return kernel_table(self.table)[type(self.op)]
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    inputs: list[str]
+    outputs: list[str]  # graph output names, in order
+    aliases: dict[str, str]  # output name -> value that computes it
+    types: dict[str, TensorType]
+    pass_log: list[tuple[str, str]]
+    peak_bytes: Optional[int]
+    naive_bytes: Optional[int]
+    readers: dict[str, int]  # value -> number of steps reading it (dataflow frees by count)
+    keep: set[str]  # values never freed: graph inputs and outputs
+    static: bool  # every type fully known
+    blas_concurrency: bool  # two BLAS steps may run at once
+    heavy_concurrency: bool  # two non-tiny steps may run at once: worth the dataflow executor
+    blas: bool = False  # some step calls BLAS: runs hold BLAS to one thread (``gradir.backends.cpu.executor``)
+    views: dict[str, str] = field(default_factory=dict)  # a view step's result -> the value it shares a buffer with
+
+    @property
+    def live_outputs(self) -> list[str]:
+        """The values the outputs come from (after CSE merged some)."""
+        out = []
+        for o in self.outputs:
+            while o in self.aliases:
+                o = self.aliases[o]
+            out.append(o)
+        return out
+
+    def critical_path(self) -> list[int]:
+        """The steps of the longest path by estimated cost (``Step.priority``), first to last."""
+        if not self.steps:
+            return []
+        succ: list[list[int]] = [[] for _ in self.steps]
+        for st in self.steps:
+            for d in st.deps:
+                succ[d].append(st.index)
+        roots = [st.index for st in self.steps if not st.deps]
+        k = max(roots or [0], key=lambda i: (self.steps[i].priority, -i))
+        path = [k]
+        while succ[k]:
+            k = max(succ[k], key=lambda i: (self.steps[i].priority, -i))
+            path.append(k)
+        return path
+
+    def describe(self) -> str:
+        """The schedule and memory plan, as ``gradir plan`` prints it."""
+        lines = ["# passes"]
+        lines += [f"#   {name}: {what}" for name, what in self.pass_log] or ["#   (none)"]
+        lines.append(f"# schedule: {len(self.steps)} step{'' if len(self.steps) == 1 else 's'}")
+        for s in self.steps:
+            notes = []
+            if s.inplace:
+                notes.append("in place: " + ", ".join(f"{s.results[r]} reuses {s.operands[o]}"
+                                                      for r, o in s.inplace.items()))
+            if s.view:
+                notes.append(f"a view of {s.operands[0]}: no copy")
+            if s.free_after:
+                notes.append("frees " + ", ".join(s.free_after))
+            if s.kernel.blas:
+                notes.append("BLAS")
+            line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
+            lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
+            if isinstance(s.op, FusedElementwiseOp):
+                lines += [f"#           {text}" for text in s.op.plan_lines(self.types)]
+        path = self.critical_path()
+        if len(path) > 1 and self.heavy_concurrency:
+            lines.append("# critical path (started first when steps compete for cores): "
+                         + " -> ".join(f"[{k}] {self.steps[k].op.op_name}" for k in path))
+        merged = {o: self.aliases[o] for o in self.outputs if o in self.aliases}
+        if merged:  # aliases also record merged values that are not outputs: only outputs matter here
+            lines.append("# outputs computed by merged values: "
+                         + ", ".join(f"{k} = {_resolve(self.aliases, v)}" for k, v in merged.items()))
+        lines.append(f"# memory: planned peak {_mb(self.peak_bytes)}, naive total {_mb(self.naive_bytes)}"
+                     + ("" if self.static else " (values with '?' dims are not counted)"))
+        return "\n".join(lines) + "\n"
+
+
+def _resolve(aliases: dict[str, str], v: str) -> str:
+    while v in aliases:
+        v = aliases[v]
+    return v
+
+
+def _mb(n: Optional[int]) -> str:
+    from ..fileio import human_bytes
+    return human_bytes(n)
+
+
+def _bytes(t: Optional[TensorType]) -> int:
+    if t is None:
+        return 0
+    return t.nbytes or 0
+
+
+def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str = "cpu") -> Plan:
+    """The schedule of ``program`` for a backend whose kernel table is ``kernels``
+    (``gradir.backends.base.TABLES``: what each op's kernel can do, asked, not imported)."""
+    ops = program.ops
+    table = kernel_table(kernels) or {}
+    missing = [op for op in ops if table.get(type(op)) is None]
+    if missing:
+        diags = []
+        first: dict[str, list] = {}
+        for op in missing:
+            first.setdefault(op.op_name, []).append(op)
+        for name, uses in first.items():
+            op = uses[0]
+            span = op.loc.name if op.loc else None
+            more = f"; {len(uses) - 1} more use{'s' if len(uses) > 2 else ''}" if len(uses) > 1 else ""
+            diags.append(Diagnostic(f"op '{name}' has no kernel yet, so this graph cannot run "
+                                    f"({op.to_string()}{more})", span, program.graph.source))
+        raise CompileError(diags)
+    dag = program.lower()
+    order = list(nx.lexicographical_topological_sort(dag)) if not _in_order(dag) else list(range(len(ops)))
+    types = program.types
+    outputs = set(program.live_outputs)
+    inputs = set(program.inputs)
+
+    steps: list[Step] = []
+    producer: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for pos, k in enumerate(order):
+        op = ops[k]
+        n = max(len(op.OPERANDS), len(op.operands))
+        operands = list(op.operands) + [None] * (n - len(op.operands))
+        st = Step(pos, op, operands, list(op.results), table=kernels)
+        for v in op.operands:
+            if v is None:
+                continue
+            if v in producer:
+                st.deps.add(producer[v])
+            readers.setdefault(v, []).append(pos)
+        for r in op.results:
+            producer[r] = pos
+        steps.append(st)
+
+    views = _views(steps, types, inputs, outputs)
+
+    # liveness (a value's buffer lives until the last reader of any view of it is done)
+    last_use: dict[str, int] = {}
+    for v, rs in readers.items():
+        last_use[v] = max(rs)
+    for r, root in views.items():
+        if r in last_use:
+            last_use[root] = max(last_use.get(root, -1), last_use[r])
+    for st in steps:
+        for r in st.results:
+            if r not in readers and r not in outputs:
+                st.free_after.append(r)  # never read: dropped at once
+    for v, pos in last_use.items():
+        if v not in outputs and v not in inputs:
+            steps[pos].free_after.append(v)
+
+    # in-place reuse of a dying operand's buffer
+    for st in steps:
+        if not st.kernel.inplace:
+            continue
+        used: set[int] = set()
+        for j, r in enumerate(st.results):
+            tr = types.get(r)
+            for i, v in enumerate(st.operands):
+                if (v is None or i in used or v in inputs or v in outputs or v in views or last_use.get(v) != st.index
+                        or types.get(v) != tr or tr is None or tr.rank == 0):  # a rank-0 result may be a
+                    # NumPy scalar (ufuncs return one), which cannot be written into; nothing to save there
+                    continue
+                st.inplace[j] = i
+                used.update(k for k, w in enumerate(st.operands) if w == v)
+                # every other reader of v must finish before v's buffer is overwritten
+                st.deps.update(p for w in [v] + [r for r, b in views.items() if b == v]
+                               for p in readers.get(w, ()) if p != st.index)
+                break
+
+    for st in steps:
+        st.tiny = _is_tiny(st, types)
+    blas = _concurrent(steps, lambda st: st.kernel.blas and not st.tiny)
+    heavy = _concurrent(steps, lambda st: not st.tiny)
+    _estimate(steps, types)
+
+    # memory: simulate the schedule
+    static = all(t.is_static for t in types.values())
+    live = sum(_bytes(types.get(v)) for v in inputs)
+    peak = live
+    naive = live
+    for st in steps:
+        new = 0 if st.view else sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
+        naive += sum(_bytes(types.get(r)) for r in st.results)
+        live += new
+        peak = max(peak, live)
+        for v in st.free_after:
+            donated = any(st.operands[i] == v for i in st.inplace.values())
+            if not donated:
+                live -= _bytes(types.get(v))
+    return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
+                peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),
+                bool(heavy), any(st.kernel.blas for st in steps), views)
+
+
+# Ops whose result is their first operand reshaped (``Op.VIEW``; static shapes): run as a NumPy reshape
+# of the operand's buffer, no copy.  (The LSTM LM's flattened weight-gradient product read two such
+# copies, 6.5 and 13 MB: 2 ms on its critical path.)  A view is never written in place (its buffer
+# may have other readers), so the op after it writes a buffer of its own, where it would have
+# written over the copy: the same memory, one copy fewer.  Not ``Identity``: ``simplify`` drops it,
+# and where it stays (the pass switched off) its copy is what the next op overwrites.
+
+
+def _views(steps: list[Step], types: dict, inputs: set, outputs: set) -> dict[str, str]:
+    """Mark the steps that run as views (``Step.view``); returns view value -> the value whose buffer
+    it shares (a view of a view maps to the first).  Not for graph outputs: an output that shared an
+    intermediate's buffer would see that buffer reused by the next run."""
+    views: dict[str, str] = {}
+    for st in steps:
+        if not st.op.VIEW or len(st.results) != 1 or st.operands[0] is None:
+            continue
+        v, r = st.operands[0], st.results[0]
+        tv, tr = types.get(v), types.get(r)
+        if (r in outputs or tv is None or tr is None or not tv.is_static or not tr.is_static
+                or tv.dtype != tr.dtype or tv.numel != tr.numel):
+            continue
+        st.view = True
+        views[r] = views.get(v, v)
+    return views
+
+
+def _reader_counts(readers: dict[str, list[int]], views: dict[str, str]) -> dict[str, int]:
+    """Readers per value for the dataflow executor, which frees a value when its count reaches 0: a
+    value's count includes the readers of its views (each finished reader of a view counts down
+    both the view and the value it shares a buffer with)."""
+    counts = {v: len(set(r)) for v, r in readers.items()}
+    for r, root in views.items():
+        if r in counts:
+            counts[root] = counts.get(root, 0) + counts[r]
+    return counts
+
+
+# results smaller than this (bytes) make a step "tiny": run inline, never worth a thread hop
+INLINE_BYTES = 256 << 10
+
+
+def _is_tiny(st: Step, types: dict) -> bool:
+    """Small static results and small operands.  (Operands count for every op: a reduction
+    writes little but reads much.  A bias gradient's ``ReduceSumTo`` of ``[512, 4096]`` ran
+    as "tiny", on no core of its own, beside a product on both cores: 4-8 ms instead of
+    0.24 ms, and the product 1.3x slower.)"""
+    total = 0
+    for r in st.results:
+        t = types.get(r)
+        if t is None or not t.is_static:
+            return False
+        total += t.nbytes or 0
+    if total >= INLINE_BYTES:
+        return False
+    ins = 0
+    for v in st.operands:
+        t = types.get(v) if v is not None else None
+        if t is not None:
+            if not t.is_static:
+                return False
+            ins += t.nbytes or 0
+    return ins < 4 * INLINE_BYTES
+
+
+def _estimate(steps: list[Step], types: dict) -> None:
+    """Each step's cost, width and priority (the longest path from it to the end by cost:
+    the executor starts the ready step with the highest first).  Steps are in a topological
+    order, so one backward pass suffices."""
+    for st in steps:
+        k = st.kernel
+        ins = [types.get(v) if v is not None else None for v in st.operands]
+        outs = [types.get(r) for r in st.results]
+        attrs = st.op.kernel_attrs() if k.blas else {}
+        st.cost = cost.step_cost(st.op.op_name, ins, outs, attrs)
+        st.width = 1 if st.tiny else cost.step_width(k, ins, outs, attrs)
+    best = [0.0] * len(steps)  # longest path cost after each step
+    for st in reversed(steps):
+        st.priority = st.cost + best[st.index]
+        for d in st.deps:
+            if st.priority > best[d]:
+                best[d] = st.priority
+
+
+def _concurrent(steps: list[Step], pred) -> set[int]:
+    """Indices of the steps satisfying ``pred`` that may run at the same time as
+    another such step (neither is an ancestor of the other).  Ancestor sets are
+    bitsets over the selected steps, built in one pass over the schedule."""
+    ids = {st.index: b for b, st in enumerate(s for s in steps if pred(s))}
+    if len(ids) < 2:
+        return set()
+    anc = [0] * len(steps)
+    for st in steps:
+        a = 0
+        for d in st.deps:
+            a |= anc[d]
+            if d in ids:
+                a |= 1 << ids[d]
+        anc[st.index] = a
+    out: set[int] = set()
+    seen = 0
+    by_bit = {b: i for i, b in ids.items()}
+    for st in steps:
+        if st.index in ids:
+            others = seen & ~anc[st.index]
+            if others:
+                out.add(st.index)
+                while others:
+                    low = others & -others
+                    out.add(by_bit[low.bit_length() - 1])
+                    others ^= low
+            seen |= 1 << ids[st.index]
+    return out
+
+
+def _in_order(dag: nx.DiGraph) -> bool:
+    return all(u < v for u, v in dag.edges)
