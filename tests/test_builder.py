@@ -11,7 +11,7 @@ import pytest
 import gradir
 from gradir import OPS, TensorType
 from gradir.autodiff.driver import grad
-from gradir.autodiff.builder import BuilderError, GraphBuilder, Value
+from gradir.ops.builder import BuilderError, GraphBuilder, Value
 from gradir.ir.op import Attr, Operand
 from gradir.ops.common import UnaryOp
 import numpy as np

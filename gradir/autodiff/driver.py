@@ -159,6 +159,7 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
     # 2. names: cotangent inputs first, numbered after every forward name
     top = max([int(n[1:]) for n in types] + [-1]) + 1
     e = Emitter(types, top, graph.source)
+    e.derive = derive
     cot_inputs = []
     contrib: dict[str, list[str]] = {}
     for out in graph.outputs:

@@ -40,6 +40,10 @@ OPS: dict[str, type["Op"]] = {}
 # data without this module importing them.  A hook that raises unregisters the class (and must undo
 # what it registered itself), so the definition can be fixed and run again.
 ON_REGISTER: list[Callable[[type["Op"]], None]] = []
+# Tables the layers above keep beside ``OPS`` (the gradient rules by op name, ...), registered by their
+# modules: a failed load of a user's op file restores each to what it held (``ops/userops.py``), without
+# the op layer importing the layers that keep them.
+REGISTRIES: list[dict] = []
 
 
 def lookup_op(name: str) -> Optional[type["Op"]]:

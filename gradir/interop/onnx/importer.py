@@ -27,7 +27,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from ...autodiff.builder import GraphBuilder
+from ...ops.builder import GraphBuilder
 from ...ir.constants import MAX_CONSTANT_ELEMENTS
 from ...errors import Diagnostic, GradirError, OnnxError, shown
 from ...ir.op import OPS
