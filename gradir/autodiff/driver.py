@@ -14,7 +14,7 @@ How it works (JAX-style):
    ``wrt`` input to an output; an operand gets a cotangent only if it depends on a
    ``wrt`` input.  Everything else is never emitted.
 2. *Rules.*  ``gradient_rule(cls)`` gives each forward op's function
-   ``rule(e, op, cts, need) -> cotangents per operand``: hand-written (``RULES``, by op name) or
+   ``rule(e, op, cts, need) -> cotangents per operand``: hand-written (``RULES``, by op class) or
    derived from the op's ``VJP`` or ``GRADIENT`` (``gradrules.py``).  ``e`` is the
    ``Emitter``, which appends IR ops with fresh names and returns the names;
    ``cts`` holds one cotangent name per result (``None`` is a symbolic zero);

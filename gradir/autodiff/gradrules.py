@@ -1,6 +1,6 @@
 """The gradient rules of reverse-mode autodiff (``autodiff.py`` is the driver).
 
-``gradient_rule(cls)`` is an op's rule: the hand-written one in ``RULES`` (forward op name -> rule),
+``gradient_rule(cls)`` is an op's rule: the hand-written one in ``RULES`` (forward op class -> rule),
 else one derived from the op's class data: its ``VJP`` (the generated backward ops of
 ``gradir/ops/vjp.py``) or its ``GRADIENT`` (the ORT gradient op, fed dY and the forward values it
 reads).  A rule is a function ``rule(e, op, cts, need) -> cotangents per operand``.  ``e`` is the
@@ -24,7 +24,7 @@ __all__ = ["Rule", "RULES", "NO_RULE_REASON", "rule", "gradient_rule", "Emitter"
 
 
 Rule = Callable[["Emitter", Op, list, list], Sequence[Optional[str]]]
-RULES: dict[str, Rule] = {}
+RULES: dict[type[Op], Rule] = {}  # keyed by op class: ``@rule(MatMulOp)`` (or its registered name)
 REGISTRIES.append(RULES)  # a user's op file that fails to load leaves none of its rules behind
 
 # Gradient ops (``is_backward``) deliberately have no rule: gradir derives
@@ -32,10 +32,14 @@ REGISTRIES.append(RULES)  # a user's op file that fails to load leaves none of i
 NO_RULE_REASON = "it is a gradient op (gradir derives first-order gradients only)"
 
 
-def rule(*names: str) -> Callable[[Rule], Rule]:
+def rule(*ops: Union[type[Op], str]) -> Callable[[Rule], Rule]:
+    """Decorator: ``fn`` is the hand-written gradient rule of each op given (a class, or the name of a
+    registered one)."""
+    classes = [OPS[o] if isinstance(o, str) else o for o in ops]
+
     def register(fn: Rule) -> Rule:
-        for n in names:
-            RULES[n] = fn
+        for cls in classes:
+            RULES[cls] = fn
         return fn
     return register
 
@@ -125,7 +129,7 @@ def gradient_rule(cls: type[Op]) -> Optional[Rule]:
     """The rule that differentiates ``cls``: its hand-written one (``RULES``), else one derived from its
     ``VJP`` or its ``GRADIENT``; ``None`` when it has none (a gradient op, or an op nothing says how to
     differentiate)."""
-    fn = RULES.get(cls.op_name)
+    fn = RULES.get(cls)
     if fn is not None:
         return fn
     if issubclass(cls, CompositeOp):
