@@ -228,7 +228,7 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
         operands.append(v)
     n = cls.num_results(cls(["t0"], operands, attrs).resolved_attrs())
     results = [f"t{len(inputs) + k}" for k in range(n)]
-    outputs = results[:3] if name == "LSTMTraining" else results  # CAll/iofc: see test below
+    outputs = [r for k, r in enumerate(results) if k not in cls.NO_GRADIENT_RESULTS]  # (LSTMTraining's CAll/iofc)
     g = Graph(inputs, [cls(results, operands, attrs)], outputs).validate()
     return g, ints, positive
 
@@ -758,3 +758,25 @@ def test_grad_without_floating_point_inputs_is_a_clear_error(tmp_path, capsys):
     assert "nothing to differentiate: the graph has no floating-point inputs (its inputs are t0 Int32 [3])" in err
     with pytest.raises(gradir.AutodiffError):
         gradir.grad(gradir.load(f))
+
+
+def test_a_built_in_ops_generated_backward_op_says_why_it_has_no_onnx_counterpart(scratch_ops):
+    """A VJP of a built-in op makes a built-in backward op: it exports only with --custom-domain, and says why
+    (a user op's exports in ai.gradir as the user op does)."""
+    from gradir.ops import ElementwiseOp, Operand
+
+    class BuiltinLikeOp(ElementwiseOp):
+        """x * x."""
+        __module__ = "gradir.ops.activation"
+        OPERANDS = (Operand("X"),)
+        FORMULA = "X * X"
+        VJP = {"X": "2 * dY * X"}
+
+    class UserLikeOp(ElementwiseOp):
+        """x * x."""
+        OPERANDS = (Operand("X"),)
+        FORMULA = "X * X"
+        VJP = {"X": "2 * dY * X"}
+
+    assert "BuiltinLike's VJP" in OPS["BuiltinLikeGrad"].NO_ONNX
+    assert OPS["UserLikeGrad"].NO_ONNX is None
