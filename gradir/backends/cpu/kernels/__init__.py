@@ -42,6 +42,15 @@ __all__ = ["KernelInfo", "KernelTable", "KERNELS", "TABLES", "kernel", "get_kern
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
 from . import activation, constant, fused, loss, lstm, math, shape  # noqa: E402,F401
+
+# ... and so does any other module here (a new family file needs no line above; ``_jit_*`` modules are
+# compiled code, loaded by ``jit.load`` when first used)
+import importlib as _importlib  # noqa: E402
+import pkgutil as _pkgutil  # noqa: E402
+
+for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__)):
+    if not _module.startswith("_"):
+        _importlib.import_module(f"{__name__}.{_module}")
 from . import generated, registry, widths  # noqa: E402
 
 registry.HOOKS.update(width=widths.step_width, generate=generated.generated_kernel)
