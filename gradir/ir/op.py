@@ -215,6 +215,13 @@ class Op:
         return cls.RESULTS
 
     @classmethod
+    def flops(cls, operands: Sequence[Optional[TensorType]], results: Sequence[Optional[TensorType]],
+              attrs: Mapping[str, Any]) -> float:
+        """Multiply-add FLOPs of the matrix products inside the op, for the cost model (``PRODUCT`` ops are
+        counted there; an op with products of its own, the LSTM layers, says here); 0 by default."""
+        return 0.0
+
+    @classmethod
     def summary(cls) -> str:
         doc = (cls.__doc__ or "").strip()
         return doc.split("\n")[0] if doc else ""

@@ -61,18 +61,8 @@ def flops(op_name: str, operands: Sequence[Optional[TensorType]], results: Seque
         a, _ = _product_shapes(operands, attrs)
         k = a[-1] if a else 1
         return 2.0 * math.prod(value_shape(results[0])) * k
-    if op_name in ("LSTMTraining", "LSTMGrad") and operands and operands[0] is not None:
-        S, B, I = (value_shape(operands[0]) + (1, 1, 1))[:3]
-        H = int(attrs.get("hidden_size") or 1)
-        D = 2 if attrs.get("direction") == "bidirectional" else 1
-        fwd = 2.0 * S * B * 4 * H * (I + H) * D
-        return fwd if op_name == "LSTMTraining" else 2 * fwd
-    if op_name.startswith(("LSTMCell", "GradLSTMCellInput")) and operands and operands[0] is not None:
-        B, I = (value_shape(operands[0]) + (1, 1))[:2]
-        H = int(attrs.get("hidden_size") or 1)
-        fwd = 2.0 * B * 4 * H * (I + H)
-        return fwd if op_name == "LSTMCell" else 3 * fwd
-    return 0.0
+    cls = OPS.get(op_name)
+    return 0.0 if cls is None else float(cls.flops(operands, results, attrs))
 
 
 def step_cost(op_name: str, operands: Sequence[Optional[TensorType]], results: Sequence[Optional[TensorType]],
