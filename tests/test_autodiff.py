@@ -700,7 +700,7 @@ def test_a_vjp_whose_backward_op_name_is_taken_is_an_op_definition_error(scratch
                                                 "already exists"):
         class LSTMOp(UnaryOp):
             """Not an LSTM."""
-            ELEMENTWISE = "same"
+            FORMULA = "X"
             VJP = {"X": "dY"}
     assert "LSTM" not in OPS and OPS["LSTMGrad"].__module__ == "gradir.ops.lstm"
 

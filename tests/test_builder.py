@@ -128,6 +128,7 @@ def test_a_newly_registered_op_gets_a_method_without_extra_code():
 
         OPERANDS = (Operand("X", doc="anything"),)
         ATTRS = (Attr("k", "int", 1, doc="unused"),)
+        FORMULA = "X * X + 1"
 
     try:
         b = GraphBuilder()

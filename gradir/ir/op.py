@@ -164,6 +164,11 @@ class Op:
         variadic = [k for k, o in enumerate(cls.OPERANDS) if o.variadic]
         if variadic and variadic != [len(cls.OPERANDS) - 1]:
             raise _definition_error(cls, f"op {cls.op_name}: only the last operand may be variadic")
+        names = [o.name for o in cls.OPERANDS] + [a.name for a in cls.ATTRS]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise _definition_error(cls, f"op {cls.op_name}: {', '.join(map(repr, twice))} names two of its operands "
+                                         f"and attributes; each needs a name of its own")
         OPS[cls.op_name] = cls
         try:
             for hook in ON_REGISTER:

@@ -115,9 +115,8 @@ def _check_decompose(cls: type[CompositeOp]) -> None:
     where = defined_in(cls)
     filename = None if where.endswith("(built in)") else where
     fn = getattr(cls, "decompose", None)
-    operands = ", ".join(o.name for o in cls.OPERANDS)
-    want = (f"decompose(b, {operands}{', *' if cls.ATTRS else ''}"
-            f"{', '.join(a.name for a in cls.ATTRS) if cls.ATTRS else ''})").replace("(b, , *", "(b, *")
+    params = ["b"] + [o.name for o in cls.OPERANDS] + (["*"] + [a.name for a in cls.ATTRS] if cls.ATTRS else [])
+    want = f"decompose({', '.join(params)})"
     if not callable(fn):
         raise OpDefinitionError(Diagnostic(f"composite op {cls.op_name} (class {cls.__name__}) has no decompose "
                                            f"function; define @staticmethod {want} returning its result",
