@@ -499,3 +499,16 @@ def test_importing_a_user_op_not_loaded_says_to_load_it(opsdir, tmp_path, capsys
         code, _, err = cli(capsys, "import", model, "-o", str(tmp_path / "back.gir"))
     assert code == 1
     assert "(ai.gradir Softsign): no such gradir op (an op of your own is loaded with --ops FILE" in err, err
+
+
+def test_a_composite_op_that_decomposes_into_itself_is_one_located_error(tmp_path, capsys):
+    ops = tmp_path / "rec.py"
+    ops.write_text("from gradir.ops import CompositeOp, Operand\n\n\nclass FooOp(CompositeOp):\n"
+                   "    OPERANDS = (Operand('X'),)\n\n    @staticmethod\n    def decompose(b, X):\n"
+                   "        return b.Foo(X)\n")
+    g = tmp_path / "r.gir"
+    g.write_text("input t0 : Float32 [4, 8]\nt1 = Foo(t0)\noutput t1\n")
+    code, _, err = cli(capsys, "check", "--ops", str(ops), str(g))
+    assert code == 1
+    assert err.startswith(f"{g}:2:6: error: Foo: ") and "uses Foo itself" in err, err
+    assert len(err) < 1000, err  # one message, not one per level of a recursion

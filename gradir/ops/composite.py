@@ -106,8 +106,18 @@ class CompositeOp(Op):
         key = (tuple(types), freeze(dict(attrs)))
         cached = cls._decompositions.get(key)
         if cached is None:
-            cached = cls._decompositions[key] = _build(cls, types, attrs)
+            if cls in _BUILDING:  # its decomposition uses the op itself: it would never end
+                raise OpError(f"the decomposition of {cls.op_name} uses {cls.op_name} itself; a composite op must "
+                              f"decompose into other ops")
+            _BUILDING.add(cls)
+            try:
+                cached = cls._decompositions[key] = _build(cls, types, attrs)
+            finally:
+                _BUILDING.discard(cls)
         return cached
+
+
+_BUILDING: set = set()  # the composite ops whose decomposition is being built (a decomposition using its own op)
 
 
 def _check_decompose(cls: type[CompositeOp]) -> None:
