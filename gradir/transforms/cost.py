@@ -18,7 +18,8 @@ from typing import Any, Optional, Sequence
 from ..ir.op import OPS
 from ..ir.types import TensorType
 
-__all__ = ["FLOPS_PER_S", "BYTES_PER_S", "flops", "step_cost", "step_width", "value_shape", "value_bytes"]
+__all__ = ["FLOPS_PER_S", "BYTES_PER_S", "flops", "step_cost", "step_width", "value_shape", "value_bytes",
+           "product_shapes"]
 
 FLOPS_PER_S = 100e9  # float32 GEMM on one core (docs/performance.md: 95-130 GFLOP/s)
 BYTES_PER_S = 10e9  # a streaming pass on one core (~15 GB/s copy)
@@ -44,7 +45,7 @@ def _is_product(op_name: str) -> bool:
     return cls is not None and cls.PRODUCT
 
 
-def _product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> tuple[tuple, tuple]:
+def product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> tuple[tuple, tuple]:
     """The two factors' shapes as multiplied (``FusedMatMul``'s ``transA``/``transB`` applied)."""
     a, b = value_shape(operands[0]), value_shape(operands[1])
     if attrs.get("transA") and len(a) >= 2:
@@ -58,7 +59,7 @@ def flops(op_name: str, operands: Sequence[Optional[TensorType]], results: Seque
           attrs: dict[str, Any]) -> float:
     """Multiply-add FLOPs of the products an op computes (0 for the others)."""
     if _is_product(op_name) and len(operands) >= 2 and None not in operands[:2] and results:
-        a, _ = _product_shapes(operands, attrs)
+        a, _ = product_shapes(operands, attrs)
         k = a[-1] if a else 1
         return 2.0 * math.prod(value_shape(results[0])) * k
     cls = OPS.get(op_name)

@@ -83,6 +83,23 @@ def kernel_of(cls: type[Op]) -> Any:
     return get_kernel(cls)
 
 
+def graph_inputs(arrays: Any) -> tuple[list, list, dict]:
+    """A one-op graph's inputs for ``arrays`` (t0, t1, ...; ``None`` an omitted operand): the inputs, the
+    op's operands, the feed."""
+    inputs: list = []
+    operands: list = []
+    feed: dict = {}
+    for a in arrays:
+        if a is None:
+            operands.append(None)
+            continue
+        v = f"t{len(inputs)}"
+        inputs.append(GraphInput(v, TensorType(DType.from_numpy(a.dtype), a.shape)))
+        operands.append(v)
+        feed[v] = a
+    return inputs, operands, feed
+
+
 @dataclass
 class CompositeKernel:
     """A composite op's kernel as the CPU backend runs it: a one-op graph, compiled (``compile`` expands
@@ -93,15 +110,7 @@ class CompositeKernel:
     blas: bool = False
 
     def fn(self, *arrays: Any, out: Any = None, **attrs: Any) -> Any:
-        inputs, operands, feed = [], [], {}
-        for a in arrays:
-            if a is None:
-                operands.append(None)
-                continue
-            v = f"t{len(inputs)}"
-            inputs.append(GraphInput(v, TensorType(DType.from_numpy(a.dtype), a.shape)))
-            operands.append(v)
-            feed[v] = a
+        inputs, operands, feed = graph_inputs(arrays)
         n = self.cls.num_results(self.cls(["t0"], operands, attrs).resolved_attrs())
         results = [f"t{len(inputs) + k}" for k in range(n)]
         graph = Graph(inputs, [self.cls(results, operands, attrs)], results).validate()
@@ -276,15 +285,7 @@ def make_case(cls: type[Op], dtype: Any = np.float64, seed: int = SEED, concern:
     except NotImplementedError as e:
         fail(cls, concern, f"no example: {e}")
     arrays = [None if a is None else np.asarray(a) for a in arrays]
-    inputs, operands, feed = [], [], {}
-    for a in arrays:
-        if a is None:
-            operands.append(None)
-            continue
-        v = f"t{len(inputs)}"
-        inputs.append(GraphInput(v, TensorType(DType.from_numpy(a.dtype), a.shape)))
-        operands.append(v)
-        feed[v] = a
+    inputs, operands, feed = graph_inputs(arrays)
     probe = cls(["t0"], operands, attrs)
     n = cls.num_results(probe.resolved_attrs())
     results = [f"t{len(inputs) + k}" for k in range(n)]

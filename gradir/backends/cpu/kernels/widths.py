@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ....transforms.cost import flops, value_bytes, value_shape
+from ....transforms.cost import flops, product_shapes, value_bytes, value_shape
 from ....ir.op import OPS
 from ....ir.types import TensorType
 from . import blocked
@@ -15,23 +15,13 @@ from .parallel import MIN_CHUNK_BYTES
 
 __all__ = ["step_width"]
 
-def _product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> tuple[tuple, tuple]:
-    """The two factors' shapes as multiplied (``FusedMatMul``'s ``transA``/``transB`` applied)."""
-    a, b = value_shape(operands[0]), value_shape(operands[1])
-    if attrs.get("transA") and len(a) >= 2:
-        a = a[:-2] + (a[-1], a[-2])
-    if attrs.get("transB") and len(b) >= 2:
-        b = b[:-2] + (b[-1], b[-2])
-    return a, b
-
-
 def step_width(op_name: str, blas: bool, splits: bool, operands: Sequence[Optional[TensorType]],
                results: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> int:
     """How many cores the op's kernel can keep busy: its blocks (``MatMul``), two half-batch
     loops (large LSTM layers), row chunks (kernels that ``splits``, by ``parallel_rows``'s
     rule); 1 for the rest."""
     if getattr(OPS.get(op_name), "PRODUCT", False) and len(operands) >= 2 and None not in operands[:2]:
-        return blocked.partition(*_product_shapes(operands, attrs))[1]
+        return blocked.partition(*product_shapes(operands, attrs))[1]
     if op_name in ("LSTMTraining", "LSTMGrad") and operands and operands[0] is not None:
         S, B, I = (value_shape(operands[0]) + (1, 1, 1))[:3]
         H = int(attrs.get("hidden_size") or 1)
