@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "gradir"
 MAX_LINES = 500
-GENERATED = {"gradir.backends.cpu.kernels._jit_act"}  # its element-wise kernels are written by scripts/gen_jit_act.py
+GENERATED: set[str] = set()  # modules generated in part that cannot say so in their first five lines
 
 # What is left to do (issue "Layout"), each checked by an ``xfail(strict=True)`` test that passes once
 # the list is empty, and by a test that nothing outside the list breaks the rule meanwhile.
