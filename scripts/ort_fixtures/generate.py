@@ -19,6 +19,9 @@ For every case of models.py it writes, in OUT/<case>/:
   reference.npz       ORT's results: the loss (keyed by its ONNX output name) and each
                       <param>_grad, computed by the training api's Module on form (a);
                       form (b) run in an InferenceSession must agree (checked here)
+  masks.npz           only with Dropout: ORT's mask of each Dropout node of that run, keyed
+                      by the node's mask output name (form b with the masks as extra
+                      outputs, run in a fresh session, reproduces the reference: checked)
 
 plus OUT/manifest.json and the op inventory printed at the end (also written to
 OUT/ops.json).  Deterministic: fixed seeds, single-threaded sessions.
@@ -117,8 +120,9 @@ def _session_options() -> ort.SessionOptions:
 
 
 def _forward_model(eval_path: Path, case: models.Case) -> onnx.ModelProto:
-    """The eval model (forward + loss, parameters as graph inputs) with the
-    parameters put back as initializers: a plain ONNX model that computes the loss."""
+    """The eval model (forward + loss, parameters as graph inputs; Dropout and BatchNormalization left in
+    training mode, see build_artifacts) with the parameters put back as initializers: a plain ONNX model
+    that computes the training loss."""
     m = onnx.load(eval_path)
     by_name = {t.name: t for t in case.model.graph.initializer}
     all_params = list(case.params) + list(case.frozen)

@@ -253,7 +253,7 @@ def cases() -> list[Case]:
         out.append(Case(name, what, kw.get("opset", 17), m, loss, _gpt_inputs(seed, kw["own_loss"]), params))
     m, params, frozen = mlp_norm_dropout(310, "bn")
     out.append(Case("mlp_bn_dropout", "MLP 6-16-5: MatMul, BatchNormalization (training_mode=1, running "
-                    "stats frozen), Relu, Dropout(ratio 0.25, seed=7, one output), MatMul-Add, CrossEntropyLoss "
+                    "stats frozen), Relu, Dropout(ratio 0.25, seed=7), MatMul-Add, CrossEntropyLoss "
                     "(mean) by onnxblock", 17, m, ("ce", "mean", None), _mlp_inputs(310), params, frozen))
     m, params, _ = mlp_norm_dropout(311, "ln")
     out.append(Case("mlp_ln_dropout", "MLP 6-16-5: MatMul-Add, LayerNormalization, erf GELU, Dropout(ratio 0.1, "

@@ -15,12 +15,13 @@ is written by the same run). Regenerate with:
 ```sh
 scripts/ort_fixtures/setup_venv.sh ../venv-ort          # once: onnxruntime-training-cpu 1.19.2, numpy<2, onnx 1.16.2, no torch
 ../venv-ort/bin/python scripts/ort_fixtures/generate.py     # writes tests/data/onnx/
-# only to re-export the PyTorch sources in scripts/ort_fixtures/torch_models/ (needs torch, not ORT):
+# only to re-export the PyTorch sources in scripts/ort_fixtures/torch_models/ (needs torch and, for the
+# dynamo exports, onnxscript; not ORT; torch 2.13.0 + onnxscript 0.7.2 wrote the issue #31 ones):
 python scripts/ort_fixtures/export_torch.py
 ```
 
-`scripts/ort_fixtures/models.py` holds the forward models (onnx.helper, no
-PyTorch, so no torch is needed), `generate.py` the pipeline. For models of your own
+`scripts/ort_fixtures/models.py` and `models_nets.py` (the whole networks) hold the
+forward models (onnx.helper, no PyTorch, so no torch is needed), `generate.py` the pipeline. For models of your own
 (e.g. checking what `gradir export` writes), `scripts/ort_fixtures/ort_tool.py run
 MODEL.onnx --inputs a.npz --inputs b.npz -o out.npz` runs any model with the
 training build's kernels, and `ort_tool.py grad FORWARD.onnx -o DIR --loss mse|ce|own
@@ -33,7 +34,7 @@ deterministic (fixed seeds, single-threaded sessions, fixed zip timestamps).
 
 | file | what |
 | --- | --- |
-| `forward.onnx` | the plain forward model with ORT's loss on top (the eval model with the parameters put back as initializers); its only output is the loss. What `gradir import` + `gradir grad` start from (form `forward` in the manifest). |
+| `forward.onnx` | the plain forward model with ORT's loss on top (the eval model, Dropout and BatchNormalization left in training mode, with the parameters put back as initializers); its only output is the loss. What `gradir import` + `gradir grad` start from (form `forward` in the manifest). |
 | `training_model.onnx` | form **a**: `onnxruntime.training.artifacts.generate_artifacts(model, requires_grad=..., loss=...)`'s training model: forward + loss + gradient graph, with one `com.microsoft` `InPlaceAccumulatorV2` per trainable parameter. |
 | `gradient_model.onnx` | form **b**: the same gradient graph without accumulators, as onnxblock's `build_gradient_graph` returns it (generate_artifacts with `build_gradient_accumulation_graph` switched off). Inputs: user inputs (model inputs, then the loss's `target`/`labels`), then every parameter (trainable and frozen, in initializer order). Outputs: the loss, then `<param>_grad` for each trainable parameter in that order. |
 | `inputs.npz` | user inputs keyed by ONNX input name (`X`, `target` or `labels` (int64), `h0`/`c0` for some LSTMs). |
