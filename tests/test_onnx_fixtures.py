@@ -47,7 +47,8 @@ def test_every_case_has_the_three_forms_and_nothing_is_stray() -> None:
     assert len(CASES) >= 30
     for case in CASES:
         assert sorted(e["form"] for e in ENTRIES if e["case"] == case) == sorted(FORMS), case
-    dirs = sorted(p.name for p in DATA.iterdir() if p.is_dir() and p.name != "exported")  # exported: gradir's
+    # exported: gradir's own exports run by ORT; kernels: ORT's one-node kernel fixtures (tests/test_ort_kernels.py)
+    dirs = sorted(p.name for p in DATA.iterdir() if p.is_dir() and p.name not in ("exported", "kernels"))
     assert dirs == CASES
 
 
@@ -60,7 +61,7 @@ def test_every_listed_file_exists_inside_the_fixture_directory() -> None:
 
 
 def test_every_npz_loads_without_pickle_and_holds_finite_float32_or_int64() -> None:
-    npzs = sorted(p for p in DATA.glob("*/*.npz") if p.parent.name != "exported")
+    npzs = sorted(p for p in DATA.glob("*/*.npz") if p.parent.name not in ("exported", "kernels"))
     with_masks = {e["case"] for e in ENTRIES if "masks" in e}
     assert len(npzs) == 3 * len(CASES) + len(with_masks)
     for path in npzs:
@@ -105,8 +106,11 @@ def test_inputs_params_and_reference_are_keyed_by_onnx_names(case: str) -> None:
 
 
 def test_the_fixture_set_stays_small() -> None:
-    total = sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file() and "exported" not in p.parts)
+    total = sum(p.stat().st_size for p in DATA.rglob("*")
+                if p.is_file() and "exported" not in p.parts and "kernels" not in p.parts)
     assert total < 2 * 1024 * 1024, total
+    kernels = sum(p.stat().st_size for p in (DATA / "kernels").rglob("*") if p.is_file())
+    assert kernels < 1024 * 1024, kernels
     exported = sum(p.stat().st_size for p in (DATA / "exported").rglob("*") if p.is_file())
     assert exported < 1.5 * 1024 * 1024, exported
 
