@@ -1,4 +1,4 @@
-"""Dropout: ONNX ``Dropout`` (opset 12+) with a counter-based mask, and ORT's ``DropoutGrad``.
+"""Dropout: ONNX's Dropout (opset 12+) with a counter-based mask, and ORT's DropoutGrad.
 
 gradir's mask is a pure function of ``(seed, generator, the element's flat index in the whole tensor)``:
 no generator state is carried from element to element or from run to run, so the mask is the same on
@@ -101,8 +101,10 @@ class DropoutOp(Op):
 
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
-        """A [4, 6] training-mode dropout of ratio 0.25 at seed 7 (the mask is fixed by the seed)."""
-        return [rng.standard_normal((4, 6)).astype(dtype)], {"ratio": 0.25, "training_mode": True, "seed": 7}
+        """A [4, 6] training-mode dropout of ratio 0.25 at seed 7 (the mask is fixed by the seed), ONNX Runtime's
+        generator (which exports as ONNX's Dropout; tests/test_ops_dropout.py runs Philox's through the rest)."""
+        return [rng.standard_normal((4, 6)).astype(dtype)], {"ratio": 0.25, "training_mode": True, "seed": 7,
+                                                              "generator": "ort"}
 
     @classmethod
     def reference(cls, data: Any, mask: Any = None, shard_rows: Any = None, *, ratio: float, training_mode: bool,
@@ -129,7 +131,7 @@ class DropoutGradOp(BackwardOp):
     SHARDING = "elementwise"
     OPERANDS = (Operand("dY", doc="upstream gradient"), Operand("mask", doc="Bool, dY's shape: the forward's mask"))
     RESULTS = ("dX",)
-    ATTRS = (RATIO, TRAINING_MODE)
+    ATTRS = (RATIO, Attr("training_mode", "bool", False, doc="the forward's; not read (as ORT's CPU kernel)"))
     LINEAR_IN = (0,)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
