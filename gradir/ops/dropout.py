@@ -52,13 +52,13 @@ def _same_shape(ctx: InferContext, i: int) -> None:
 
 
 class DropoutOp(Op):
-    """ONNX Dropout (opset 12+): output = data * mask / (1 - ratio), mask drawn from a counter-based generator keyed by seed.
+    """ONNX Dropout (opset 12+): output = data * mask / (1 - ratio), the mask drawn by a counter-based generator.
 
     ``mask`` keeps each element with probability ``1 - ratio``; with ``training_mode`` false or ``ratio``
-    0 the output is ``data`` and the mask all true, as ONNX (with a ``mask`` operand too).  The draw of element ``n`` (its flat index
-    in the whole tensor) depends only on ``seed``, ``generator`` and ``n``, so the result is the same on
-    any thread count and shard count (see the module ``gradir.ops.dropout`` and docs/onnx.md,
-    "Dropout's mask").  ``generator="ort"`` reproduces ONNX Runtime's CPU kernel with that ``seed``
+    0 the output is ``data`` and the mask all true, as ONNX (with a ``mask`` operand too).  The draw of
+    element ``n`` (its flat index in the whole tensor) depends only on ``seed``, ``generator`` and
+    ``n``, so the result is the same on any thread count and shard count (docs/onnx.md, "Dropout's
+    mask").  ``generator="ort"`` reproduces ONNX Runtime's CPU kernel with that ``seed``
     (the first run of its session).  A ``mask`` operand (Bool, data's shape) replaces the draw and is
     the ``mask`` result too: it reproduces another framework's run from its mask.  ONNX's ``ratio``
     and ``training_mode`` inputs are attributes here (the importer folds them; a ratio not known at
