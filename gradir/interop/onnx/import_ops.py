@@ -448,4 +448,3 @@ def _with_input(node: Any, i: int, name: str) -> Any:
     copy.input[i] = name
     return copy
 
-from . import import_dropout  # noqa: E402,F401  (Dropout, DropoutGrad)
