@@ -235,3 +235,34 @@ def test_a_mask_operand_exports_as_ort_s_dropout_grad() -> None:
 def test_a_bad_ratio_is_a_located_type_error() -> None:
     with pytest.raises(gradir.GradirError, match=r":2:\d+: error: Dropout: attribute ratio must be in \[0, 1\)"):
         gradir.parse('input t0 : Float32 [3]\nt1, t2 = Dropout(t0, ratio=1.0)\noutput t1\n').validate()
+
+
+SET_SEED = os.path.join(KERNELS, "set_seed", "two_dropouts_seed123")
+
+
+def test_dropout_seed_reproduces_ort_after_set_seed() -> None:
+    """ORT 1.19.2 ran the model after ``onnxruntime.set_seed(123)``: its two seedless Dropouts drew with 123, 124."""
+    imported = gradir.import_onnx(SET_SEED + ".onnx", dropout_seed=123)
+    assert [(op.attrs["generator"], op.attrs["seed"]) for op in imported.graph.ops if op.op_name == "Dropout"] == \
+        [("ort", 123), ("ort", 124)]
+    with np.load(SET_SEED + ".npz") as z:
+        got = gradir.compile(imported.graph).run({"x": z["in.x"], **imported.inputs})
+        for k in ("mask1", "mask2"):
+            assert np.array_equal(got[k], z[f"out.{k}"]), k
+        np.testing.assert_allclose(got["y"], z["out.y"], rtol=1e-6)
+    # without it, gradir's own Philox mask (seed 0): not ORT's run
+    plain = gradir.import_onnx(SET_SEED + ".onnx")
+    assert {op.attrs["generator"] for op in plain.graph.ops if op.op_name == "Dropout"} == {"philox"}
+
+
+def test_gradir_import_dropout_seed(tmp_path, capsys) -> None:
+    rc, _, err = run_cli(["import", SET_SEED + ".onnx", "--dropout-seed", "123", "-o", tmp_path / "m.gir"], capsys)
+    assert rc == 0, err
+    text = (tmp_path / "m.gir").read_text()
+    assert 'seed=123, generator="ort"' in text and 'seed=124, generator="ort"' in text
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, "3", 1 << 64])
+def test_a_bad_dropout_seed_is_an_argument_error(bad) -> None:
+    with pytest.raises(gradir.ArgumentError, match="dropout_seed must be a 64-bit integer"):
+        gradir.import_onnx(SET_SEED + ".onnx", dropout_seed=bad)

@@ -5,6 +5,8 @@ the first run of ORT's session), of several ratios, shapes and seeds; and a Drop
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from kernel_fixtures import MS_DOMAIN, Case
 
@@ -43,3 +45,40 @@ CASES = [
     _dropout("dropout_f64_r025_seed7", (6, 10), 0.25, 7, np.float64),
     _dropout("dropout_f32_inference", (3, 4), 0.5, 1, training=False),
 ]
+
+
+def write_set_seed(out: Any) -> None:
+    """``set_seed/``: two Dropouts without a seed in a chain, run by ORT after ``onnxruntime.set_seed(123)``
+    (a process-wide generator: the k-th to run draws with seed 123 + k), for ``import_onnx(dropout_seed=123)``.
+    Not a kernel case (the generic test imports without ``dropout_seed``): one level below the family."""
+    import onnxruntime as ort
+    from generate import save_npz
+    from kernel_fixtures import IR_VERSION
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    shape = [6, 9]
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training_mode"], ["h", "mask1"]),
+             helper.make_node("Dropout", ["h", "ratio", "training_mode"], ["y", "mask2"])]
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "two_dropouts", [info("x", TensorProto.FLOAT, shape)],
+                              [info("y", TensorProto.FLOAT, shape), info("mask1", TensorProto.BOOL, shape),
+                               info("mask2", TensorProto.BOOL, shape)],
+                              [numpy_helper.from_array(np.array(0.2, np.float32), "ratio"),
+                               numpy_helper.from_array(np.array(True), "training_mode")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    ort.set_seed(123)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y, m1, m2 = sess.run(["y", "mask1", "mask2"], {"x": x})
+    d = out / "dropout" / "set_seed"
+    d.mkdir(parents=True, exist_ok=True)
+    save(model, d / "two_dropouts_seed123.onnx")
+    save_npz(d / "two_dropouts_seed123.npz", {"in.x": x, "out.y": y, "out.mask1": m1, "out.mask2": m2})
+
+
+if __name__ == "__main__":  # after kernel_fixtures.py dropout (which empties the family's directory)
+    from pathlib import Path
+    write_set_seed(Path(__file__).resolve().parent.parent.parent / "tests" / "data" / "onnx" / "kernels")

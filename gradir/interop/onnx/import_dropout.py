@@ -3,8 +3,11 @@ inputs are folded into attributes (a value not known at import is refused, namin
 
 An ONNX Dropout with a ``seed`` takes ``generator="ort"``: gradir draws ONNX Runtime's mask (its first
 run of a session).  Without a seed ONNX draws anew each run, and no one mask is the model's: gradir
-draws its own (Philox, seed 0); to reproduce a given run, pass its mask as the Dropout's ``mask``
-operand.  Opsets 7 to 11 have no training mode: the Dropout is the identity (``ratio`` an attribute).
+draws its own (Philox, seed 0), unless the import was given ``dropout_seed=S`` (``--dropout-seed``):
+after ``onnxruntime.set_seed(S)`` ORT's k-th seedless Dropout to run draws with seed ``S + k``, so the
+k-th training-mode one in node order gets ``generator="ort", seed=S+k``.  To reproduce any other run,
+pass its mask as the Dropout's ``mask`` operand.  Opsets 7 to 11 have no training mode: the Dropout is
+the identity (``ratio`` an attribute).
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ def _dropout(ctx: Any, node: Any, attrs: dict) -> list:
         kw = dict(ratio=_ratio(ctx, node, 1), training_mode=bool(_input(ctx, node, 2, "training_mode") or False))
         if "seed" in attrs:
             kw.update(seed=int(attrs["seed"]), generator="ort")
+        elif getattr(ctx, "dropout_seed", None) is not None and kw["training_mode"] and kw["ratio"] > 0:
+            k = ctx.dropouts_seeded = getattr(ctx, "dropouts_seeded", -1) + 1
+            kw.update(seed=ctx.dropout_seed + k, generator="ort")
     y, mask = ctx.b.Dropout(x, **kw)
     return [y, mask][:len(node.output)]
 
