@@ -29,7 +29,7 @@ import numpy as np
 
 from ...ops.builder import GraphBuilder
 from ...ir.constants import MAX_CONSTANT_ELEMENTS
-from ...errors import Diagnostic, GradirError, OnnxError, shown
+from ...errors import ArgumentError, Diagnostic, GradirError, OnnxError, shown
 from ...ir.op import OPS
 from ...text.syntax import parse
 from ...ir.types import DType
@@ -58,7 +58,8 @@ ATTRIBUTE_TYPES = {
 
 
 def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Optional[dict[str, int]] = None,
-                name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None) -> ImportedModel:
+                name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None,
+                dropout_seed: Optional[int] = None) -> ImportedModel:
     """Import an ONNX model (a path, the bytes of one, or an ``onnx.ModelProto``); see the module doc.
 
     ``dims`` gives symbolic input dimensions values (``{"batch": 64}``), so shape computations fold.
@@ -67,17 +68,22 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     directory; one given as bytes or a ``ModelProto`` has no directory, so its external data is refused
     unless ``base_dir`` is given (never the current directory: a received model must not choose which of
     your files become its weights).  External data stays inside that directory: no ``..``, no absolute
-    path, no symbolic link out of it.
+    path, no symbolic link out of it.  ``dropout_seed=S``: the training-mode Dropouts without a ``seed``
+    draw ONNX Runtime's masks after ``onnxruntime.set_seed(S)``, ``S + k`` for the k-th in node order
+    (docs/onnx.md, "Dropout's mask").
     """
-    return import_model(model, dims=dims, name=name, base_dir=base_dir)
+    return import_model(model, dims=dims, name=name, base_dir=base_dir, dropout_seed=dropout_seed)
 
 
 def import_model(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Optional[dict[str, int]] = None,
                  name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None,
-                 option: str = "dims") -> ImportedModel:
+                 option: str = "dims", dropout_seed: Optional[int] = None) -> ImportedModel:
     """``import_onnx`` for a caller whose sizes of symbolic dimensions are called ``option``: ``"dims"``
     (the API: ``dims['batch']``) or ``"--dim"`` (``gradir import``: ``--dim batch``), so that an error
     about one speaks its caller's language."""
+    if dropout_seed is not None and (isinstance(dropout_seed, bool) or not isinstance(dropout_seed, int)
+                                     or not -(1 << 63) <= dropout_seed < (1 << 63)):
+        raise ArgumentError(f"dropout_seed must be a 64-bit integer or None, got {shown(dropout_seed)}")
     onnx = require_onnx()
     dims, name, base = check_import_arguments(model, dims, name, base_dir)
     proto, filename = read_model(onnx, model, base)
@@ -89,7 +95,9 @@ def import_model(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opt
             raise OnnxError(Diagnostic(f"{which}: no input has a dimension named {unknown[0]!r} (the "
                                        f"symbolic dimensions are: {', '.join(sorted(named)) or 'none'})",
                                        filename=filename))
-    return Importer(proto, filename, dims or {}, name).run()
+    imp = Importer(proto, filename, dims or {}, name)
+    imp.dropout_seed = dropout_seed  # read by import_dropout (seedless Dropouts)
+    return imp.run()
 
 
 class Importer(Folding):
