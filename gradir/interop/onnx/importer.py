@@ -40,7 +40,7 @@ from .import_ops import check_limits, handlers
 from .loading import check_import_arguments, elem_type_name, read_model, tensor_array
 from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
-from .patterns import fuse_erf_gelu
+from .patterns import fuse_gelus
 
 __all__ = ["import_onnx", "import_model", "Importer"]
 
@@ -179,7 +179,7 @@ class Importer(Folding):
         g = self.proto.graph
         nodes, grad_outputs = self._strip_accumulators(list(g.node))
         inits = {t.name: t for t in g.initializer}
-        nodes = fuse_erf_gelu(self.onnx, nodes, inits, {o.name for o in g.output}, self.notes)
+        nodes = fuse_gelus(self.onnx, nodes, inits, {o.name for o in g.output}, self.notes)
         nodes = regroup(self.onnx, nodes, {o.name for o in g.output}, MS_DOMAIN)  # ops export wrote as standard ops
         # where each value is read (op type, domain, operand index); graph outputs as ("", "", -1)
         self.readers: dict[str, list[tuple[str, str, int]]] = {o.name: [("", "", -1)] for o in g.output}
