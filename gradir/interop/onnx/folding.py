@@ -50,6 +50,7 @@ class Folding:
     readers: dict[str, list[tuple[str, str, int]]]
     symbolic: set[str]
     unnamed: bool
+    dimension_names: Any  # Listing.dimension_names
     comments: list[tuple[int, int, str]]
 
     def _fold(self, node: Any, domain: str, attrs: dict) -> bool:
@@ -75,16 +76,7 @@ class Folding:
                     # them so), known when the graph runs
                     self.shape_of[node.output[0]] = v
                     return True
-            names = sorted(self.symbolic)
-            unnamed = ("a dimension with no name (ONNX's '?', neither a size nor a name) cannot be given a size "
-                       "on import: give the model static sizes (or named dimensions) before importing it")
-            if not names:
-                raise Unsupported(f"the shape of its input ({v.type}) is not known at import time (gradir computes "
-                                  f"{node.op_type} when it imports), and {unnamed}")
-            raise Unsupported(f"the shape of its input ({v.type}) is not known at import time; gradir computes "
-                              f"{node.op_type} when it imports, so give the symbolic dimensions sizes with --dim "
-                              f"NAME=SIZE (import_onnx(dims={{...}})); this model's are: {', '.join(names)}" +
-                              (f"; {unnamed}" if self.unnamed else ""))
+            raise Unsupported(self._unknown_shape(node, v, attrs))
         if domain == "" and node.op_type == "ConstantOfShape" and node.input[0] in self.shape_of:
             v = self.shape_of[node.input[0]]
             fill = tensor_array(self.onnx, attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
@@ -142,6 +134,39 @@ class Folding:
             self.consts[n] = np.asarray(r)
             self.made_by[n] = node
         return True
+
+    def _unknown_shape(self, node: Any, v: Any, attrs: dict) -> str:
+        """Why ``Shape``/``Size`` of ``v`` cannot be computed at import time: which of its dimensions are
+        unknown, the symbolic dimension each is (as ONNX's shape inference propagates the inputs' names),
+        and that ``--dim`` gives them sizes."""
+        names = sorted(self.symbolic)
+        unnamed = ("a dimension with no name (ONNX's '?', neither a size nor a name) cannot be given a size "
+                   "on import: give the model static sizes (or named dimensions) before importing it")
+        rank = len(v.shape)
+        start, end = (int(attrs.get("start", 0)), attrs.get("end")) if node.op_type == "Shape" else (0, None)
+        asked = range(rank)[start:None if end is None else int(end)]
+        unknown = [k for k in asked if v.shape[k] is None]
+        params = self.dimension_names(node.input[0])
+        named = {k: params[k] for k in unknown if k < len(params) and params[k] in self.symbolic}
+        dims = f"dimension{'s' if len(unknown) > 1 else ''} {', '.join(map(str, unknown))}"
+        if not names:
+            return (f"the shape of its input ({v.type}) is not known at import time ({dims}; gradir computes "
+                    f"{node.op_type} when it imports), and {unnamed}")
+        if named and len(named) == len(unknown):
+            params = list(dict.fromkeys(named.values()))
+            if len(unknown) == 1:
+                what = f"its dimension {unknown[0]} is the symbolic dimension {named[unknown[0]]!r}"
+            else:
+                what = f"its dimensions {', '.join(f'{k} ({p!r})' for k, p in named.items())} are symbolic"
+            them = "it a size" if len(params) == 1 else "them sizes"
+            return (f"the shape of its input ({v.type}) is not known at import time: {what}; gradir computes "
+                    f"{node.op_type} when it imports, so give {them} with {' '.join(f'--dim {p}=SIZE' for p in params)}"
+                    f" (import_onnx(dims={{{', '.join(f'{p!r}: SIZE' for p in params)}}}))")
+        what = f"its {dims} {'are' if len(unknown) > 1 else 'is'} not known"
+        return (f"the shape of its input ({v.type}) is not known at import time: {what}; gradir computes "
+                f"{node.op_type} when it imports, so give the symbolic dimensions sizes with --dim NAME=SIZE "
+                f"(import_onnx(dims={{...}})); this model's are: {', '.join(names)}" +
+                (f"; {unnamed}" if self.unnamed else ""))
 
     def _fold_size(self, node: Any, attrs: dict) -> int:
         """An upper bound of the number of elements folding ``node`` makes, from its inputs' shapes and
