@@ -319,3 +319,27 @@ def test_the_transformer_encoder_export_needs_only_the_dim_of_its_batch() -> Non
         import_onnx(path)
     shapes = [d.message for d in e.value.diagnostics if "(ai.onnx Shape)" in d.message]
     assert shapes and all("symbolic dimension 'batch'" in s and "--dim batch=SIZE" in s for s in shapes)
+
+
+def test_the_erf_gelu_with_its_half_applied_to_one_plus_erf_is_fused_too() -> None:
+    """``x * (0.5 * (1 + erf(x / sqrt 2)))``: the grouping the dynamo exporter writes for the tanh one."""
+    nodes = [h.make_node("Div", ["x", "r2"], ["d"]), h.make_node("Erf", ["d"], ["e"]),
+             h.make_node("Add", ["e", "one"], ["a"]), h.make_node("Mul", ["half", "a"], ["ha"]),
+             h.make_node("Mul", ["x", "ha"], ["y"])]
+    inits = {"r2": np.array(math.sqrt(2), np.float32), "one": np.array(1.0, np.float32),
+             "half": np.array(0.5, np.float32)}
+    im = import_onnx(M.make(nodes, [M.vi("x", [4, 6])], [M.vi("y", [4, 6])], inits))
+    assert [op.op_name for op in im.graph.ops] == ["Gelu"]
+
+
+def test_a_node_after_a_refused_op_the_importer_also_folds_is_still_listed() -> None:
+    """``Reshape`` folds when its input is known; refused on a value the graph computes, what it computes is no
+    value that might have been known at import time: the ``Mod`` after it (which only folds) is listed."""
+    nodes = [h.make_node("Reshape", ["x", "shape"], ["r"], name="bad"),
+             h.make_node("Mod", ["r", "r"], ["m"], name="mod", fmod=1)]
+    m = M.make(nodes, [M.vi("x", [3])], [M.vi("m", [4])], {"shape": _i64(4)})
+    with pytest.raises(gradir.OnnxError) as e:
+        import_onnx(m)
+    msg = str(e.value)
+    assert "2 nodes cannot be imported" in msg and "node 'bad' (ai.onnx Reshape)" in msg
+    assert "node 'mod' (ai.onnx Mod): gradir has no equivalent op" in msg

@@ -94,6 +94,8 @@ def _export(name: str, model: nn.Module, args: tuple, input_names: list[str], *,
             prog = torch.onnx.export(model, args, input_names=input_names, output_names=["out"],
                                      opset_version=opset, dynamo=True, verbose=False)
             m = prog.model_proto
+            for n in m.graph.node:  # the exporter's stack traces and FX names: 2/3 of the file, not the model
+                del n.metadata_props[:]
         else:
             f = io.BytesIO()
             mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL

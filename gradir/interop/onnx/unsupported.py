@@ -45,9 +45,9 @@ class Listing:
 
     def _failed(self, node: Any, problem: str) -> None:
         """``node`` could not be imported: its problem is listed, and what it computes is poisoned (a
-        node it feeds is not blamed for it).  What an op the importer evaluates computes might have
-        been known at import time (a ``Shape`` given its ``--dim``), so it does not make the ops it
-        feeds unsupported either."""
+        node it feeds is not blamed for it).  What an op the importer evaluates computes from known values
+        might have been known at import time (a ``Shape`` given its ``--dim``), so it does not make the ops
+        it feeds unsupported either."""
         d = onnx_domain(node.domain)
         stand_ins = [n for n in node.input if n in self._stand_ins]
         outs = [n for n in node.output if n]
@@ -64,8 +64,12 @@ class Listing:
         self.problems.append(problem)
         self.poisoned.update(outs)
         self._made_by_failed.update(dict.fromkeys(outs, self._where(node)))
-        if d == "" and node.op_type in FOLDABLE | {"Constant"} or d == MS_DOMAIN and \
-                node.op_type == "BroadcastGradientArgs":
+        evaluated = d == "" and node.op_type in FOLDABLE | {"Constant"} or d == MS_DOMAIN and \
+            node.op_type == "BroadcastGradientArgs"
+        # evaluated from values that are (or might have been) known: what it computes might have been known
+        # too; a Pow of a value the graph computes (Pow folds only constants) computes no such thing
+        if evaluated and (node.op_type in ("Shape", "Size") or
+                          all(not n or n in self.consts or n in self.maybe_known for n in node.input)):
             self.maybe_known.update(outs)
 
     def _where(self, node: Any) -> str:
