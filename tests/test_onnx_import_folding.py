@@ -201,14 +201,19 @@ def _gelu_nodes(cube: str, end: str, swap: bool) -> tuple[list, dict]:
     inits = {"three": np.array(3.0, np.float32), "k": np.array(0.044715, np.float32),
              "c": np.array(math.sqrt(2 / math.pi), np.float32), "one": np.array(1.0, np.float32),
              "half": np.array(0.5, np.float32)}
-    if cube == "pow":
+    if cube == "x*(1+k*x*x)":  # ORT's second form of the polynomial
+        nodes = [h.make_node("Mul", ["x", "x"], ["x2"], name="x2"), op("Mul", "x2", "k", "kx2"),
+                 op("Add", "kx2", "one", "p1"), op("Mul", "x", "p1", "inner")]
+    elif cube == "pow":
         nodes = [h.make_node("Pow", ["x", "three"], ["x3"], name="x3")]
     elif cube == "x*(x*x)":
         nodes = [h.make_node("Mul", ["x", "x"], ["x2"], name="x2"), op("Mul", "x", "x2", "x3")]
     else:
         nodes = [h.make_node("Mul", ["x", "x"], ["x2"], name="x2"), op("Mul", "x2", "x", "x3")]
-    nodes += [op("Mul", "x3", "k", "kx3"), op("Add", "x", "kx3", "inner"), op("Mul", "inner", "c", "scaled"),
-              h.make_node("Tanh", ["scaled"], ["t"], name="t"), op("Add", "t", "one", "onet")]
+    if cube != "x*(1+k*x*x)":
+        nodes += [op("Mul", "x3", "k", "kx3"), op("Add", "x", "kx3", "inner")]
+    nodes += [op("Mul", "inner", "c", "scaled"), h.make_node("Tanh", ["scaled"], ["t"], name="t"),
+              op("Add", "t", "one", "onet")]
     if end == "(x*(1+t))*0.5":
         nodes += [op("Mul", "x", "onet", "xo"), op("Mul", "xo", "half", "y")]
     elif end == "(x*0.5)*(1+t)":
@@ -230,7 +235,7 @@ def _check_gelu(m: onnx.ModelProto, fused: bool) -> None:
 
 @pytest.mark.parametrize("swap", [False, True])
 @pytest.mark.parametrize("end", ["(x*(1+t))*0.5", "(x*0.5)*(1+t)", "x*(0.5*(1+t))"])
-@pytest.mark.parametrize("cube", ["pow", "x*(x*x)", "(x*x)*x"])
+@pytest.mark.parametrize("cube", ["pow", "x*(x*x)", "(x*x)*x", "x*(1+k*x*x)"])
 def test_the_tanh_gelu_is_fused_into_fast_gelu_in_each_form(cube: str, end: str, swap: bool) -> None:
     nodes, inits = _gelu_nodes(cube, end, swap)
     m = M.make(nodes, [M.vi("x", [4, 6])], [M.vi("y", [4, 6])], inits)
@@ -248,6 +253,9 @@ def test_the_tanh_gelu_is_not_fused_when_an_intermediate_has_another_reader(othe
     nodes, inits = _gelu_nodes("x*(x*x)", "x*(0.5*(1+t))", True)
     m = M.make(nodes, [M.vi("x", [4, 6])], [M.vi("y", [4, 6]), M.vi("x2", [4, 6])], inits)
     _check_gelu(m, fused=False)
+    nodes, inits = _gelu_nodes("x*(1+k*x*x)", "(x*0.5)*(1+t)", False)
+    nodes.append(h.make_node("Neg", ["p1"], ["other"], name="other_reader"))
+    _check_gelu(M.make(nodes, [M.vi("x", [4, 6])], [M.vi("y", [4, 6]), M.vi("other", [4, 6])], inits), fused=False)
 
 
 def test_a_gelu_with_other_constants_is_not_fused() -> None:

@@ -6,11 +6,11 @@ op, and its ``Gelu`` (with ``GeluGrad``) is what ORT's training graphs use, so t
 ``com.microsoft`` ``Gelu`` node.  The tanh approximation ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715
 * x^3)))`` (``nn.GELU(approximate='tanh')``, GPT-2's hand-written one) becomes one ``FastGelu`` node, as
 ORT's ``FastGeluFusion`` makes it: the cube written ``Pow(x, 3)``, ``x * (x * x)`` or ``(x * x) * x``, the
-constants on either side of their ``Mul`` and ``Add``, the ``0.5`` applied to ``x`` first, to ``1 +
-tanh`` or to the product last.  A chain is fused only when each of its intermediate values has no other
-reader (and is no graph output): what else reads it still needs it.  The rewrite runs on the node list,
-before any node is imported; ``regroup`` (``lowering.py``) is the other such rewrite, of the groups
-``export_onnx`` writes.
+polynomial also as ``x * (1 + 0.044715 * x * x)``, the constants on either side of their ``Mul`` and
+``Add``, the ``0.5`` applied to ``x`` first, to ``1 + tanh`` or to the product last.  A chain is fused
+only when each of its intermediate values has no other reader (and is no graph output): what else reads
+it still needs it.  The rewrite runs on the node list, before any node is imported; ``regroup``
+(``lowering.py``) is the other such rewrite, of the groups ``export_onnx`` writes.
 """
 
 from __future__ import annotations
@@ -125,6 +125,31 @@ class _Nodes:
                 return [n, sq], n.input[k]
         return None
 
+    def polynomial(self, name: Optional[str], reader: Any) -> Optional[tuple[str, list]]:
+        """``name`` is ``x + 0.044715 * x^3`` (either order) or ``x * (1 + 0.044715 * x * x)`` (ORT's second
+        form, either order throughout), read by ``reader`` only: ``x`` and the nodes computing it."""
+        n = self.producer.get(name or "")
+        if n is None or self.only_use(name or "") is not reader or len(n.input) != 2 or onnx_domain(n.domain):
+            return None
+        for k in (0, 1):
+            x, other = n.input[k], n.input[1 - k]
+            if n.op_type == "Add":  # x + 0.044715 * x^3
+                term = self.made(other, "Mul", n)
+                cubed = self.times(term, 0.044715)
+                cube = self.cube_of(cubed, term) if cubed is not None else None
+                if cube is not None and cube[1] == x:
+                    return x, cube[0] + [term, n]
+            elif n.op_type == "Mul":  # x * (1 + 0.044715 * x * x)
+                one = self.made(other, "Add", n)
+                for j in (0, 1):
+                    term = self.made(one.input[j], "Mul", one) if one is not None and len(one.input) == 2 else None
+                    if term is None or not self.scalar(one.input[1 - j], 1.0):
+                        continue
+                    sq = self.made(self.times(term, 0.044715) or "", "Mul", term)
+                    if sq is not None and list(sq.input) == [x, x]:
+                        return x, [sq, term, one, n]
+        return None
+
 
 def fuse_gelus(onnx: Any, nodes: list, inits: dict, graph_outputs: set[str], notes: list[str]) -> list:
     """The erf-written GELUs become ``Gelu`` nodes and the tanh-written ones ``FastGelu`` (see the module doc)."""
@@ -167,23 +192,16 @@ def fuse_tanh_gelu(onnx: Any, nodes: list, inits: dict, graph_outputs: set[str],
             continue
         scale = g.made(tanh.input[0], "Mul", tanh)
         inner = g.times(scale, SQRT_2_OVER_PI)
-        add0 = g.made(inner or "", "Add", scale)
-        if add0 is None or len(add0.input) != 2:
+        poly = g.polynomial(inner, scale)
+        if poly is None:
             continue
-        for k in (0, 1):  # x + 0.044715 * x^3, either order
-            x, term = add0.input[k], g.made(add0.input[1 - k], "Mul", add0)
-            cubed = g.times(term, 0.044715)
-            cube = g.cube_of(cubed, term) if cubed is not None else None
-            if cube is not None and cube[1] == x:
-                break
-        else:
-            continue
+        x, chain = poly
         add = g.only_use(tanh.output[0])
         if not g.plus_one(add, tanh.output[0]):
             continue
         end = g.scaled_end(x, add)
         if end is not None:
-            found.append((cube[0] + [term, add0, scale, tanh, add] + end[0], "FastGelu", x, end[1]))
+            found.append((chain + [scale, tanh, add] + end[0], "FastGelu", x, end[1]))
     return _replace(onnx, nodes, found, notes, "tanh-written GELU", "FastGelu")
 
 
