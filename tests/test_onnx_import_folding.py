@@ -351,3 +351,17 @@ def test_a_node_after_a_refused_op_the_importer_also_folds_is_still_listed() -> 
     msg = str(e.value)
     assert "2 nodes cannot be imported" in msg and "node 'bad' (ai.onnx Reshape)" in msg
     assert "node 'mod' (ai.onnx Mod): gradir has no equivalent op" in msg
+
+
+def test_a_handler_that_cannot_take_a_placeholder_leaves_the_listing_as_it_was(monkeypatch) -> None:
+    """A placeholder only serves the listing: a handler failing on one in a way of its own (not a refusal) makes
+    the node one skipped, not a crash of the import."""
+    from gradir.interop.onnx import import_ops
+
+    def fragile(ctx, node, attrs):
+        raise ValueError("a handler's assumption")
+    monkeypatch.setitem(import_ops.HANDLERS, ("", "Relu"), fragile)
+    nodes = [h.make_node("Hardmax", ["x"], ["u"], name="first"), h.make_node("Relu", ["u"], ["r"], name="relu")]
+    m = M.make(nodes, [M.vi("x", [3, 3])], [M.vi("r", [3, 3])], {})
+    with pytest.raises(gradir.OnnxError, match="1 node cannot be imported"):
+        import_onnx(m)

@@ -12,12 +12,13 @@ gradir graph.
 * Shape computations over static shapes (``Shape``, ``Size``, ``ConstantOfShape``, integer arithmetic,
   ``Gather``, ``Concat``, ...) are evaluated at import time (with ``onnx.reference``).
 * Every node gradir cannot express exactly is reported, all at once, in one ``OnnxError``: its name,
-  domain, op type and why.
+  domain, op type and why; the import goes on past one, so those downstream of it are too
+  (``unsupported``).
 * Each op line ends with a comment naming the ONNX node it came from.
 
 This module is the import's driver (``import_onnx``, ``Importer``); ``loading`` reads the model safely,
-``patterns`` rewrites node patterns before the import, ``folding`` evaluates what is known at import
-time, and ``import_ops`` turns each node into gradir ops.
+``patterns`` rewrites node patterns before the import (the GELUs), ``folding`` evaluates what is known at
+import time, ``unsupported`` lists what cannot be imported, and ``import_ops`` turns each node into gradir ops.
 """
 
 from __future__ import annotations
@@ -323,7 +324,8 @@ class Importer(Folding, Listing):
 
     def _node(self, node: Any) -> None:
         where = self._where(node)
-        if any(n in self.poisoned for n in node.input if n) and not self._stand_in(node):
+        stood_in = any(n in self.poisoned for n in node.input if n)
+        if stood_in and not self._stand_in(node):
             self._poisoned_node(node, where)
             return
         domain = onnx_domain(node.domain)
@@ -347,6 +349,11 @@ class Importer(Folding, Listing):
             return
         except GradirError as e:
             self._failed(node, f"{where}: " + "; ".join(d.message for d in e.diagnostics))
+            return
+        except Exception:  # noqa: BLE001 - only for a placeholder: the import fails anyway, its listing must not
+            if not stood_in:  # a handler's own bug stays one
+                raise
+            self._poisoned_node(node, where)  # a placeholder it could not take: as if there were none
             return
         if self.b.num_ops > first:
             self.comments.append((first, self.b.num_ops, node.name or node.op_type))
