@@ -92,9 +92,9 @@ class _Parts(Op):
 
 
 class SplitOp(_Parts):
-    """ONNX Split: X cut along axis into parts of the sizes split, or into num_outputs parts (the last one smaller, ONNX 18).
+    """ONNX Split: X cut along axis into parts of the sizes split, or num_outputs parts (the last one smaller).
 
-Exactly one of split and num_outputs. ONNX's split input (opset 13+) or attribute (before) is the attribute
+Exactly one of split and num_outputs (ONNX 18's: parts of ceil(n / num_outputs)). ONNX's split input (opset 13+) or attribute (before) is the attribute
 split; a Split without either (opset < 18) imports with split made from its number of outputs."""
 
     ONNX = None  # import_index.py / export_index.py: split as an input or attribute by opset
@@ -114,8 +114,8 @@ split; a Split without either (opset < 18) imports with split made from its numb
 
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
-        """[4, 7] in 3 parts along axis 1: 3, 3 and 1 columns."""
-        return [rng.standard_normal((4, 7)).astype(dtype)], {"axis": -1, "num_outputs": 3}
+        """[4, 7] in parts of 3, 1 and 3 columns (num_outputs exports as these sizes before opset 18)."""
+        return [rng.standard_normal((4, 7)).astype(dtype)], {"axis": -1, "split": [3, 1, 3]}
 
     @classmethod
     def reference(cls, X: Any, *, axis: int, split: Any, num_outputs: Any) -> Any:
@@ -177,7 +177,7 @@ class ConcatOp(Op):
 
 
 class ConcatTrainingOp(Op):
-    """ONNX Runtime ConcatTraining: Concat, and each input's length along axis (Int64 [n]) for its gradient SplitTraining."""
+    """ONNX Runtime ConcatTraining: Concat, and each input's length along axis (Int64 [n], its gradient's split)."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
     SHARDING = "concat"

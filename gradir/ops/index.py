@@ -51,7 +51,7 @@ def _random_indices(rng: Any, n: int, shape: tuple, dtype: Any = np.int64) -> np
 
 
 class GatherOp(Op):
-    """ONNX Gather: the slices of data at indices along axis; result data.shape[:axis] + indices.shape + data.shape[axis+1:].
+    """ONNX Gather: data at indices along axis; shape data.shape[:axis] + indices.shape + data.shape[axis+1:].
 
 Indices (Int32 or Int64, any rank, a scalar included) in -n..n-1 for n = data.shape[axis]; a negative
 one counts from the end; another is a run-time error naming the op. The gradient is ONNX Runtime's
@@ -191,7 +191,7 @@ up in row-major order of indices."""
         ctx.dtype_in(0, FLOAT_DTYPES)
         ctx.dtype_in(1, INT_DTYPES)
         shape = list(ctx.attrs["shape"])
-        a = _indexed_axis(ctx, len(shape))
+        _indexed_axis(ctx, len(shape))
         i = ctx.type(1)
         if i.rank != len(shape):
             ctx.fail(f"indices have shape {format_shape(i.shape)}; they need the rank of shape={shape}", operand=1)
@@ -303,7 +303,7 @@ def _slice_reference(shape: Sequence[int], starts: Sequence[int], ends: Sequence
 
 
 class SliceOp(Op):
-    """ONNX Slice: X[starts:ends:steps] along axes, with ONNX's negative indices and clamping; its gradient is ORT's SliceGrad.
+    """ONNX Slice: X[starts:ends:steps] along axes, ONNX's negative indices and clamping; gradient ORT's SliceGrad.
 
 ONNX's inputs starts, ends, axes, steps (opset 10+; attributes before) are attributes. An empty slice is a
 type error (gradir's dimensions are positive)."""
@@ -370,9 +370,10 @@ ORT's inputs (dY, shape, starts, ends, axes, steps) are gradir's dY and attribut
 
 
 class TriluOp(Op):
-    """ONNX Trilu (opset 14): the upper (upper=1: j - i >= k) or lower (j - i <= k) triangle of the last two axes, the rest 0.
+    """ONNX Trilu: the upper (upper=1: j - i >= k) or lower (j - i <= k) triangle of the last two axes, the rest 0.
 
-ONNX's input k (a scalar, default 0) is the attribute k. Its gradient is Trilu of dY."""
+ONNX's input k (a scalar, default 0) is the attribute k (ONNX has Trilu from opset 14). Its gradient is Trilu
+of dY."""
 
     ONNX = None  # import_index.py / export_index.py: the input k
     SHARDING = "trilu"
