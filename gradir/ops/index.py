@@ -334,7 +334,8 @@ type error (gradir's dimensions are positive)."""
 class SliceGradOp(BackwardOp):
     """ONNX Runtime SliceGrad: zeros of shape with dY written into the slice (Slice's gradient).
 
-ORT's inputs (dY, shape, starts, ends, axes, steps) are gradir's dY and attributes."""
+ORT's inputs (dY, shape, starts, ends, axes, steps) are gradir's dY and attributes. gradir is exact for
+negative steps too, which ONNX Runtime 1.19.2's CPU kernel refuses (narrowing_error)."""
 
     ONNX = None  # import_index.py / export_index.py
     SHARDING = "slice"
