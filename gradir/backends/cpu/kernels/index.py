@@ -47,7 +47,7 @@ def checked_indices(indices: np.ndarray, n: int, op: str, axis: int) -> np.ndarr
 def gather(data: np.ndarray, indices: np.ndarray, *, axis: int, out: Optional[np.ndarray] = None) -> np.ndarray:
     a = axis % data.ndim
     idx = checked_indices(indices, data.shape[a], "Gather", a)
-    return _into(np.take(data, idx, axis=a), out)
+    return np.asarray(np.take(data, idx, axis=a, out=out))  # a fresh array when out is None (0-d for one index)
 
 
 def _element_index(idx: np.ndarray, a: int) -> tuple:
