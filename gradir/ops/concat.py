@@ -94,8 +94,9 @@ class _Parts(Op):
 class SplitOp(_Parts):
     """ONNX Split: X cut along axis into parts of the sizes split, or num_outputs parts (the last one smaller).
 
-Exactly one of split and num_outputs (ONNX 18's: parts of ceil(n / num_outputs)). ONNX's split input (opset 13+) or attribute (before) is the attribute
-split; a Split without either (opset < 18) imports with split made from its number of outputs."""
+Exactly one of split and num_outputs (ONNX 18's: parts of ceil(n / num_outputs)). ONNX's split input
+(opset 13+) or attribute (before) is the attribute split; a Split without either (opset < 18) imports
+with equal parts, one per output."""
 
     ONNX = None  # import_index.py / export_index.py: split as an input or attribute by opset
     SHARDING = "split"
