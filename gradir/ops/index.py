@@ -61,7 +61,7 @@ GatherGrad."""
     SHARDING = "gather"
     LINEAR_IN = (0,)
     NO_GRADIENT_OPERANDS = (1,)
-    OPERANDS = (Operand("data"), Operand("indices", doc="Int32 or Int64, any rank, in -n..n-1"))
+    OPERANDS = (Operand("data"), Operand("indices", doc="Int32 or Int64, any rank, in -n..n-1", sample="indices"))
     RESULTS = ("output",)
     ATTRS = (AXIS,)
 
@@ -93,7 +93,7 @@ The gradient is ONNX Runtime's GatherElementsGrad."""
     SHARDING = "gather_elements"
     LINEAR_IN = (0,)
     NO_GRADIENT_OPERANDS = (1,)
-    OPERANDS = (Operand("data"), Operand("indices", doc="Int32 or Int64, data's rank, in -n..n-1"))
+    OPERANDS = (Operand("data"), Operand("indices", doc="Int32 or Int64, data's rank, in -n..n-1", sample="indices"))
     RESULTS = ("output",)
     ATTRS = (AXIS,)
 
@@ -134,7 +134,8 @@ in any order). Float32 and Float64, as ORT's CPU kernel."""
     ONNX = None  # import_index.py / export_index.py: the shape input
     SHARDING = "gather_grad"
     LINEAR_IN = (1,)
-    OPERANDS = (Operand("indices", doc="Gather's indices"), Operand("dY", doc="the gradient of Gather's output"))
+    OPERANDS = (Operand("indices", doc="Gather's indices", sample="indices"),
+                Operand("dY", doc="the gradient of Gather's output"))
     RESULTS = ("dX",)
     ATTRS = (SHAPE, AXIS)
 
@@ -183,7 +184,7 @@ up in row-major order of indices."""
     SHARDING = "gather_elements_grad"
     LINEAR_IN = (0,)
     OPERANDS = (Operand("dY", doc="the gradient of GatherElements' output"),
-                Operand("indices", doc="GatherElements' indices"))
+                Operand("indices", doc="GatherElements' indices", sample="indices"))
     RESULTS = ("dX",)
     ATTRS = (SHAPE, AXIS)
 

@@ -134,6 +134,10 @@ def _squeeze(ctx: Any, node: Any, attrs: dict) -> list:
     axes = [int(a) for a in attrs["axes"]] if "axes" in attrs else _ints(ctx, node, 1, "axes")
     if axes is None:
         axes = [k for k, d in enumerate(_static(x, "Squeeze without axes")) if d == 1]
+    for a in axes:  # said of the node in ONNX's terms (the op's type rule would say it too)
+        if not -x.rank <= a < x.rank:
+            raise Unsupported(f"axis {a} is out of range for a rank-{x.rank} input (axes go from {-x.rank} to "
+                              f"{x.rank - 1})" if x.rank else f"axis {a} is out of range: the input is a scalar")
     if not axes:
         return [ctx.b.Identity(x)]
     return [ctx.b.Squeeze(x, axes=axes)]
