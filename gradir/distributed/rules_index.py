@@ -77,6 +77,8 @@ def gather_elements_grad(ctx: RuleContext) -> list[Placement]:
 def gather_grad(ctx: RuleContext) -> list[Placement]:
     """Indices split (dY along the same axis, after the outer axes): a partial sum; dY split along an outer
     or inner axis, indices replicated: the result keeps the split."""
+    if ctx.p(0).is_partial:
+        ctx.refuse(f"the indices ({ctx.name(0)}) are a partial sum: GatherGrad is not linear in them", operand=0)
     if ctx.p(1).is_partial:
         if not ctx.p(0).is_replicated:
             ctx.refuse(f"dY ({ctx.name(1)}) is a partial sum but the indices ({ctx.name(0)}) are {ctx.p(0)}",
@@ -172,4 +174,6 @@ def squeeze(ctx: RuleContext) -> list[Placement]:
     r = ctx.rank(0)
     gone = {a % r for a in ctx.attrs["axes"]}
     a = ctx.p(0).axis
+    if a in gone:
+        ctx.refuse(f"Squeeze removes the split axis {a}", operand=0)
     return [split(a - sum(1 for g in gone if g < a))]
