@@ -77,7 +77,10 @@ class ReduceSumToOp(Op):
 
 
 class BroadcastToOp(Op):
-    """X broadcast (NumPy rules) to the shape of Like: the transpose of ReduceSumTo."""
+    """X broadcast (NumPy rules) to the shape of Like: the transpose of ReduceSumTo.
+
+Expand with its shape read from a value at run time (a derived gradient's `?` dimensions); ONNX's
+`Expand(x, Shape(v))` imports as it, and it exports as that."""
 
     SHARDING = "broadcast_to"
     SHAPE_ONLY = True
