@@ -203,6 +203,12 @@ def test_squeeze_is_an_op_that_imports_without_axes_and_exports_by_opset() -> No
     assert gradir.export_onnx(g, opset=11).graph.node[0].attribute[0].ints == [1, 3]
 
 
+def test_squeeze_with_an_empty_axes_input_removes_every_size_1_axis() -> None:
+    g = _import([h.make_node("Squeeze", ["x", "a"], ["y"])], [vi("x", [1, 3, 1])], [vi("y", [3])],
+                {"a": np.zeros(0, np.int64)}, opset=13)
+    assert g.ops[0].attrs["axes"] == (0, 2)
+
+
 def test_squeeze_without_axes_of_a_symbolic_shape_says_to_give_dims() -> None:
     x = h.make_tensor_value_info("x", T.FLOAT, ["N", 1])
     with pytest.raises(OnnxError, match="--dim"):

@@ -132,7 +132,7 @@ def _squeeze(ctx: Any, node: Any, attrs: dict) -> list:
     _only(attrs, {"axes"})
     x = ctx.x(node, 0)
     axes = [int(a) for a in attrs["axes"]] if "axes" in attrs else _ints(ctx, node, 1, "axes")
-    if axes is None:
+    if not axes:  # none, or an empty list (ONNX Runtime's reading): every size-1 axis
         axes = [k for k, d in enumerate(_static(x, "Squeeze without axes")) if d == 1]
     for a in axes:  # said of the node in ONNX's terms (the op's type rule would say it too)
         if not -x.rank <= a < x.rank:
