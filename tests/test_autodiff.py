@@ -202,8 +202,8 @@ def test_rules_are_for_forward_ops_only():
 def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
     types, attrs = OP_EXAMPLES[name](data.draw)
     cls = OPS[name]
-    assume(all(t is None or t.dtype.is_float or name == "LSTMTraining" or cls.operand_spec(k).sample == "classes"
-               for k, t in enumerate(types)))
+    assume(all(t is None or t.dtype.is_float or name == "LSTMTraining" or
+               cls.operand_spec(k).sample in ("classes", "indices") for k, t in enumerate(types)))
     assume(any(t is not None and t.dtype.is_float for t in types))
     inputs, operands, ints, positive = [], [], {}, set()
     for k, t in enumerate(types):
@@ -219,6 +219,11 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
             labels = st.integers(0, C - 1) if ignore is None else st.one_of(st.integers(0, C - 1), st.just(ignore))
             ints[v] = np.reshape(data.draw(st.lists(labels, min_size=n, max_size=n)), t.shape)
             assume(attrs.get("reduction", "mean") != "mean" or ignore is None or (ints[v] != ignore).any())
+        elif cls.operand_spec(k).sample == "indices":  # gather indices, negative ones too, in -n..n-1
+            axes = list(attrs.get("shape") or types[0].shape)
+            n = axes[attrs.get("axis", 0) % len(axes)]
+            ints[v] = np.reshape(data.draw(st.lists(st.integers(-n, n - 1), min_size=t.numel, max_size=t.numel)),
+                                 t.shape).astype(t.dtype.numpy)
         else:  # LSTMTraining's sequence lengths
             S = types[0].shape[0]
             ints[v] = data.draw(st.lists(st.integers(1, S), min_size=t.shape[0], max_size=t.shape[0]))

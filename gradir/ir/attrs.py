@@ -34,11 +34,13 @@ class Operand:
     # (``gradir run`` demo inputs, ``--generate-missing``), as data: "" (floats N(0, 1), integers 0..9),
     # "weights" (U(±1/√hidden_size), as PyTorch initializes LSTM weights: N(0, 1) saturates every gate),
     # "lengths" (sequence lengths, integers 1..S for S the first dimension of the op's first operand),
-    # "classes" (class labels, integers 0..C-1 for C the dimension 1 of the operand before it).
+    # "classes" (class labels, integers 0..C-1 for C the dimension 1 of the operand before it),
+    # "indices" (integers 0..n-1 for n the size of the indexed axis: the op's ``shape`` attribute, else its
+    # first operand's shape, at its ``axis`` attribute).
     sample: str = ""
 
 
-SAMPLES = ("", "weights", "lengths", "classes")
+SAMPLES = ("", "weights", "lengths", "classes", "indices")
 
 INT_ATTR_LIMIT = 1 << 63  # int attributes are 64-bit, as in ONNX
 

@@ -4,7 +4,8 @@ a backward derivation needs them").
 * ``ReduceSumTo(X, Like)`` undoes NumPy broadcasting: it sums ``X`` down to the
   shape of ``Like``.  ``autodiff`` inserts it centrally, once per broadcast operand.
 * ``BroadcastTo(X, Like)`` is its transpose (the backward of ``ReduceSum``/``ReduceMean``).
-* ``Unsqueeze(X, axes)`` re-inserts reduced axes (and promotes MatMul vectors).
+* ``Unsqueeze(X, axes)`` re-inserts reduced axes (and promotes MatMul vectors); ``Squeeze`` removes them.
+* ``Expand(X, shape)``: ONNX's Expand, ``BroadcastTo`` with a static shape (both ways: NumPy rules).
 * ``Scale(X, factor)`` multiplies by a constant (the ``1/n`` of ``ReduceMean``).
 * ``ZerosLike(X)`` is a materialised zero (a gradient that no path reaches).
 
@@ -76,7 +77,10 @@ class ReduceSumToOp(Op):
 
 
 class BroadcastToOp(Op):
-    """X broadcast (NumPy rules) to the shape of Like: the transpose of ReduceSumTo."""
+    """X broadcast (NumPy rules) to the shape of Like: the transpose of ReduceSumTo.
+
+Expand with its shape read from a value at run time (a derived gradient's `?` dimensions); ONNX's
+`Expand(x, Shape(v))` imports as it, and it exports as that."""
 
     SHARDING = "broadcast_to"
     SHAPE_ONLY = True
@@ -145,6 +149,83 @@ class UnsqueezeOp(Op):
         x = np.asarray(X, np.float64)
         r = x.ndim + len(axes)
         return np.expand_dims(x, tuple(sorted(a % r for a in axes))).copy()
+
+
+class SqueezeOp(Op):
+    """ONNX Squeeze: remove the size-1 axes `axes` (of X; negative counts from its end); Unsqueeze is its inverse.
+
+ONNX's axes input (opset 13+; an attribute before) is the attribute; a Squeeze without axes (every size-1
+axis) imports with them listed, from the static shape."""
+
+    ONNX = None  # interop/onnx/import_index.py, export_index.py: axes as an input or attribute by opset
+    SHARDING = "squeeze"
+    SHAPE_ONLY = True
+    VIEW = True
+    LINEAR_IN = (0,)
+
+    OPERANDS = (Operand("X"),)
+    ATTRS = (Attr("axes", "ints", check=_check_unique, doc="the size-1 axes of X to remove"),)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        t = ctx.type(0)
+        norm = []
+        for a in ctx.attrs["axes"]:
+            if not -t.rank <= a < t.rank:
+                ctx.fail(f"axis {a} is out of range for rank {t.rank}", attr="axes")
+            if t.shape[a] not in (1, None):
+                ctx.fail(f"axis {a} of X ({self.operand_value(0)}, {t}) has size {t.shape[a]}, not 1", attr="axes")
+            norm.append(a % t.rank)
+        if len(set(norm)) != len(norm):
+            ctx.fail(f"axes {list(ctx.attrs['axes'])} name an axis twice", attr="axes")
+        return [t.with_shape([d for k, d in enumerate(t.shape) if k not in norm])]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [rng.standard_normal((4, 1, 3, 1)).astype(dtype)], {"axes": [-1, 1]}
+
+    @classmethod
+    def reference(cls, X: Any, *, axes: Sequence[int]) -> Any:
+        x = np.asarray(X, np.float64)
+        return np.squeeze(x, tuple(a % x.ndim for a in axes)).copy()
+
+
+def _check_expand(s: tuple) -> Optional[str]:
+    bad = [d for d in s if d < 1]
+    return f"entries must be positive, got {bad[0]}" if bad else None
+
+
+class ExpandOp(Op):
+    """ONNX Expand: X broadcast together with `shape` (NumPy rules, both ways: a 1 in shape keeps X's dim).
+
+The static form of BroadcastTo: Expand's shape is an attribute (ONNX's shape input, folded at import),
+BroadcastTo's is read from a value at run time (gradients with `?` dimensions, `Expand(x, Shape(v))`)."""
+
+    ONNX = None  # interop/onnx/import_index.py, export_index.py: the shape input
+    SHARDING = "expand"
+    SHAPE_ONLY = True
+    BROADCASTS = True
+    LINEAR_IN = (0,)
+
+    OPERANDS = (Operand("X"),)
+    ATTRS = (Attr("shape", "ints", check=_check_expand, doc="the shape X is broadcast with"),)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        t = ctx.type(0)
+        shape = broadcast_shapes(t.shape, tuple(ctx.attrs["shape"]))
+        if shape is None:
+            ctx.fail(f"X ({self.operand_value(0)}) has shape {format_shape(t.shape)}, which does not broadcast with "
+                     f"shape={list(ctx.attrs['shape'])}", attr="shape")
+        return [t.with_shape(shape)]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """X [4, 1, 5] with shape [3, 1]: a new inner axis of 3, and shape's 1 keeps X's 5."""
+        return [rng.standard_normal((4, 1, 5)).astype(dtype)], {"shape": [3, 1]}
+
+    @classmethod
+    def reference(cls, X: Any, *, shape: Sequence[int]) -> Any:
+        x = np.asarray(X, np.float64)
+        return np.array(x * np.ones(shape))
 
 
 class ScaleOp(UnaryOp):

@@ -23,7 +23,7 @@ __all__ = ["demo_inputs", "complete_inputs", "check_generated", "load_inputs"]
 def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     """Reproducible inputs: floats ~ N(0, 1) or the uniform range their first consumer asks
     for (LSTM weights: U(±1/√H)), integers in the range their consumer expects (e.g.
-    sequence lengths in 1..S, class labels in 0..C-1), booleans fair coins; '?' dims are 2."""
+    sequence lengths in 1..S, class labels in 0..C-1, indices in 0..n-1), booleans fair coins; '?' dims are 2."""
     rng = np.random.default_rng(seed)
     ranges: dict[str, tuple[int, int]] = {}
     scales: dict[str, float] = {}
@@ -37,6 +37,10 @@ def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
             elif sample == "lengths":
                 x = graph.types.get(op.operands[0]) if op.operands else None
                 ranges[v] = (1, x.shape[0] if x is not None and x.rank >= 1 and x.shape[0] is not None else 1)
+            elif sample == "indices":
+                n = _indexed_size(graph, op)
+                lo, hi = ranges.get(v, (0, n - 1))
+                ranges[v] = (lo, max(lo, min(hi, n - 1)))  # indices read by several ops: valid for each
             elif sample == "classes":
                 x = graph.types.get(op.operands[i - 1] or "") if i else None
                 c = x.shape[1] if x is not None and x.rank >= 2 else None
@@ -65,6 +69,14 @@ def demo_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
                                         f"{human_bytes(n)}): out of memory", inp.span, graph.source,
                                         filename=graph.source.filename if graph.source else None)) from None
     return out
+
+
+def _indexed_size(graph: Graph, op: object) -> int:
+    """The size of the axis an ``indices`` operand indexes (2 where it is '?', as generated)."""
+    attrs = op.attrs  # type: ignore[attr-defined]
+    shape = attrs.get("shape") or graph.types[op.operands[0]].shape  # type: ignore[attr-defined]
+    d = shape[attrs.get("axis", 0) % max(len(shape), 1)] if shape else None
+    return 2 if d is None else d
 
 
 def complete_inputs(graph: Graph, given: Mapping[str, np.ndarray],

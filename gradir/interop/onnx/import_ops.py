@@ -204,15 +204,6 @@ def _accumulator(ctx: Any, node: Any, attrs: dict) -> list:
                       "InPlaceAccumulatorV2 takes a buffer, a gradient and an optional reset flag")
 
 
-def _in_range(axes: list[int], rank: int, what: str) -> list[int]:
-    """``axes`` made non-negative, each checked against ``rank`` (ONNX allows -rank to rank-1)."""
-    for a in axes:
-        if not -rank <= a < rank:
-            raise Unsupported(f"{what} {a} is out of range for a rank-{rank} input (axes go from {-rank} to "
-                              f"{rank - 1})" if rank else f"{what} {a} is out of range: the input is a scalar")
-    return [a % rank for a in axes]
-
-
 def _axes(ctx: Any, node: Any, attrs: dict, index: int) -> Optional[list[int]]:
     """Axes given as an attribute (older opsets) or as input ``index`` (newer); ``None`` if absent."""
     if "axes" in attrs:
@@ -220,24 +211,6 @@ def _axes(ctx: Any, node: Any, attrs: dict, index: int) -> Optional[list[int]]:
     if len(node.input) > index and node.input[index]:
         return [int(a) for a in ctx.const(node, index, "axes", ints=True).reshape(-1)]
     return None
-
-
-@handler("Squeeze")
-def _squeeze(ctx: Any, node: Any, attrs: dict) -> list:
-    x = ctx.x(node, 0)
-    axes = _axes(ctx, node, attrs, 1)
-    if axes is None:
-        shape = _static(x, "Squeeze without axes")
-        keep = [d for d in shape if d != 1]
-    else:
-        axes = _in_range(axes, x.rank, "axis")
-        for a in axes:
-            if x.shape[a] not in (1, None):
-                raise Unsupported(f"axis {a} has size {x.shape[a]}, not 1")
-        keep = [d for k, d in enumerate(x.shape) if k not in axes]
-        if keep.count(None) > 1:
-            raise Unsupported(f"Squeeze of {x.type} needs a static shape (more than one '?' dimension)")
-    return [ctx.b.Reshape(x, shape=[-1 if d is None else d for d in keep])]
 
 
 @handler("Flatten")
@@ -333,22 +306,6 @@ def _pow(ctx: Any, node: Any, attrs: dict) -> list:
     if p == -1.0 and x.dtype.is_float:
         return [ctx.b.Div(ctx.b.constant(1.0, x.dtype.value), x)]
     raise Unsupported(f"exponent {p:g}: only 1, 2 and -1 have an exact gradir equivalent")
-
-
-@handler("Expand")
-def _expand(ctx: Any, node: Any, attrs: dict) -> list:
-    x = ctx.x(node, 0)
-    like = ctx.shape_value(node, 1)
-    if like is None:
-        shape = [int(d) for d in ctx.const(node, 1, "shape", ints=True).reshape(-1)]
-        if any(d < 0 for d in shape):
-            raise Unsupported(f"its shape {shape} has a negative dimension")
-        out = broadcast_shape(list(x.shape), shape)
-        if out is None:
-            raise Unsupported(f"{x.type} does not broadcast to the shape {shape}")
-        check_limits("its result", x.dtype.value, out)
-        like = ctx.b.constant(False, "Bool", out)
-    return [ctx.b.BroadcastTo(x, like)]
 
 
 @handler("LSTM")
