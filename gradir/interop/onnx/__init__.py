@@ -15,10 +15,9 @@ from __future__ import annotations
 from .common import ImportedModel, require_onnx
 from .exporter import export_onnx
 from .importer import import_onnx
-# the hand handlers of op families, registered into import_ops.HANDLERS / export_ops.EXPORTERS (imported
-# here, not at the end of import_ops/export_ops: that is an import cycle, which tests/test_layout.py refuses)
-from . import export_dropout, import_dropout  # noqa: E402,F401
-
+# the hand handlers of op families (import_<family>.py, export_<family>.py), registered into
+# import_ops.HANDLERS / export_ops.EXPORTERS: every such module is imported here (at the end of
+# import_ops/export_ops it would be an import cycle, which tests/test_layout.py refuses)
 import importlib as _importlib  # noqa: E402
 import pkgutil as _pkgutil  # noqa: E402
 
