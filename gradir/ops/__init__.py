@@ -5,7 +5,7 @@ What an op author imports (docs/extending.md): ``Operand``, ``Attr`` and the bas
 decomposition into other ops), ``Op``/``BackwardOp`` (anything else)."""
 
 from . import vjp  # noqa: F401  (first: its hook generates the backward ops of any op with a VJP)
-from . import activation, constant, loss, lstm, math, shape  # noqa: F401
+from . import activation, constant, loss, lstm, math, norm, shape  # noqa: F401
 from ..ir.op import OPS, Attr, BackwardOp, Op, Operand
 from .common import ElementwiseOp
 from .composite import CompositeOp

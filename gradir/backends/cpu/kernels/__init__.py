@@ -206,6 +206,6 @@ def get_kernel(op: object, backend: str = "cpu") -> KernelInfo | None:
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
-from . import activation, constant, fused, loss, lstm, math, shape  # noqa: E402,F401
+from . import activation, constant, fused, loss, lstm, math, norm, shape  # noqa: E402,F401
 
 KERNELS.fusion = fused  # what the cpu kernels' fused loops can take (``gradir.backends.base.fusion``)
