@@ -11,7 +11,7 @@ from .errors import (ArgumentError, CompileError, Diagnostic, ExecutionError, Gr
 from .ir.graph import Graph, GraphInput
 from .ir.op import OPS, Attr, BackwardOp, Op, Operand
 from .autodiff.driver import AutodiffError, grad
-from .autodiff.builder import BuilderError, GraphBuilder
+from .ops.builder import BuilderError, GraphBuilder
 from .tools.dot import to_dot
 from .tools.gradcheck import GradcheckReport, gradcheck
 from .backends.cpu.runtime import Executable, compile

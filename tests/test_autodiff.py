@@ -228,8 +228,7 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
         operands.append(v)
     n = cls.num_results(cls(["t0"], operands, attrs).resolved_attrs())
     results = [f"t{len(inputs) + k}" for k in range(n)]
-    # results no gradient flows back from (LSTMTraining's CAll/iofc: see test below) are not outputs
-    outputs = [r for k, r in enumerate(results) if k not in cls.NO_GRADIENT_RESULTS]
+    outputs = [r for k, r in enumerate(results) if k not in cls.NO_GRADIENT_RESULTS]  # (LSTMTraining's CAll/iofc)
     g = Graph(inputs, [cls(results, operands, attrs)], outputs).validate()
     return g, ints, positive
 
@@ -535,7 +534,7 @@ def test_a_gradient_op_rule_is_derived_from_the_gradient_trait(forward, backward
     """The ORT activation gradients need no hand rule: GRADIENT(dY, the forward operand or result its operands
     are named after, the attributes it declares), the same lines the hand rules wrote."""
     name = forward.split("(")[0]
-    assert name not in gradir.autodiff.driver.RULES and gradient_rule(OPS[name]) is not None
+    assert OPS[name] not in gradir.autodiff.driver.RULES and gradient_rule(OPS[name]) is not None
     g = grad(gradir.parse(f"input t0 : Float32 [2, 3]\nt1 = {forward}\noutput t1\n"))
     assert backward + " : Float32 [2, 3]" in g.to_text().splitlines()
 
@@ -701,7 +700,7 @@ def test_a_vjp_whose_backward_op_name_is_taken_is_an_op_definition_error(scratch
                                                 "already exists"):
         class LSTMOp(UnaryOp):
             """Not an LSTM."""
-            ELEMENTWISE = "same"
+            FORMULA = "X"
             VJP = {"X": "dY"}
     assert "LSTM" not in OPS and OPS["LSTMGrad"].__module__ == "gradir.ops.lstm"
 
@@ -759,3 +758,25 @@ def test_grad_without_floating_point_inputs_is_a_clear_error(tmp_path, capsys):
     assert "nothing to differentiate: the graph has no floating-point inputs (its inputs are t0 Int32 [3])" in err
     with pytest.raises(gradir.AutodiffError):
         gradir.grad(gradir.load(f))
+
+
+def test_a_built_in_ops_generated_backward_op_says_why_it_has_no_onnx_counterpart(scratch_ops):
+    """A VJP of a built-in op makes a built-in backward op: it exports only with --custom-domain, and says why
+    (a user op's exports in ai.gradir as the user op does)."""
+    from gradir.ops import ElementwiseOp, Operand
+
+    class BuiltinLikeOp(ElementwiseOp):
+        """x * x."""
+        __module__ = "gradir.ops.activation"
+        OPERANDS = (Operand("X"),)
+        FORMULA = "X * X"
+        VJP = {"X": "2 * dY * X"}
+
+    class UserLikeOp(ElementwiseOp):
+        """x * x."""
+        OPERANDS = (Operand("X"),)
+        FORMULA = "X * X"
+        VJP = {"X": "2 * dY * X"}
+
+    assert "BuiltinLike's VJP" in OPS["BuiltinLikeGrad"].NO_ONNX
+    assert OPS["UserLikeGrad"].NO_ONNX is None

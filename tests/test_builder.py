@@ -11,7 +11,7 @@ import pytest
 import gradir
 from gradir import OPS, TensorType
 from gradir.autodiff.driver import grad
-from gradir.autodiff.builder import BuilderError, GraphBuilder, Value
+from gradir.ops.builder import BuilderError, GraphBuilder, Value
 from gradir.ir.op import Attr, Operand
 from gradir.ops.common import UnaryOp
 import numpy as np
@@ -128,6 +128,7 @@ def test_a_newly_registered_op_gets_a_method_without_extra_code():
 
         OPERANDS = (Operand("X", doc="anything"),)
         ATTRS = (Attr("k", "int", 1, doc="unused"),)
+        FORMULA = "X * X + 1"
 
     try:
         b = GraphBuilder()

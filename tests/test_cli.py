@@ -13,6 +13,7 @@ from gradir.cli.main import main
 import pathlib
 import numpy as np
 from gradir.cli.run import _stats_table
+from cli_runner import run_cli as _run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.gir")))
@@ -294,12 +295,6 @@ def test_ops_markdown_honours_the_filter(capsys):
     assert main(["ops", "--markdown", "Relu", "TanhGrad"]) == 0
     out = capsys.readouterr().out
     assert out.count("### ") == 2 and "### `TanhGrad`" in out
-
-
-def _run(argv, capsys) -> tuple[int, str, str]:
-    rc = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def _rows(table: str) -> dict[str, list[str]]:

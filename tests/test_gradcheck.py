@@ -19,6 +19,7 @@ from gradir.autodiff import driver as autodiff
 from gradir.cli.main import main
 from gradir.tools.gradcheck import SAFETY, _estimate, promote
 from gradir.cli.run import demo_inputs
+from cli_runner import LABELLED_FWD as FWD, run_cli as _run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORWARD_SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*_forward.gir")))
@@ -70,14 +71,14 @@ def test_python_api_report():
 
 def test_a_wrong_gradient_rule_fails(monkeypatch, capsys):
     """The LSTMCell rule's Bias gradient off by 0.1%: caught, and only for the bias."""
-    rule = autodiff.RULES["LSTMCell"]
+    rule = autodiff.RULES[gradir.OPS["LSTMCell"]]
 
     def wrong(e, op, cts, need):
         got = list(rule(e, op, cts, need))
         if got[5] is not None:
             got[5] = e.Scale(got[5], factor=1.001)
         return got
-    monkeypatch.setitem(autodiff.RULES, "LSTMCell", wrong)
+    monkeypatch.setitem(autodiff.RULES, gradir.OPS["LSTMCell"], wrong)
     sample = os.path.join(ROOT, "samples", "lstm_cell_unrolled_forward.gir")
     assert main(["gradcheck", sample]) == 1
     cap = capsys.readouterr()
@@ -253,16 +254,6 @@ def test_help_has_a_description_and_examples(capsys):
     out = capsys.readouterr().out
     assert "dot-product test" in out and "Kinks" in out and "examples:" in out and "--backward" in out
     assert math.isclose(float(out.split("relative tolerance (default ")[1].split(")")[0]), 1e-5)
-
-
-def _run(argv, capsys) -> tuple[int, str, str]:
-    rc = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
-FWD = ('graph f\ninput t0 "x" : Float64 [3]\ninput t1 "w" : Float64 [3]\nt2 = Mul(t0, t1) : Float64 [3]\n'
-       't3 = Tanh(t2) : Float64 [3]\noutput t3 "y", t2 "pre"\n')
 
 
 def test_gradcheck_inputs_is_repeatable_like_run(tmp_path, capsys):

@@ -14,7 +14,8 @@ from gradir.autodiff.driver import grad
 from gradir.errors import GradirError, InputError
 from gradir.text.syntax import _statements
 from test_syntax import _same
-from gradir.cli.main import main
+from cli_runner import LABELLED_FWD as FWD, run_cli as _run
+
 
 MLP = '''\
 graph mlp
@@ -336,16 +337,6 @@ def test_a_lone_surrogate_label_is_refused_by_the_api_and_a_pair_is_one_characte
         GraphBuilder().input("Float32", [2], label="\ud800")
     g = gradir.parse('graph s\ninput t0 "\\ud83d\\ude00" : Float32 [2]\noutput t0\n')
     assert g.inputs[0].label == "😀"
-
-
-def _run(argv, capsys) -> tuple[int, str, str]:
-    rc = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
-FWD = ('graph f\ninput t0 "x" : Float64 [3]\ninput t1 "w" : Float64 [3]\nt2 = Mul(t0, t1) : Float64 [3]\n'
-       't3 = Tanh(t2) : Float64 [3]\noutput t3 "y", t2 "pre"\n')
 
 
 def test_plan_keeps_the_output_labels(tmp_path, capsys):

@@ -688,7 +688,7 @@ class _CountingList(list):
 def test_import_makes_no_pass_over_the_inputs_or_outputs_per_output(monkeypatch) -> None:
     """Import time was quadratic in the number of graph outputs and labelled initializers (20,000 outputs:
     31 s): each output's label was checked against every input and output.  Counted, not timed."""
-    from gradir.autodiff.builder import GraphBuilder
+    from gradir.ops.builder import GraphBuilder
     init = GraphBuilder.__init__
 
     def counting(self, *a, **k):

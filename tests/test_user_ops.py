@@ -21,7 +21,7 @@ import gradir
 from gradir.cli.main import build_parser, main
 from gradir.errors import ArgumentError, GradirError, OpDefinitionError
 from gradir.ir.op import OPS, Op
-from gradir.ops.userops import registry_snapshot
+from gradir.ops.userops import registry_snapshot, user_op_file
 
 SOFTSIGN = '''\
 from gradir.ops import ElementwiseOp, Operand
@@ -405,6 +405,16 @@ BROKEN = {
                                     '    FORMULA = "X / (1 + fabs(X))"\n', ["Softsign", "fabs"]),
     "VJP for a missing operand": (ELEMENTWISE_HEAD + '    OPERANDS = (Operand("X"),)\n    FORMULA = "X / (1 + abs(X))"\n'
                                   '    VJP = {"W": "dY"}\n', ["Softsign", "W"]),
+    "element-wise op without a formula": (ELEMENTWISE_HEAD + '    OPERANDS = (Operand("X"),)\n',
+                                          ["op Softsign: an ElementwiseOp needs a FORMULA"]),
+    "attribute of an unknown kind": ("from gradir.ops import Attr, ElementwiseOp, Operand\n\n\n"
+                                     "class SoftsignOp(ElementwiseOp):\n    OPERANDS = (Operand('X'),)\n"
+                                     "    ATTRS = (Attr('beta', 'floaty', 1.0),)\n    FORMULA = 'X * beta'\n",
+                                     [":6:5:", "SoftsignOp", "kind 'floaty' is not one of int, float"]),
+    "an attribute named as an operand": ("from gradir.ops import Attr, ElementwiseOp, Operand\n\n\n"
+                                         "class SoftsignOp(ElementwiseOp):\n    OPERANDS = (Operand('X'),)\n"
+                                         "    ATTRS = (Attr('X', 'float', 1.0),)\n    FORMULA = 'X'\n",
+                                         ["op Softsign: 'X' names two of its operands and attributes"]),
 }
 
 
@@ -469,3 +479,36 @@ def test_the_console_script_reads_GRADIR_OPS_and_a_broken_file_exits_1_without_a
     assert r.stderr.startswith("bad.py:1:1: error: the op file does not import: ModuleNotFoundError: No module named "
                                "'nonexistent_module_for_gradir_tests'\n")
     assert "Traceback" not in r.stderr
+
+
+def test_an_export_of_a_composite_op_says_nothing_of_ai_gradir(opsdir, tmp_path, capsys):
+    """A composite op exports as its decomposition: no warning that ONNX Runtime cannot run an ai.gradir op."""
+    ops, g = write(opsdir, "swish")
+    code, _, err = cli(capsys, "export", "--ops", ops, g, "-o", str(tmp_path / "s.onnx"))
+    assert code == 0, err
+    assert "ai.gradir" not in err, err
+
+
+def test_importing_a_user_op_not_loaded_says_to_load_it(opsdir, tmp_path, capsys):
+    ops, g = write(opsdir, "softsign")
+    model = str(tmp_path / "s.onnx")
+    assert cli(capsys, "export", "--ops", ops, g, "-o", model)[0] == 0
+    with registry_snapshot():
+        for name in [n for n, c in OPS.items() if user_op_file(c) is not None]:
+            del OPS[name]
+        code, _, err = cli(capsys, "import", model, "-o", str(tmp_path / "back.gir"))
+    assert code == 1
+    assert "(ai.gradir Softsign): no such gradir op (an op of your own is loaded with --ops FILE" in err, err
+
+
+def test_a_composite_op_that_decomposes_into_itself_is_one_located_error(tmp_path, capsys):
+    ops = tmp_path / "rec.py"
+    ops.write_text("from gradir.ops import CompositeOp, Operand\n\n\nclass FooOp(CompositeOp):\n"
+                   "    OPERANDS = (Operand('X'),)\n\n    @staticmethod\n    def decompose(b, X):\n"
+                   "        return b.Foo(X)\n")
+    g = tmp_path / "r.gir"
+    g.write_text("input t0 : Float32 [4, 8]\nt1 = Foo(t0)\noutput t1\n")
+    code, _, err = cli(capsys, "check", "--ops", str(ops), str(g))
+    assert code == 1
+    assert err.startswith(f"{g}:2:6: error: Foo: ") and "uses Foo itself" in err, err
+    assert len(err) < 1000, err  # one message, not one per level of a recursion

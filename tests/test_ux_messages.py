@@ -9,6 +9,7 @@ import gradir
 from gradir.cli.main import build_parser, main
 from gradir.fileio import human_bytes
 from gradir.backends.cpu.kernels import KERNELS, KernelInfo
+from cli_runner import run_cli as _run
 
 ROOT_SAMPLE = __import__("pathlib").Path(__file__).resolve().parent.parent / "samples" / "mlp_forward.gir"
 
@@ -190,12 +191,6 @@ def graph_file(tmp_path):
     p = tmp_path / "g.gir"
     p.write_text(GRAPH)
     return p
-
-
-def _run(argv, capsys) -> tuple[int, str, str]:
-    rc = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def test_grad_wrt_naming_no_value_says_so_and_lists_the_inputs(graph_file, capsys):

@@ -14,7 +14,7 @@ How it works (JAX-style):
    ``wrt`` input to an output; an operand gets a cotangent only if it depends on a
    ``wrt`` input.  Everything else is never emitted.
 2. *Rules.*  ``gradient_rule(cls)`` gives each forward op's function
-   ``rule(e, op, cts, need) -> cotangents per operand``: hand-written (``RULES``, by op name) or
+   ``rule(e, op, cts, need) -> cotangents per operand``: hand-written (``RULES``, by op class) or
    derived from the op's ``VJP`` or ``GRADIENT`` (``gradrules.py``).  ``e`` is the
    ``Emitter``, which appends IR ops with fresh names and returns the names;
    ``cts`` holds one cotangent name per result (``None`` is a symbolic zero);
@@ -159,6 +159,7 @@ def derive(graph: Union[Graph, str], wrt: Optional[Iterable[str]] = None) -> Der
     # 2. names: cotangent inputs first, numbered after every forward name
     top = max([int(n[1:]) for n in types] + [-1]) + 1
     e = Emitter(types, top, graph.source)
+    e.derive = derive
     cot_inputs = []
     contrib: dict[str, list[str]] = {}
     for out in graph.outputs:

@@ -1,6 +1,6 @@
 """The gradient rules of reverse-mode autodiff (``autodiff.py`` is the driver).
 
-``gradient_rule(cls)`` is an op's rule: the hand-written one in ``RULES`` (forward op name -> rule),
+``gradient_rule(cls)`` is an op's rule: the hand-written one in ``RULES`` (forward op class -> rule),
 else one derived from the op's class data: its ``VJP`` (the generated backward ops of
 ``gradir/ops/vjp.py``) or its ``GRADIENT`` (the ORT gradient op, fed dY and the forward values it
 reads).  A rule is a function ``rule(e, op, cts, need) -> cotangents per operand``.  ``e`` is the
@@ -12,10 +12,11 @@ ops, never arrays.  Broadcasting is undone by the driver, not by the rules.
 
 from __future__ import annotations
 
-from typing import Callable, NoReturn, Optional, Sequence, Union
+from typing import Any, Callable, NoReturn, Optional, Sequence, Union
 
 from ..errors import AutodiffError, Diagnostic, Source
-from ..ir.op import OPS, Op
+from ..ir.op import OPS, REGISTRIES, Op
+from ..ops.composite import CompositeOp, expand_composites
 from ..ops.matmul_layout import fused_matmul_vjp, promoted_cotangent
 from ..ir.types import TensorType, format_shape
 
@@ -23,17 +24,22 @@ __all__ = ["Rule", "RULES", "NO_RULE_REASON", "rule", "gradient_rule", "Emitter"
 
 
 Rule = Callable[["Emitter", Op, list, list], Sequence[Optional[str]]]
-RULES: dict[str, Rule] = {}
+RULES: dict[type[Op], Rule] = {}  # keyed by op class: ``@rule(MatMulOp)`` (or its registered name)
+REGISTRIES.append(RULES)  # a user's op file that fails to load leaves none of its rules behind
 
 # Gradient ops (``is_backward``) deliberately have no rule: gradir derives
 # first-order gradients only.  A test checks that every other op has one.
 NO_RULE_REASON = "it is a gradient op (gradir derives first-order gradients only)"
 
 
-def rule(*names: str) -> Callable[[Rule], Rule]:
+def rule(*ops: Union[type[Op], str]) -> Callable[[Rule], Rule]:
+    """Decorator: ``fn`` is the hand-written gradient rule of each op given (a class, or the name of a
+    registered one)."""
+    classes = [OPS[o] if isinstance(o, str) else o for o in ops]
+
     def register(fn: Rule) -> Rule:
-        for n in names:
-            RULES[n] = fn
+        for cls in classes:
+            RULES[cls] = fn
         return fn
     return register
 
@@ -50,6 +56,8 @@ class Emitter:
         self.ops: list[Op] = []
         self._next = first_free
         self.current: Optional[Op] = None  # the forward op whose rule is running (for messages)
+        # ``driver.derive``, set by the driver: a composite op's rule differentiates its decomposition with it
+        self.derive: Optional[Callable[..., Any]] = None
 
     def fresh(self) -> str:
         name = f"t{self._next}"
@@ -121,9 +129,11 @@ def gradient_rule(cls: type[Op]) -> Optional[Rule]:
     """The rule that differentiates ``cls``: its hand-written one (``RULES``), else one derived from its
     ``VJP`` or its ``GRADIENT``; ``None`` when it has none (a gradient op, or an op nothing says how to
     differentiate)."""
-    fn = RULES.get(cls.op_name)
+    fn = RULES.get(cls)
     if fn is not None:
         return fn
+    if issubclass(cls, CompositeOp):
+        return _composite_rule
     if cls.VJP is not None and cls.VJP_OPS:
         return _from_vjp
     if cls.GRADIENT is not None and cls.GRADIENT in OPS and _gradient_targets(cls, OPS[cls.GRADIENT]) is not None:
@@ -164,6 +174,35 @@ def _from_gradient_op(e: Emitter, op: Op, cts: list, need: list) -> list:
     for k, r in zip(targets, res):
         if k < len(out):
             out[k] = r
+    return out
+
+
+def _composite_rule(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """The gradient of a composite op: its decomposition (primitives only) differentiated, inlined."""
+    assert isinstance(op, CompositeOp) and e.derive is not None
+    g = expand_composites(type(op).decomposition([None if v is None else e.types[v] for v in op.operands],
+                                                 op.attrs))
+    index = [i for i, v in enumerate(op.operands) if v is not None]  # decomposition input k -> operand index
+    wrt = [g.inputs[k].name for k, i in enumerate(index) if need[i]]
+    try:
+        d = e.derive(g, wrt)
+    except AutodiffError as err:
+        e.fail(op, f"cannot differentiate {op.op_name} through its decomposition: {'; '.join(err.messages)}")
+    rename: dict[str, str] = {g.inputs[k].name: op.operands[i] for k, i in enumerate(index)}  # type: ignore[misc]
+    for (cot, _), ct, r in zip(d.cotangents, cts, op.results):
+        rename[cot] = ct if ct is not None else e.ZerosLike(r)
+    for sub in d.graph.ops:
+        for r in sub.results:
+            rename[r] = e.fresh()
+            e.types[rename[r]] = d.graph.types[r]
+        e.ops.append(sub.copy(results=[rename[r] for r in sub.results],
+                              operands=[None if v is None else rename[v] for v in sub.operands],
+                              result_types=[d.graph.types[r] for r in sub.results], loc=None))
+    grads = {w: rename[o] for w, o in zip(d.wrt, d.graph.outputs)}
+    out: list[Optional[str]] = [None] * len(op.operands)
+    for k, i in enumerate(index):
+        if need[i]:
+            out[i] = grads[g.inputs[k].name]
     return out
 
 

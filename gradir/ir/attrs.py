@@ -43,6 +43,9 @@ SAMPLES = ("", "weights", "lengths", "classes")
 INT_ATTR_LIMIT = 1 << 63  # int attributes are 64-bit, as in ONNX
 
 
+ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "strs", "tensor")
+
+
 @dataclass(frozen=True)
 class Attr:
     """An attribute: ``kind`` is one of int, float, str, bool, ints, floats, strs, or tensor (a number,
@@ -64,6 +67,10 @@ class Attr:
     doc: str = ""
     # maps an accepted spelling to the canonical one (applied before ``check``; the printer shows the result)
     normalize: Optional[Callable[[Any], Any]] = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTR_KINDS:
+            raise ValueError(f"Attr({self.name!r}): kind {self.kind!r} is not one of {', '.join(ATTR_KINDS)}")
 
     @property
     def required(self) -> bool:

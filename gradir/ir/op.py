@@ -40,6 +40,10 @@ OPS: dict[str, type["Op"]] = {}
 # data without this module importing them.  A hook that raises unregisters the class (and must undo
 # what it registered itself), so the definition can be fixed and run again.
 ON_REGISTER: list[Callable[[type["Op"]], None]] = []
+# Tables the layers above keep beside ``OPS`` (the gradient rules by op name, ...), registered by their
+# modules: a failed load of a user's op file restores each to what it held (``ops/userops.py``), without
+# the op layer importing the layers that keep them.
+REGISTRIES: list[dict] = []
 
 
 def lookup_op(name: str) -> Optional[type["Op"]]:
@@ -160,6 +164,11 @@ class Op:
         variadic = [k for k, o in enumerate(cls.OPERANDS) if o.variadic]
         if variadic and variadic != [len(cls.OPERANDS) - 1]:
             raise _definition_error(cls, f"op {cls.op_name}: only the last operand may be variadic")
+        names = [o.name for o in cls.OPERANDS] + [a.name for a in cls.ATTRS]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise _definition_error(cls, f"op {cls.op_name}: {', '.join(map(repr, twice))} names two of its operands "
+                                         f"and attributes; each needs a name of its own")
         OPS[cls.op_name] = cls
         try:
             for hook in ON_REGISTER:
@@ -209,6 +218,13 @@ class Op:
     @classmethod
     def result_names(cls, attrs: Mapping[str, Any]) -> tuple[str, ...]:
         return cls.RESULTS
+
+    @classmethod
+    def flops(cls, operands: Sequence[Optional[TensorType]], results: Sequence[Optional[TensorType]],
+              attrs: Mapping[str, Any]) -> float:
+        """Multiply-add FLOPs of the matrix products inside the op, for the cost model (``PRODUCT`` ops are
+        counted there; an op with products of its own, the LSTM layers, says here); 0 by default."""
+        return 0.0
 
     @classmethod
     def summary(cls) -> str:

@@ -107,8 +107,10 @@ class ElementwiseOp(Op):
         name = cls.__name__[:-2] if cls.__name__.endswith("Op") else cls.__name__
         operands = [o.name for o in cls.OPERANDS]
         attrs = [a.name for a in cls.ATTRS]
-        if cls.FORMULA is not None:
-            formula.check(cls.FORMULA, operands + attrs, where=f"op {name}: FORMULA", filename=filename, line=line)
+        if cls.FORMULA is None:
+            raise formula.fail(f"op {name}", "an ElementwiseOp needs a FORMULA (its kernels, fusion and reference "
+                               "come from it); an op computed otherwise derives from gradir.ops.Op", filename, line)
+        formula.check(cls.FORMULA, operands + attrs, where=f"op {name}: FORMULA", filename=filename, line=line)
         # VJP is checked where its backward ops are made (``ops/vjp.py``, an ``ON_REGISTER`` hook)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:

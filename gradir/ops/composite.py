@@ -31,7 +31,7 @@ import inspect
 import traceback
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-from ..errors import AutodiffError, Diagnostic, GradirError, OpDefinitionError, OpError
+from ..errors import Diagnostic, GradirError, OpDefinitionError, OpError
 from ..ir.op import OPS, VALUE_NAME, InferContext, Op, defined_in, freeze
 from ..ir.types import TensorType
 
@@ -55,9 +55,7 @@ class CompositeOp(Op):
         except OpDefinitionError:
             OPS.pop(cls.op_name, None)  # not half-registered
             raise
-        cls._decompositions = {}
-        from ..autodiff.gradrules import RULES
-        RULES[cls.op_name] = _composite_rule
+        cls._decompositions = {}  # its gradient: ``gradrules.gradient_rule`` differentiates the decomposition
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         g = self.decomposition(ctx.types[:max(len(self.operands), len(ctx.types))], self.attrs)
@@ -108,8 +106,18 @@ class CompositeOp(Op):
         key = (tuple(types), freeze(dict(attrs)))
         cached = cls._decompositions.get(key)
         if cached is None:
-            cached = cls._decompositions[key] = _build(cls, types, attrs)
+            if cls in _BUILDING:  # its decomposition uses the op itself: it would never end
+                raise OpError(f"the decomposition of {cls.op_name} uses {cls.op_name} itself; a composite op must "
+                              f"decompose into other ops")
+            _BUILDING.add(cls)
+            try:
+                cached = cls._decompositions[key] = _build(cls, types, attrs)
+            finally:
+                _BUILDING.discard(cls)
         return cached
+
+
+_BUILDING: set = set()  # the composite ops whose decomposition is being built (a decomposition using its own op)
 
 
 def _check_decompose(cls: type[CompositeOp]) -> None:
@@ -117,9 +125,8 @@ def _check_decompose(cls: type[CompositeOp]) -> None:
     where = defined_in(cls)
     filename = None if where.endswith("(built in)") else where
     fn = getattr(cls, "decompose", None)
-    operands = ", ".join(o.name for o in cls.OPERANDS)
-    want = (f"decompose(b, {operands}{', *' if cls.ATTRS else ''}"
-            f"{', '.join(a.name for a in cls.ATTRS) if cls.ATTRS else ''})").replace("(b, , *", "(b, *")
+    params = ["b"] + [o.name for o in cls.OPERANDS] + (["*"] + [a.name for a in cls.ATTRS] if cls.ATTRS else [])
+    want = f"decompose({', '.join(params)})"
     if not callable(fn):
         raise OpDefinitionError(Diagnostic(f"composite op {cls.op_name} (class {cls.__name__}) has no decompose "
                                            f"function; define @staticmethod {want} returning its result",
@@ -142,7 +149,7 @@ def _user_line(fn: Any, tb: Any) -> str:
 
 
 def _build(cls: type[CompositeOp], types: Sequence[Optional[TensorType]], attrs: Mapping[str, Any]) -> Any:
-    from ..autodiff.builder import GraphBuilder, Value
+    from .builder import GraphBuilder, Value
     b = GraphBuilder(cls.op_name)
     values = [None if t is None else b.input(t) for t in types]
     if not (cls.OPERANDS and cls.OPERANDS[-1].variadic):  # omitted trailing optional operands are None too
@@ -221,34 +228,4 @@ def _expand(op: CompositeOp, types: dict[str, TensorType], fresh: Callable[[], s
                        operands=[None if v is None else rename[v] for v in sub.operands],
                        result_types=[g.types[r] for r in sub.results], loc=None)
         out.extend(_expand(new, types, fresh) if isinstance(new, CompositeOp) else [new])
-    return out
-
-
-def _composite_rule(e: Any, op: Op, cts: list, need: list) -> list:
-    """The gradient of a composite op: its decomposition (primitives only) differentiated, inlined."""
-    from ..autodiff.driver import derive
-    assert isinstance(op, CompositeOp)
-    g = expand_composites(type(op).decomposition([None if v is None else e.types[v] for v in op.operands],
-                                                 op.attrs))
-    index = [i for i, v in enumerate(op.operands) if v is not None]  # decomposition input k -> operand index
-    wrt = [g.inputs[k].name for k, i in enumerate(index) if need[i]]
-    try:
-        d = derive(g, wrt)
-    except AutodiffError as err:
-        e.fail(op, f"cannot differentiate {op.op_name} through its decomposition: {'; '.join(err.messages)}")
-    rename: dict[str, str] = {g.inputs[k].name: op.operands[i] for k, i in enumerate(index)}  # type: ignore[misc]
-    for (cot, _), ct, r in zip(d.cotangents, cts, op.results):
-        rename[cot] = ct if ct is not None else e.ZerosLike(r)
-    for sub in d.graph.ops:
-        for r in sub.results:
-            rename[r] = e.fresh()
-            e.types[rename[r]] = d.graph.types[r]
-        e.ops.append(sub.copy(results=[rename[r] for r in sub.results],
-                              operands=[None if v is None else rename[v] for v in sub.operands],
-                              result_types=[d.graph.types[r] for r in sub.results], loc=None))
-    grads = {w: rename[o] for w, o in zip(d.wrt, d.graph.outputs)}
-    out: list[Optional[str]] = [None] * len(op.operands)
-    for k, i in enumerate(index):
-        if need[i]:
-            out[i] = grads[g.inputs[k].name]
     return out

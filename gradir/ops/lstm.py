@@ -45,6 +45,11 @@ def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
 class LSTMCellOp(Op):
     """One LSTM step (PyTorch gate order i, f, g, o): returns (H', C')."""
 
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return _cell_flops(operands, attrs)
+
+
     NO_ONNX = "ONNX has no single LSTM cell step (its LSTM runs a whole sequence)"
 
     SHARDING = "lstm_cell"
@@ -91,6 +96,11 @@ def _cell_grad_types(ctx: InferContext, indices: tuple) -> list[TensorType]:
 class GradLSTMCellInputOp(BackwardOp):
     """Gradient of LSTMCell w.r.t. one input: 0 X, 1 H, 2 C, 3 W_ih, 4 W_hh, 5 Bias."""
 
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return 3 * _cell_flops(operands, attrs)  # dX, dH and the weight gradients
+
+
     NO_ONNX = "ONNX Runtime has no LSTM cell step gradient (LSTMGrad differentiates a whole sequence)"
 
     SHARDING = "lstm_cell_grad"
@@ -125,6 +135,11 @@ def _check_indices(v: tuple) -> Optional[str]:
 
 class GradLSTMCellInputFusedOp(BackwardOp):
     """Several GradLSTMCellInput gradients from one gate recomputation (made by the fusion pass)."""
+
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return 3 * _cell_flops(operands, attrs)
+
 
     NO_ONNX = "ONNX Runtime has no LSTM cell step gradient (LSTMGrad differentiates a whole sequence)"
 
@@ -247,6 +262,11 @@ class _LayerCheck:
 class LSTMTrainingOp(Op):
     """ONNX LSTM forward (gate order i, o, f, c) that also returns what LSTMGrad needs."""
 
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return _layer_flops(operands, attrs)
+
+
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
                    ort_float32_only=True)
 
@@ -290,6 +310,11 @@ class LSTMTrainingOp(Op):
 
 class LSTMGradOp(BackwardOp):
     """ORT's LSTM backward through time, exact in every direction, with SL and peepholes."""
+
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return 2 * _layer_flops(operands, attrs)  # dX/dH and the weight gradients
+
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
                    ort_float32_only=True)
@@ -347,3 +372,26 @@ def _layer_example(rng: Any, dtype: Any) -> list[Any]:
     arrays.append(np.array([5, 2, 4, 1], np.int32))
     arrays += [(0.5 * rng.standard_normal(s)).astype(dtype) for s in ((1, 4, 2), (1, 4, 2), (1, 6))]
     return arrays
+
+
+def _dims(t: Any) -> tuple:
+    return tuple(1 if d is None else d for d in t.shape)
+
+
+def _cell_flops(operands: Any, attrs: Any) -> float:
+    """One step's gate products: 2 B 4H (I + H)."""
+    if not operands or operands[0] is None:
+        return 0.0
+    B, I = (_dims(operands[0]) + (1, 1))[:2]
+    H = int(attrs.get("hidden_size") or 1)
+    return 2.0 * B * 4 * H * (I + H)
+
+
+def _layer_flops(operands: Any, attrs: Any) -> float:
+    """Every step's gate products, both directions: 2 S B 4H (I + H) D."""
+    if not operands or operands[0] is None:
+        return 0.0
+    S, B, I = (_dims(operands[0]) + (1, 1, 1))[:3]
+    H = int(attrs.get("hidden_size") or 1)
+    D = 2 if attrs.get("direction") == "bidirectional" else 1
+    return 2.0 * S * B * 4 * H * (I + H) * D

@@ -26,7 +26,7 @@ import types
 from typing import Any, Iterator, Optional, Union
 
 from ..errors import ArgumentError, Diagnostic, GradirError, OpDefinitionError, Source, Span, path_problem, shown
-from ..ir.op import OPS, Op
+from ..ir.op import OPS, REGISTRIES, Op
 
 __all__ = ["load_ops", "load_env_ops", "ENV_VAR", "user_op_file", "loaded_files", "registry_snapshot"]
 
@@ -122,19 +122,17 @@ def registry_snapshot() -> Iterator[None]:
         _restore(saved)
 
 
-def _snapshot() -> tuple[dict, dict, dict]:
-    from ..autodiff.gradrules import RULES
-    return dict(OPS), dict(RULES), dict(_LOADED)
+def _snapshot() -> tuple[dict, list, dict]:
+    return dict(OPS), [(t, dict(t)) for t in REGISTRIES], dict(_LOADED)
 
 
-def _restore(saved: tuple[dict, dict, dict]) -> None:
-    from ..autodiff.builder import GraphBuilder
-    from ..autodiff.gradrules import RULES
-    ops, rules, loaded = saved
+def _restore(saved: tuple[dict, list, dict]) -> None:
+    from .builder import GraphBuilder
+    ops, tables, loaded = saved
     for name in [n for n in OPS if n not in ops]:
         if isinstance(GraphBuilder.__dict__.get(name), types.FunctionType):  # made on first use
             delattr(GraphBuilder, name)
-    for table, old in ((OPS, ops), (RULES, rules), (_LOADED, loaded)):
+    for table, old in [(OPS, ops), *tables, (_LOADED, loaded)]:
         table.clear()
         table.update(old)
 

@@ -147,6 +147,9 @@ def define_vjp_ops(cls: type[Op]) -> None:
                 "FORMULA": text, "ELEMENTWISE": "broadcast" if broadcast else "same", "BROADCASTS": broadcast,
                 "FORWARD": cls, "WRT": key,
             }
+            if cls.__module__.startswith("gradir."):  # a built-in op's: ONNX Runtime has no such op
+                body["NO_ONNX"] = (f"a backward op gradir generates from {cls.op_name}'s VJP: ONNX and ONNX Runtime "
+                                   f"have no such op")
             made[key] = type(f"{names[key]}Op", (VjpGradOp,), body)
     except BaseException:
         for g in made.values():

@@ -430,7 +430,8 @@ def _build_graph(stmts: list[Stmt], source: Source) -> tuple[Graph, list[Diagnos
                 hint = [lower[op_name.lower()]] if op_name.lower() in lower else []
                 hint = hint or difflib.get_close_matches(op_name, public, n=1, cutoff=0.6)
                 msg = f"unknown op '{op_name}'"
-                msg += f"; did you mean '{hint[0]}'?" if hint else " (gradir ops lists them all)"
+                msg += (f"; did you mean '{hint[0]}'?" if hint
+                        else " (gradir ops lists them all; an op of your own is loaded with --ops FILE)")
                 diags.append(Diagnostic(msg, name_span, source))
                 for r, sp in results:
                     poisoned.setdefault(r, sp)

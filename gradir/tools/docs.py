@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Iterable
 
 from ..ir.op import OPS, Op, format_attr_value
@@ -39,9 +40,13 @@ def _grouped() -> list[tuple[str, list[type[Op]]]]:
             files.setdefault(file, []).append(c)
     out += [(f"User ops ({file})", ops) for file, ops in files.items()]
     listed = {c for _, ops in out for c in ops}
-    rest = [c for c in OPS.values() if c not in listed]
-    if rest:
-        out.append(("Other", rest))
+    families: dict[str, list[type[Op]]] = {}  # a family FAMILIES does not list: titled by its module's docstring
+    for c in OPS.values():
+        if c not in listed:
+            families.setdefault(c.__module__, []).append(c)
+    for module, ops in families.items():
+        doc = (getattr(sys.modules.get(module), "__doc__", None) or "").strip()
+        out.append((doc.split("\n")[0].rstrip(".") or "Other", ops))
     return out
 
 

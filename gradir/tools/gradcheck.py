@@ -206,7 +206,7 @@ def _fits_backward(fwd: Graph, bwd: Graph, wrt: list[str]) -> list[tuple[str, st
 
 def _prepare_inputs(graph: Graph, exe, given: Optional[Mapping[str, np.ndarray]], seed: int,
                     generate_missing: bool, promoted: bool) -> tuple[dict[str, np.ndarray], list[str]]:
-    from ..cli.run import check_generated, complete_inputs
+    from .inputs import check_generated, complete_inputs
     file = graph.source.filename if graph.source else "<graph>"
     if given is not None:
         from ..ir.labels import inputs_by_name

@@ -18,22 +18,25 @@ from typing import Any, Optional, Sequence
 from ..ir.op import OPS
 from ..ir.types import TensorType
 
-__all__ = ["FLOPS_PER_S", "BYTES_PER_S", "flops", "step_cost", "step_width"]
+__all__ = ["FLOPS_PER_S", "BYTES_PER_S", "flops", "step_cost", "step_width", "value_shape", "value_bytes",
+           "product_shapes"]
 
 FLOPS_PER_S = 100e9  # float32 GEMM on one core (docs/performance.md: 95-130 GFLOP/s)
 BYTES_PER_S = 10e9  # a streaming pass on one core (~15 GB/s copy)
 
 
-def _shape(t: Optional[TensorType]) -> tuple:
+def value_shape(t: Optional[TensorType]) -> tuple:
+    """A value's shape with unknown (``?``) dimensions counted as 1; ``()`` for none."""
     if t is None:
         return ()
     return tuple(1 if d is None else d for d in t.shape)
 
 
-def _bytes(t: Optional[TensorType]) -> int:
+def value_bytes(t: Optional[TensorType]) -> int:
+    """A value's size in bytes (unknown dimensions counted as 1)."""
     if t is None:
         return 0
-    return math.prod(_shape(t)) * t.dtype.numpy.itemsize
+    return math.prod(value_shape(t)) * t.dtype.numpy.itemsize
 
 
 def _is_product(op_name: str) -> bool:
@@ -42,9 +45,9 @@ def _is_product(op_name: str) -> bool:
     return cls is not None and cls.PRODUCT
 
 
-def _product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> tuple[tuple, tuple]:
+def product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> tuple[tuple, tuple]:
     """The two factors' shapes as multiplied (``FusedMatMul``'s ``transA``/``transB`` applied)."""
-    a, b = _shape(operands[0]), _shape(operands[1])
+    a, b = value_shape(operands[0]), value_shape(operands[1])
     if attrs.get("transA") and len(a) >= 2:
         a = a[:-2] + (a[-1], a[-2])
     if attrs.get("transB") and len(b) >= 2:
@@ -56,27 +59,17 @@ def flops(op_name: str, operands: Sequence[Optional[TensorType]], results: Seque
           attrs: dict[str, Any]) -> float:
     """Multiply-add FLOPs of the products an op computes (0 for the others)."""
     if _is_product(op_name) and len(operands) >= 2 and None not in operands[:2] and results:
-        a, _ = _product_shapes(operands, attrs)
+        a, _ = product_shapes(operands, attrs)
         k = a[-1] if a else 1
-        return 2.0 * math.prod(_shape(results[0])) * k
-    if op_name in ("LSTMTraining", "LSTMGrad") and operands and operands[0] is not None:
-        S, B, I = (_shape(operands[0]) + (1, 1, 1))[:3]
-        H = int(attrs.get("hidden_size") or 1)
-        D = 2 if attrs.get("direction") == "bidirectional" else 1
-        fwd = 2.0 * S * B * 4 * H * (I + H) * D
-        return fwd if op_name == "LSTMTraining" else 2 * fwd
-    if op_name.startswith(("LSTMCell", "GradLSTMCellInput")) and operands and operands[0] is not None:
-        B, I = (_shape(operands[0]) + (1, 1))[:2]
-        H = int(attrs.get("hidden_size") or 1)
-        fwd = 2.0 * B * 4 * H * (I + H)
-        return fwd if op_name == "LSTMCell" else 3 * fwd
-    return 0.0
+        return 2.0 * math.prod(value_shape(results[0])) * k
+    cls = OPS.get(op_name)
+    return 0.0 if cls is None else float(cls.flops(operands, results, attrs))
 
 
 def step_cost(op_name: str, operands: Sequence[Optional[TensorType]], results: Sequence[Optional[TensorType]],
               attrs: dict[str, Any]) -> float:
     """Estimated seconds on one core."""
-    moved = sum(_bytes(t) for t in operands) + sum(_bytes(t) for t in results)
+    moved = sum(value_bytes(t) for t in operands) + sum(value_bytes(t) for t in results)
     return flops(op_name, operands, results, attrs) / FLOPS_PER_S + moved / BYTES_PER_S
 
 

@@ -77,7 +77,46 @@ def is_builtin(cls: type[Op]) -> bool:
 def kernel_of(cls: type[Op]) -> Any:
     """The op's CPU kernel (``KernelInfo``: ``fn``, ``inplace``), or None."""
     from gradir.backends.cpu.kernels import get_kernel
+    from gradir.ops import CompositeOp
+    if issubclass(cls, CompositeOp):
+        return CompositeKernel(cls)  # its kernel is its decomposition, compiled
     return get_kernel(cls)
+
+
+def graph_inputs(arrays: Any) -> tuple[list, list, dict]:
+    """A one-op graph's inputs for ``arrays`` (t0, t1, ...; ``None`` an omitted operand): the inputs, the
+    op's operands, the feed."""
+    inputs: list = []
+    operands: list = []
+    feed: dict = {}
+    for a in arrays:
+        if a is None:
+            operands.append(None)
+            continue
+        v = f"t{len(inputs)}"
+        inputs.append(GraphInput(v, TensorType(DType.from_numpy(a.dtype), a.shape)))
+        operands.append(v)
+        feed[v] = a
+    return inputs, operands, feed
+
+
+@dataclass
+class CompositeKernel:
+    """A composite op's kernel as the CPU backend runs it: a one-op graph, compiled (``compile`` expands
+    the op into its decomposition), run on the operands (docs/extending.md)."""
+
+    cls: type
+    inplace: bool = False
+    blas: bool = False
+
+    def fn(self, *arrays: Any, out: Any = None, **attrs: Any) -> Any:
+        inputs, operands, feed = graph_inputs(arrays)
+        n = self.cls.num_results(self.cls(["t0"], operands, attrs).resolved_attrs())
+        results = [f"t{len(inputs) + k}" for k in range(n)]
+        graph = Graph(inputs, [self.cls(results, operands, attrs)], results).validate()
+        got = gradir.compile(graph).run(feed)
+        res = [got[r] for r in results]
+        return res[0] if n == 1 else tuple(res)
 
 
 def grad_rule_of(cls: type[Op]) -> Any:
@@ -90,6 +129,9 @@ def placement_of(cls: type[Op]) -> Any:
     """The op's sharding placement rule, or None."""
     from gradir.errors import ShardError
     from gradir.distributed.rules import RULES, placement_rule
+    from gradir.ops import CompositeOp
+    if issubclass(cls, CompositeOp):
+        return "its decomposition's"  # ``shard`` expands it first: its primitives are placed
     try:
         return RULES.get(placement_rule(cls))
     except ShardError:
@@ -159,6 +201,9 @@ def onnx_no_counterpart_reason(cls: type[Op]) -> Optional[str]:
 def onnx_comes_back_as(cls: type[Op]) -> Optional[str]:
     """What docs/onnx.md says an exported op is imported as when that is not the op itself (``a
     `ReduceSumTo` as `ReduceSum` + `Reshape```), or None."""
+    from gradir.ops import CompositeOp
+    if issubclass(cls, CompositeOp):
+        return "its decomposition (a composite op exports as its primitives: docs/extending.md)"
     with open(os.path.join(ROOT, "docs", "onnx.md"), encoding="utf-8") as f:
         text = " ".join(f.read().split())
     m = re.search(rf"`{re.escape(cls.op_name)}` (?:comes? back )?as ([^,;.]+)", text)
@@ -240,15 +285,7 @@ def make_case(cls: type[Op], dtype: Any = np.float64, seed: int = SEED, concern:
     except NotImplementedError as e:
         fail(cls, concern, f"no example: {e}")
     arrays = [None if a is None else np.asarray(a) for a in arrays]
-    inputs, operands, feed = [], [], {}
-    for a in arrays:
-        if a is None:
-            operands.append(None)
-            continue
-        v = f"t{len(inputs)}"
-        inputs.append(GraphInput(v, TensorType(DType.from_numpy(a.dtype), a.shape)))
-        operands.append(v)
-        feed[v] = a
+    inputs, operands, feed = graph_inputs(arrays)
     probe = cls(["t0"], operands, attrs)
     n = cls.num_results(probe.resolved_attrs())
     results = [f"t{len(inputs) + k}" for k in range(n)]

@@ -44,7 +44,7 @@ def test_a_missing_gradient_rule_is_named(monkeypatch):
 
 def test_a_wrong_gradient_is_named(monkeypatch):
     from gradir.autodiff.driver import RULES
-    monkeypatch.setitem(RULES, "Sigmoid", RULES["Neg"])  # dX = -dY
+    monkeypatch.setitem(RULES, OPS["Sigmoid"], RULES[OPS["Neg"]])  # dX = -dY
     assert failure(check_gradient, OPS["Sigmoid"]).startswith(
         "Sigmoid: gradient: derived gradient against finite differences")
 

@@ -14,7 +14,18 @@ from .conftest import OPS_ENV, ROOT, load_user_ops
 # wrong (the derivative of X*X is 2 X dY, not X dY).
 USER_OPS = textwrap.dedent('''
     """Two user ops for the conformance suite's own test."""
-    from gradir.ops import ElementwiseOp, Operand
+    from gradir.ops import Attr, CompositeOp, ElementwiseOp, Operand
+
+
+    class ConformanceSwishOp(CompositeOp):
+        """x * sigmoid(alpha x), a composite op as docs/extending.md writes one."""
+
+        OPERANDS = (Operand("X"),)
+        ATTRS = (Attr("alpha", "float", 1.0),)
+
+        @staticmethod
+        def decompose(b, X, *, alpha):
+            return b.Mul(X, b.Sigmoid(b.Scale(X, factor=alpha)))
 
 
     class ConformanceCubeOp(ElementwiseOp):
@@ -39,7 +50,7 @@ def test_gradir_ops_runs_the_suite_over_user_ops(tmp_path):
     path.write_text(USER_OPS, encoding="utf-8")
     env = dict(os.environ, **{OPS_ENV: str(path)}, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     run = subprocess.run([sys.executable, "-m", "pytest", os.path.join(ROOT, "tests", "conformance", "test_ops.py"),
-                          "-q", "-p", "no:cacheprovider", "-k", "ConformanceCube or ConformanceBadGrad", "-rf"],
+                          "-q", "-p", "no:cacheprovider", "-k", "ConformanceCube or ConformanceBadGrad or ConformanceSwish", "-rf"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = run.stdout + run.stderr
     assert run.returncode == 1, out
@@ -48,7 +59,8 @@ def test_gradir_ops_runs_the_suite_over_user_ops(tmp_path):
     # (its own generated backward op, ConformanceBadGradGrad, computes what its formula says)
     assert failed and all("ConformanceBadGrad" in line and "test_gradient" in line for line in failed), out
     assert "ConformanceBadGrad: gradient: " in out
-    # every concern of both ops and of their generated backward ops ran, and all but that one passed
+    # every concern of the three ops and of the generated backward ops ran, and all but that one passed
+    assert "ConformanceSwish" not in "".join(failed)
     passed = int(out.rsplit(" passed", 1)[0].rsplit(" ", 1)[-1])
     assert passed >= 4 * 8, out
 

@@ -27,13 +27,13 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from ...autodiff.builder import GraphBuilder
+from ...ops.builder import GraphBuilder
 from ...ir.constants import MAX_CONSTANT_ELEMENTS
 from ...errors import Diagnostic, GradirError, OnnxError, shown
 from ...ir.op import OPS
 from ...text.syntax import parse
 from ...ir.types import DType
-from .common import MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
+from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
 from ...errors import OnnxUnsupported as Unsupported
 from .folding import FOLD_ELEMENTS, FOLDABLE, Folding, constant_value
 from .import_ops import check_limits, handlers
@@ -335,8 +335,7 @@ class Importer(Folding):
             if fn is None and domain == "" and node.op_type in FOLDABLE:
                 self._too_big_input(node)
             if fn is None:
-                raise Unsupported("gradir has no equivalent op" if domain in ("", MS_DOMAIN) else
-                                  f"the domain {domain!r} is not supported")
+                raise Unsupported(_no_handler(domain))
             first = self.b.num_ops
             outs = fn(self, node, attrs)
         except Unsupported as e:
@@ -399,8 +398,7 @@ class Importer(Folding):
                 d == MS_DOMAIN and node.op_type == "BroadcastGradientArgs" and maybe_known:
             self.maybe_known.update(n for n in node.output if n)
         elif (d, node.op_type) not in self.handlers:
-            self.problems.append(f"{where}: " + ("gradir has no equivalent op" if d in ("", MS_DOMAIN) else
-                                                 f"the domain {d!r} is not supported"))
+            self.problems.append(f"{where}: " + _no_handler(d))
         self.poisoned.update(n for n in node.output if n)
 
     def _attributes(self, node: Any) -> dict:
@@ -477,3 +475,13 @@ def _graph_name(name: str) -> str:
     import re
     name = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return name if name and not name[0].isdigit() else "g_" + name
+
+
+def _no_handler(domain: str) -> str:
+    """Why a node has no handler: no equivalent op, an unknown ``ai.gradir`` op (a user op not loaded), or a
+    domain gradir does not read."""
+    if domain in ("", MS_DOMAIN):
+        return "gradir has no equivalent op"
+    if domain == GRADIR_DOMAIN:
+        return "no such gradir op (an op of your own is loaded with --ops FILE or gradir.load_ops)"
+    return f"the domain {domain!r} is not supported"

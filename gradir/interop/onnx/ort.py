@@ -25,6 +25,8 @@ __all__ = ["ort_notes"]
 def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
     """Why ONNX Runtime's CPU training build cannot run the export of ``graph`` (empty when it can): ops
     written in the ``ai.gradir`` domain, and ops ORT has no CPU kernel of for their dtype."""
+    from ...ops.composite import expand_composites
+    graph = expand_composites(graph)  # a composite op exports as its decomposition
     lacking: dict[str, list[str]] = {}
     for op in graph.ops:
         t = graph.types[op.results[0]] if op.results else None

@@ -35,177 +35,23 @@ for compilation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
-from typing import Any, Callable, Iterator, MutableMapping, Optional
-
-from ...base import TABLES
-from ....ir.op import OPS, Op
+from .registry import KERNELS, TABLES, KernelInfo, KernelTable, get_kernel, kernel
 
 __all__ = ["KernelInfo", "KernelTable", "KERNELS", "TABLES", "kernel", "get_kernel"]
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    name: str
-    fn: Callable[..., Any]
-    inplace: bool = False  # result may share the buffer of a same-shaped operand
-    blas: bool = False  # spends its time in BLAS (single-threaded in runs; splits its products itself)
-    ufunc: Any = None  # a NumPy ufunc computing exactly this op (no attributes): used for tiny arrays
-    warm: Callable[[Any], None] | None = None  # warm(dtype): compile this kernel's compiled path ahead
-    splits: bool = False  # splits large arrays into row chunks over the cores it is given (parallel_rows)
-    # prepare(op, types): build what this kernel needs for this very op (a fused loop), at compile time
-    prepare: Callable[[Any, Any], None] | None = None
-    # the numba function of ``_jit_act`` computing one element of the compiled Float32 path from the
-    # operands alone (hand-written kernels only): a fused Float32 loop calls it, and so gives this kernel's bits
-    scalar: str | None = None
-    # width(operands, results, attrs): how many cores the kernel can keep busy for these types
-    # (``gradir.transforms.cost.step_width`` asks it; None: one core, or the row-chunk rule for ``splits``)
-    width: Callable[[Any, Any, Any], int] | None = None
-    op: Optional[type] = None  # the op class it computes
-    generated: bool = False  # made from the op's FORMULA (``gradir.backends.cpu.kernels.generated``)
-
-    def __post_init__(self) -> None:
-        if self.width is None and (self.blas or self.splits or self.name in _WIDE):
-            # the default: the products', LSTMs' and row chunks' rules (``widths``)
-            object.__setattr__(self, "width", partial(_default_width, self.name, self.blas, self.splits))
-
-
-def _default_width(name: str, blas: bool, splits: bool, operands: Any, results: Any, attrs: Any) -> int:
-    from .widths import step_width  # (imported at the first use: it imports kernel families)
-    return step_width(name, blas, splits, operands, results, attrs)
-
-
-# kernels with a width rule of their own in ``widths.step_width`` (besides those that are blas or split)
-_WIDE = frozenset({"MatMul", "FusedMatMul", "LSTMTraining", "LSTMGrad", "LSTMCell", "GradLSTMCellInput",
-                   "GradLSTMCellInputFused"})
-
-
-def _op_class(key: object) -> type:
-    """The op class a table key names: a class, an op instance, or (deprecated) an op name."""
-    if isinstance(key, type) and issubclass(key, Op):
-        return key
-    if isinstance(key, Op):
-        return type(key)
-    if isinstance(key, str):
-        cls = OPS.get(key) or _UNREGISTERED.get(key)
-        if cls is not None:
-            return cls
-        raise KeyError(key)
-    raise TypeError(f"kernels are keyed by op class, not {type(key).__name__}")
-
-
-# op classes with kernels that ``OPS`` does not list (``FusedElementwise``), by name
-_UNREGISTERED: dict[str, type] = {}
-
-
-class KernelTable(MutableMapping):
-    """One backend's kernels by op class (an op instance or, deprecated, an op name also works).
-
-    A table that ``generates`` gives an op with a ``FORMULA`` and no registered kernel a generated
-    one on first lookup (kept apart from the registered ones: iteration lists those).  Deleting an
-    op's kernel means "no kernel" (nothing is generated for it then) until one is set again."""
-
-    def __init__(self, name: str, generates: bool = False) -> None:
-        self.name = name
-        self.generates = generates
-        self._kernels: dict[type, KernelInfo] = {}
-        self._generated: dict[type, KernelInfo] = {}
-        self._removed: set[type] = set()
-        self.fusion: Any = None  # what its fused loops can take (``gradir.backends.base.fusion``), if any
-
-    def __getitem__(self, key: object) -> KernelInfo:
-        if type(key) is type:  # an op class with a registered kernel: the common case, kept fast
-            info = self._kernels.get(key)  # type: ignore[call-overload]
-            if info is not None:
-                return info
-        try:
-            cls = _op_class(key)
-        except TypeError:
-            raise KeyError(key) from None
-        info = self._kernels.get(cls)
-        if info is not None:
-            return info
-        if self.generates and cls not in self._removed and getattr(cls, "FORMULA", None) is not None:
-            info = self._generated.get(cls)
-            if info is None:
-                from .generated import generated_kernel
-                info = self._generated[cls] = generated_kernel(cls)
-            return info
-        raise KeyError(key)
-
-    def __setitem__(self, key: object, info: KernelInfo) -> None:
-        cls = _op_class(key)
-        self._removed.discard(cls)
-        self._kernels[cls] = info
-
-    def __delitem__(self, key: object) -> None:
-        cls = _op_class(key)
-        if cls not in self._kernels and cls not in self._generated:
-            raise KeyError(key)
-        self._kernels.pop(cls, None)
-        self._generated.pop(cls, None)
-        self._removed.add(cls)
-
-    def __iter__(self) -> Iterator[type]:
-        return iter(list(self._kernels))
-
-    def __len__(self) -> int:
-        return len(self._kernels)
-
-    def get(self, key: object, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def registered(self, key: object) -> bool:
-        """Whether ``key``'s op has a kernel registered by hand (not generated)."""
-        return _op_class(key) in self._kernels
-
-
-TABLES["cpu"] = KernelTable("cpu", generates=True)
-KERNELS: KernelTable = TABLES["cpu"]
-
-
-def kernel(op: type | str, *, backend: str = "cpu", inplace: bool = False, blas: bool = False, ufunc: Any = None,
-           warm: Callable[[Any], None] | None = None, prepare: Callable[[Any, Any], None] | None = None,
-           scalar: str | None = None, splits: bool = False,
-           width: Callable[[Any, Any, Any], int] | None = None) -> Callable:
-    """Decorator: register ``fn`` as the kernel of op class ``op`` in ``backend``'s table (an op name
-    is accepted as a deprecated alias).
-
-    ``ufunc``: a NumPy ufunc that gives bit-identical results for this op; the
-    runtime calls it directly for tiny arrays, where a kernel's own overhead shows.
-    ``warm``: see the module docstring.  ``splits``: the kernel divides large arrays over the
-    cores the runtime gives it (``parallel.threads_here``); the scheduler then gives it more than one.
-    """
-
-    cls = _op_class(op)
-    if cls.op_name not in OPS:
-        _UNREGISTERED[cls.op_name] = cls
-
-    def register(fn: Callable) -> Callable:
-        table = TABLES.get(backend)
-        if table is None:
-            table = TABLES[backend] = KernelTable(backend)
-        if table.registered(cls):
-            raise ValueError(f"kernel for {cls.op_name!r} registered twice for backend {backend!r}")
-        table[cls] = KernelInfo(cls.op_name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare,
-                                scalar=scalar, splits=splits, width=width, op=cls)
-        return fn
-
-    return register
-
-
-def get_kernel(op: object, backend: str = "cpu") -> KernelInfo | None:
-    """The kernel of ``op`` (an op class or instance; an op name, deprecated) in ``backend``'s table."""
-    table = TABLES.get(backend)
-    return None if table is None else table.get(op)
-
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
 from . import activation, constant, fused, loss, lstm, math, norm, shape  # noqa: E402,F401
 
+# ... and so does any other module here (a new family file needs no line above; ``_jit_*`` modules are
+# compiled code, loaded by ``jit.load`` when first used)
+import importlib as _importlib  # noqa: E402
+import pkgutil as _pkgutil  # noqa: E402
+
+for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__)):
+    if not _module.startswith("_"):
+        _importlib.import_module(f"{__name__}.{_module}")
+from . import generated, registry, widths  # noqa: E402
+
+registry.HOOKS.update(width=widths.step_width, generate=generated.generated_kernel)
 KERNELS.fusion = fused  # what the cpu kernels' fused loops can take (``gradir.backends.base.fusion``)

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ....ops.constant import ConstantOp
-from . import kernel
+from .registry import kernel
 
 
 @kernel(ConstantOp)

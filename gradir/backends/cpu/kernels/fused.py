@@ -21,7 +21,8 @@ import numpy as np
 
 from ....ops.fused import FusedElementwiseOp
 from ....ops.shape import ReduceSumToOp
-from . import KERNELS, jit, kernel, parallel
+from . import jit, parallel
+from .registry import KERNELS, kernel
 from ....ir import formula as formula_lang
 from .fused_codegen import compiled_loop, formula_of, scalar_function
 from .parallel import parallel_rows

@@ -189,7 +189,7 @@ def _sums_source(body: Any, vector: tuple[bool, ...], tname: str, lines: list[st
 def scalar_function(cls: type, dtype: Any) -> Optional[str]:
     """The ``_jit_act`` element function a Float32 loop calls for ``cls`` (``KernelInfo.scalar``):
     the compiled kernel's own arithmetic (clips, ``exp2`` polynomials), vectorizable, with its bits."""
-    from . import KERNELS
+    from .registry import KERNELS
     info = KERNELS.get(cls)
     return info.scalar if info is not None and np.dtype(dtype) == np.float32 else None
 

@@ -25,7 +25,8 @@ import numpy as np
 
 from ....ir import formula
 from ....ir.types import DType, TensorType
-from . import KernelInfo, jit
+from . import jit
+from .registry import KernelInfo
 from .parallel import parallel_rows
 
 __all__ = ["generated_kernel", "COMPILED_DTYPES"]

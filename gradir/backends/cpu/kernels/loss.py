@@ -17,7 +17,8 @@ from typing import Optional
 import numpy as np
 
 from ....ops.loss import SoftmaxCrossEntropyLossGradOp, SoftmaxCrossEntropyLossOp
-from . import jit, kernel
+from . import jit
+from .registry import kernel
 from .activation import log_softmax
 from .parallel import parallel_rows
 

@@ -14,7 +14,8 @@ import numpy as np
 from ....ops.math import (AddOp, DivOp, ExpOp, FusedMatMulOp, IdentityOp, LogOp, MatMulOp, MulOp, NegOp, ReduceMeanOp,
                           ReduceSumOp, ReshapeOp, SqrtOp, SubOp, SumOp, TransposeOp)
 from ....ops.matmul_layout import operand_perm
-from . import blocked, kernel
+from . import blocked
+from .registry import kernel
 from .parallel import parallel_rows
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ....ops.shape import BroadcastToOp, ReduceSumToOp, ScaleOp, UnsqueezeOp, ZerosLikeOp
 from ....ops.shape import sum_to_axes
-from . import kernel
+from .registry import kernel
 
 
 def _result(r: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:

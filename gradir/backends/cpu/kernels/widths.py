@@ -4,10 +4,9 @@ know how the kernels split their work)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Sequence
 
-from ....transforms.cost import flops
+from ....transforms.cost import flops, product_shapes, value_bytes, value_shape
 from ....ir.op import OPS
 from ....ir.types import TensorType
 from . import blocked
@@ -16,47 +15,25 @@ from .parallel import MIN_CHUNK_BYTES
 
 __all__ = ["step_width"]
 
-def _shape(t: Optional[TensorType]) -> tuple:
-    if t is None:
-        return ()
-    return tuple(1 if d is None else d for d in t.shape)
-
-
-def _bytes(t: Optional[TensorType]) -> int:
-    if t is None:
-        return 0
-    return math.prod(_shape(t)) * t.dtype.numpy.itemsize
-
-
-def _product_shapes(operands: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> tuple[tuple, tuple]:
-    """The two factors' shapes as multiplied (``FusedMatMul``'s ``transA``/``transB`` applied)."""
-    a, b = _shape(operands[0]), _shape(operands[1])
-    if attrs.get("transA") and len(a) >= 2:
-        a = a[:-2] + (a[-1], a[-2])
-    if attrs.get("transB") and len(b) >= 2:
-        b = b[:-2] + (b[-1], b[-2])
-    return a, b
-
-
 def step_width(op_name: str, blas: bool, splits: bool, operands: Sequence[Optional[TensorType]],
                results: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> int:
     """How many cores the op's kernel can keep busy: its blocks (``MatMul``), two half-batch
     loops (large LSTM layers), row chunks (kernels that ``splits``, by ``parallel_rows``'s
     rule); 1 for the rest."""
     if getattr(OPS.get(op_name), "PRODUCT", False) and len(operands) >= 2 and None not in operands[:2]:
-        return blocked.partition(*_product_shapes(operands, attrs))[1]
+        return blocked.partition(*product_shapes(operands, attrs))[1]
     if op_name in ("LSTMTraining", "LSTMGrad") and operands and operands[0] is not None:
-        S, B, I = (_shape(operands[0]) + (1, 1, 1))[:3]
+        S, B, I = (value_shape(operands[0]) + (1, 1, 1))[:3]
         H = int(attrs.get("hidden_size") or 1)
         halves = B >= lstm_common.SPLIT_MIN_ROWS and B * 4 * H > lstm_common.WHOLE_LOOP_MAX  # split_wanted
         return max(2 if halves else 1, blocked.partition((S * B, I), (I, 4 * H))[1])
     if op_name.startswith(("LSTMCell", "GradLSTMCellInput")) and operands and operands[0] is not None:
-        B, I = (_shape(operands[0]) + (1, 1))[:2]
+        B, I = (value_shape(operands[0]) + (1, 1))[:2]
         H = int(attrs.get("hidden_size") or 1)
         return blocked.partition((B, I), (I, 4 * H))[1]
     if blas:  # another product: its own split is unknown here
         return 2 if flops(op_name, operands, results, attrs) >= 2 * blocked.MIN_BLOCK_FLOPS else 1
     if splits:
-        moved = sum(_bytes(t) for t in operands) + sum(_bytes(t) for t in results)
+        moved = sum(value_bytes(t) for t in operands) + sum(value_bytes(t) for t in results)
         return max(1, moved // MIN_CHUNK_BYTES) if moved >= 2 * MIN_CHUNK_BYTES else 1
     return 1

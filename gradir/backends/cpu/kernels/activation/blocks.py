@@ -11,7 +11,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .....ops.common import finite
-from .. import jit, kernel
+from .. import jit
+from ..registry import kernel
 from ..parallel import parallel_rows
 
 __all__ = ["BLOCK_BYTES", "act_kernel", "check_alpha", "check_operands", "compiled", "f32_args", "run_elementwise",
@@ -88,7 +89,7 @@ def act_kernel(op: type, arity: int, scalar: str | None = None) -> Callable[[Cal
 
     def warm(dtype: np.dtype) -> None:
         if np.dtype(dtype) == np.float32 and jit.load("act") is not None:
-            from .. import KERNELS
+            from ..registry import KERNELS
             KERNELS[op].fn(*[np.full((1, 1), 0.5, np.float32)] * arity)
 
     return kernel(op, inplace=True, warm=warm, scalar=scalar, splits=True)

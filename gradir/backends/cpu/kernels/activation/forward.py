@@ -6,7 +6,7 @@ import numpy as np
 
 from .....ops.activation import (FastGeluOp, GeluOp, LeakyReluOp, LogSoftmaxOp, QuickGeluOp, ReluOp, SigmoidOp,
                                  SoftmaxOp, TanhOp)
-from .. import kernel
+from ..registry import kernel
 from .blocks import act_kernel, check_alpha, check_operands, compiled, f32_args, run_elementwise, run_rows
 from .numerics import (LOG2E, W32, X32_FAST, XCLIP, fast_gelu_e32, fast_gelu_sig64, gelu_h, leaky_body, mirror,
                        n_gelu_scratch, quick_gelu_bound, quick_gelu_e32, quick_gelu_sig64, sigmoid_pair64)

@@ -61,7 +61,8 @@ from typing import Any
 import numpy as np
 
 from .....ops.lstm import LSTMGradOp, LSTMTrainingOp
-from .. import jit, kernel
+from .. import jit
+from ..registry import kernel
 from .backward import lstm_grad, release_scratch
 from .cell import grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell
 from .common import this_thread

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from .....ops.lstm import GradLSTMCellInputFusedOp, GradLSTMCellInputOp, LSTMCellOp
-from .. import blocked, jit, kernel
+from .. import blocked, jit
+from ..registry import kernel
 from . import common
 from .common import check_dtype, expect, result, this_thread
 

@@ -38,7 +38,7 @@ import numpy as np
 from ..ir.constants import MAX_CONSTANT_ELEMENTS, ConstantValueError, canonical_value, coerce_value, value_from_array
 from ..errors import ArgumentError, BuilderError, Diagnostic, shown
 from ..ir.graph import Graph, GraphInput
-from ..ir.op import OPS, REQUIRED, Op, OpError, OpErrors, format_attr_value
+from ..ir.op import ON_REGISTER, OPS, REQUIRED, Op, OpError, OpErrors, format_attr_value
 from ..ir.types import DType, TensorType
 
 __all__ = ["GraphBuilder", "Value", "BuilderError"]
@@ -471,6 +471,13 @@ def _docstring(cls: type[Op]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _add_method(cls: type[Op]) -> None:
+    setattr(GraphBuilder, cls.op_name, _make_method(cls))
+
+
+# a method for every op registered so far, and for each op registered later (the families this package
+# imports after this module, a user's op file) as it is registered
 for _cls in list(OPS.values()):
-    setattr(GraphBuilder, _cls.op_name, _make_method(_cls))
+    _add_method(_cls)
 del _cls
+ON_REGISTER.append(_add_method)
