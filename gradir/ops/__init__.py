@@ -8,12 +8,6 @@ import importlib as _importlib
 import pkgutil as _pkgutil
 
 from . import vjp  # noqa: F401  (first: its hook generates the backward ops of any op with a VJP)
-<<<<<<< HEAD
-from . import activation, constant, loss, lstm, math, norm, shape  # noqa: F401
-from ..ir.op import OPS, Attr, BackwardOp, Op, Operand
-from .common import ElementwiseOp
-from .composite import CompositeOp
-=======
 
 # Every module here is imported, so a new family file registers its ops with no list to extend.
 for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__)):
@@ -23,6 +17,5 @@ from . import activation, constant, loss, lstm, math, shape  # noqa: E402,F401  
 from ..ir.op import OPS, Attr, BackwardOp, Op, Operand  # noqa: E402
 from .common import ElementwiseOp  # noqa: E402
 from .composite import CompositeOp  # noqa: E402
->>>>>>> main
 
 __all__ = ["OPS", "Op", "BackwardOp", "Operand", "Attr", "ElementwiseOp", "CompositeOp"]

@@ -41,7 +41,7 @@ __all__ = ["KernelInfo", "KernelTable", "KERNELS", "TABLES", "kernel", "get_kern
 
 # Families register themselves on import.
 from . import parallel  # noqa: E402,F401
-from . import activation, constant, fused, loss, lstm, math, norm, shape  # noqa: E402,F401
+from . import activation, constant, fused, loss, lstm, math, shape  # noqa: E402,F401
 
 # ... and so does any other module here (a new family file needs no line above; ``_jit_*`` modules are
 # compiled code, loaded by ``jit.load`` when first used)
