@@ -27,8 +27,8 @@ EPSILON = Attr("epsilon", "float", 1e-5, doc="added to the variance before the s
 AXIS = Attr("axis", "int", -1, doc="the first normalized axis: X is normalized over axes axis..rank-1 "
                                    "(negative counts from the end)")
 STASH_TYPE = Attr("stash_type", "int", 1, choices=(1,),
-                  doc="the statistics' dtype (ONNX TensorProto code): 1, Float32, the only one ONNX's LayerNormalization "
-                      "types and ORT's CPU kernels take; the statistics are computed in float64 all the same")
+                  doc="the statistics' dtype (ONNX TensorProto code): 1, Float32, the only one ONNX's "
+                      "LayerNormalization types and ORT's CPU kernels take; they are computed in float64 all the same")
 
 
 def _stats_shape(shape: tuple, start: int) -> tuple:
