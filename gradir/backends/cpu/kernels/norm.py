@@ -49,6 +49,8 @@ def _by_rows(n: int, d: int, body: Callable[[int, int], None]) -> None:
 def _forward(X: np.ndarray, Scale: np.ndarray, B: Optional[np.ndarray], out: Optional[tuple], axis: int,
              epsilon: float, centered: bool) -> tuple[np.ndarray, ...]:
     start, n, x = _rows(X, axis)
+    # a Float32 op's epsilon is the float32 ONNX holds (and ORT adds): the same bits after an ONNX round trip
+    eps = float(np.float32(epsilon)) if X.dtype == np.float32 else float(epsilon)
     stats_shape = tuple(X.shape[:start]) + (1,) * (X.ndim - start)
     o = out if out is not None else (None,) * 3
     y = _target(o[0], X.shape, X.dtype)
@@ -64,7 +66,7 @@ def _forward(X: np.ndarray, Scale: np.ndarray, B: Optional[np.ndarray], out: Opt
             m = xr.mean(axis=1, keepdims=True)
             xr -= m
             mean[lo:hi] = m
-        s = 1 / np.sqrt((xr * xr).mean(axis=1, keepdims=True) + epsilon)
+        s = 1 / np.sqrt((xr * xr).mean(axis=1, keepdims=True) + eps)
         inv[lo:hi] = s
         xr *= s
         xr *= scale
