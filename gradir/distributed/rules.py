@@ -460,39 +460,3 @@ def lstm_cell_grad(ctx: RuleContext) -> list[Placement]:
     indices = ctx.attrs.get("input_indices") or (ctx.attrs["input_index"],)
     return batch_op(ctx, axes, [0 if k < 3 else "partial" for k in indices])
 
-
-# the operands of each layer-norm op that span the normalized axes (replicated); the others are rows
-_LAYER_NORM_PARAMS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1,),
-                      "LayerNormalizationGrad": (2,), "SimplifiedLayerNormalizationGrad": (2,),
-                      "InvertibleLayerNormalizationGrad": (2, 3)}
-
-
-@rule("layer_norm")
-def layer_norm(ctx: RuleContext) -> list[Placement]:
-    """The layer norms (``LayerNormalization(X, Scale, B)``, ``SimplifiedLayerNormalization(X, Scale)``) and their
-    gradients (``(dY, X or Y, Scale, [B,] [Mean,] InvStdDev)``): split along one axis before ``axis`` (a row
-    axis, the same in every row operand), never a normalized one; Scale and B replicated.  A gradient's
-    dScale and dB sum over the rows: partial; it is linear in dY alone."""
-    op, grad = ctx.op, ctx.op.is_backward
-    n_results = len(type(op).RESULTS)
-    start = ctx.attrs["axis"] % max(ctx.rank(1 if grad else 0), 1)
-    params = _LAYER_NORM_PARAMS.get(op.op_name, (2,) if grad else (1, 2))
-    if grad and ctx.p(0).is_partial and all(ctx.p(i).is_replicated for i in ctx.given() if i != 0):
-        return [PARTIAL] * n_results
-    rows = [i for i in ctx.given() if i not in params]
-    for i in ctx.given():
-        if ctx.p(i).is_partial:
-            ctx.refuse(f"{ctx.name(i)} is a partial sum, and {op.op_name} is not linear in it", operand=i)
-        if i in params and not ctx.p(i).is_replicated:
-            ctx.refuse(f"{ctx.name(i)} ({type(op).operand_spec(i).name}) spans the normalized axes: it must be "
-                       f"replicated", operand=i)
-    split_at = [i for i in rows if ctx.p(i).is_split]
-    axis = ctx.p(split_at[0]).axis
-    if axis >= start:
-        ctx.refuse(f"{op.op_name} normalizes over axes {start}.., and the split axis {axis} is among them: each "
-                   f"shard would normalize over its own slice only; split a row axis", operand=split_at[0])
-    for i in rows:
-        if not (ctx.p(i).is_split and ctx.p(i).axis == axis):
-            ctx.refuse(f"{ctx.name(i)} is {ctx.p(i)}, but {ctx.name(split_at[0])} is split along axis {axis}: split "
-                       f"it along the same axis", operand=i)
-    return [split(axis)] + [PARTIAL if grad else split(axis)] * (n_results - 1)
