@@ -1,7 +1,9 @@
-"""Kernel fixtures of the layer norms: ONNX LayerNormalization (opset 17, and ORT's older ai.onnx form of opset
+"""Kernel fixtures of the layer and batch norms: ONNX LayerNormalization (opset 17, and ORT's older ai.onnx form of opset
 13), ORT's SimplifiedLayerNormalization, LayerNormalizationGrad and SimplifiedLayerNormalizationGrad, in
 Float32 and, where ORT's CPU kernel runs it, Float64 (LayerNormalization; LayerNormalizationGrad with Float32
-statistics).  Several shapes and axes; nodes with 1, 2 and 3 outputs.
+statistics).  Several shapes and axes; nodes with 1, 2 and 3 outputs.  The batch norms: ONNX BatchNormalization
+(opset 15) in inference and training mode, ORT's BatchNormInternal and BatchNormalizationGrad (Float32: ORT's
+only kernels of them) over [N, C] and [N, C, L] inputs.
 
 InvertibleLayerNormalizationGrad has no fixture: ORT cannot infer its X_grad type from its inputs, and the
 fixture models leave output types to ORT's inference.  ORT's older LayerNormalization (ai.onnx, opsets 1-16,
@@ -68,3 +70,32 @@ CASES += [
     Case("layernorm_no_bias", "LayerNormalization", "", {"X": _x, "Scale": _s}, ["Y", "Mean"], {"epsilon": 1e-3}),
     Case("simplifiedlayernorm_y_only", "SimplifiedLayerNormalization", "", {"X": _x, "scale": _s}, ["Y"]),
 ]
+
+
+def _bn_inputs(shape: tuple) -> dict:
+    c = shape[1]
+    return {"X": (_rng.standard_normal(shape) * 2 + 0.5).astype(np.float32),
+            "scale": _rng.uniform(0.5, 1.5, c).astype(np.float32), "B": _rng.standard_normal(c).astype(np.float32),
+            "input_mean": _rng.standard_normal(c).astype(np.float32),
+            "input_var": _rng.uniform(0.5, 1.5, c).astype(np.float32)}
+
+
+for k, shape in enumerate([(8, 5), (4, 3, 7), (2, 3, 4, 5)]):
+    bn = _bn_inputs(shape)
+    attrs = {"epsilon": 1e-3, "momentum": 0.8}
+    CASES += [
+        Case(f"batchnorm_inference_{k}", "BatchNormalization", "", bn, ["Y"], {"epsilon": 1e-3}, opset=15),
+        Case(f"batchnorm_training_{k}", "BatchNormalization", "", bn, ["Y", "running_mean", "running_var"],
+             {**attrs, "training_mode": 1}, opset=15),
+        Case(f"batchnorminternal_{k}", "BatchNormInternal", MS_DOMAIN, bn,
+             ["Y", "running_mean", "running_var", "saved_mean", "saved_inv_std"], attrs),
+    ]
+    x = bn["X"].astype(np.float64)
+    axes = (0,) + tuple(range(2, x.ndim))
+    saved_mean = x.mean(axis=axes).astype(np.float32)
+    saved_inv_std = (1 / np.sqrt(x.var(axis=axes) + 1e-3)).astype(np.float32)
+    CASES.append(Case(f"batchnormgrad_{k}", "BatchNormalizationGrad", MS_DOMAIN,
+                      {"dY": _rng.standard_normal(shape).astype(np.float32), "X": bn["X"], "scale": bn["scale"],
+                       "mean": saved_mean, "variance": saved_inv_std},
+                      ["X_grad", "scale_grad", "bias_grad"], {"epsilon": 1e-3}))
+# (ORT refuses a training-mode BatchNormalization with other than 3 outputs: no Y-only training case)
