@@ -1,13 +1,13 @@
-"""Kernel fixtures of the layer and batch norms: ONNX LayerNormalization (opset 17, and ORT's older ai.onnx form of opset
-13), ORT's SimplifiedLayerNormalization, LayerNormalizationGrad and SimplifiedLayerNormalizationGrad, in
+"""Kernel fixtures of the layer and batch norms: ONNX LayerNormalization (opset 17, and ORT's older ai.onnx form
+of opset 13), ORT's SimplifiedLayerNormalization, LayerNormalizationGrad and SimplifiedLayerNormalizationGrad, in
 Float32 and, where ORT's CPU kernel runs it, Float64 (LayerNormalization; LayerNormalizationGrad with Float32
 statistics).  Several shapes and axes; nodes with 1, 2 and 3 outputs.  The batch norms: ONNX BatchNormalization
 (opset 15) in inference and training mode, ORT's BatchNormInternal and BatchNormalizationGrad (Float32: ORT's
 only kernels of them) over [N, C] and [N, C, L] inputs.
 
-InvertibleLayerNormalizationGrad has no fixture: ORT cannot infer its X_grad type from its inputs, and the
-fixture models leave output types to ORT's inference.  ORT's older LayerNormalization (ai.onnx, opsets 1-16,
-its contrib op) has none either: onnx's checker has no schema of it, so no checked model holds it."""
+InvertibleLayerNormalizationGrad's X_grad type ORT cannot infer from its inputs: its cases declare it
+(``Case.output_types``).  ORT's older LayerNormalization (ai.onnx, opsets 1-16,
+its contrib op) has no fixture: onnx's checker has no schema of it, so no checked model holds it."""
 
 from __future__ import annotations
 
@@ -60,6 +60,10 @@ for k, (shape, axis, dt) in enumerate([((4, 8), -1, np.float32), ((2, 3, 16), -1
         CASES.append(Case(f"simplifiedlayernormgrad_{tag}", "SimplifiedLayerNormalizationGrad", MS_DOMAIN,
                           {"dY": dy, "X": x, "scale": scale, "inv_std_var": inv0}, ["X_grad", "scale_grad"],
                           {"axis": axis}))
+        y = ((x.astype(np.float64) - mean) * inv * scale + bias).astype(dt)
+        CASES.append(Case(f"invertiblelayernormgrad_{tag}", "InvertibleLayerNormalizationGrad", MS_DOMAIN,
+                          {"dY": dy, "Y": y, "scale": scale, "bias": bias, "inv_std_var": inv},
+                          ["X_grad", "scale_grad", "bias_grad"], {"axis": axis}, output_types={"X_grad": dt}))
 
 _x = _rng.standard_normal((3, 10)).astype(np.float32)
 _s, _b = _rng.uniform(0.5, 1.5, 10).astype(np.float32), _rng.standard_normal(10).astype(np.float32)
