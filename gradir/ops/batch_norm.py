@@ -111,7 +111,7 @@ class BatchNormInternalOp(Op):
     ORT's CPU kernel is Float32 only; gradir's is exact in Float64 too.  Only the training form exists
     (``training_mode`` 1, ORT's default; ORT's inference form is a plain BatchNormalization)."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("epsilon", "momentum", "training_mode"))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("epsilon", "momentum", "training_mode"), ort_float32_only=True)
 
     SHARDING = "batch_norm"
     OPERANDS = _CHANNEL
@@ -144,7 +144,7 @@ class BatchNormalizationGradOp(BackwardOp):
     them as BatchNormInternal's saved_mean and saved_inv_std, and does not use ``epsilon`` (kept for ORT's
     signature).  ORT's CPU kernel is Float32 only; gradir's is exact in Float64 too."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("epsilon",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("epsilon",), ort_float32_only=True)
 
     SHARDING = "batch_norm"
     OPERANDS = (Operand("dY", doc="the gradient of Y"), Operand("X", doc="the forward's X"),
