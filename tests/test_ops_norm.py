@@ -260,3 +260,11 @@ def test_batch_norm_gives_the_same_bits_on_1_and_2_threads():
     two = gradir.compile(gradir.parse(text), threads=2).run(f)
     for k in one:
         assert one[k].tobytes() == two[k].tobytes(), k
+
+
+def test_batch_norm_exports_to_opset_13_in_inference_mode_only():
+    m = gradir.export_onnx(gradir.parse(_bn("Float32", mode=0).replace("output t5, t6, t7", "output t5")), opset=13)
+    m = m if isinstance(m, onnx.ModelProto) else onnx.load_from_string(m)
+    onnx.checker.check_model(m, full_check=True)
+    with pytest.raises(gradir.OnnxError, match="training_mode from opset 14"):
+        gradir.export_onnx(gradir.parse(_bn("Float32")), opset=13)

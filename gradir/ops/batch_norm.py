@@ -1,4 +1,4 @@
-"""Batch normalization: ONNX ``BatchNormalization`` (opsets 14-15: inference and training mode), ORT's
+"""Batch normalization: ONNX ``BatchNormalization`` (opsets 9-15; training mode from 14), ORT's
 ``BatchNormInternal`` (what ORT's ``BatchNormReplacement`` turns a training-mode BatchNormalization into) and
 ORT's gradient op ``BatchNormalizationGrad``.
 
@@ -68,7 +68,8 @@ def _example(rng: Any, dtype: Any) -> list[Any]:
 
 
 class BatchNormalizationOp(Op):
-    """ONNX BatchNormalization (opsets 14-15): Y = (X - mean) / sqrt(var + epsilon) * scale + B per channel (axis 1).
+    """ONNX BatchNormalization (opsets 9-15; training mode from 14): Y = (X - mean) / sqrt(var + epsilon) * scale + B
+    per channel (axis 1).
 
     ``training_mode`` 0 (inference): mean and var are input_mean and input_var; the results running_mean and
     running_var are copies of them (ONNX's node has Y alone: an exported inference node writes Y only).
@@ -77,9 +78,11 @@ class BatchNormalizationOp(Op):
     The running statistics take no gradient.  Training mode differentiates as ORT does: the gradient rule
     reads the saved statistics of a ``BatchNormInternal`` of the same operands and emits
     ``BatchNormalizationGrad`` (an imported ORT training graph holds BatchNormInternal already); inference mode
-    differentiates in X, scale, B, input_mean and input_var with BatchNormalization (inference) and ReduceSum."""
+    differentiates in X, scale, B, input_mean and input_var with BatchNormalization (inference) and ReduceSum.
+    (ORT's training graphs turn every BatchNormalization, an inference-mode one too, into BatchNormInternal:
+    they train with the batch's statistics; gradir keeps the mode the node says.)"""
 
-    ONNX = OnnxMap(attrs=("epsilon", "momentum", "training_mode"), since=14)
+    ONNX = OnnxMap(attrs=("epsilon", "momentum", "training_mode"), since=9)
 
     SHARDING = "batch_norm"
     OPERANDS = _CHANNEL
