@@ -450,3 +450,38 @@ def _dropout(e: Emitter, op: Op, cts: list, need: list) -> list:
     ratio = op.attrs["ratio"] if op.attrs["training_mode"] else 0.0
     dx = e.DropoutGrad(cts[0], op.results[1], ratio=ratio, training_mode=op.attrs["training_mode"])
     return [dx if need[0] else None] + [None] * (len(op.operands) - 1)
+
+
+@rule("BatchNormalization", "BatchNormInternal")
+def _batch_norm(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """Training mode as ORT: ``BatchNormalizationGrad`` of the saved statistics (a BatchNormalization's are
+    recomputed by a ``BatchNormInternal`` of its operands, as ORT's BatchNormReplacement does); input_mean and
+    input_var only reach the running statistics, which take no gradient.  Inference mode, Y = (X - mean) * s
+    + B with s = scale * inv, inv = 1 / sqrt(var + epsilon) per channel: dX = BatchNormalization(dY) with B and
+    mean 0; dB = Σ dY; dscale = Σ dY * x̂; dmean = -Σ dX; dvar = -scale * inv^2 * dscale / 2 (inv and x̂ from
+    BatchNormalization of a scale of ones: exp(0), so epsilon is added as the forward adds it)."""
+    dy, (x, scale, b, mean, var), eps = cts[0], op.operands, op.attrs["epsilon"]
+    if dy is None:
+        return [None] * 5
+    if op.op_name == "BatchNormInternal" or op.attrs["training_mode"]:
+        saved = op.results[3:] if op.op_name == "BatchNormInternal" else \
+            e.BatchNormInternal(*op.operands, epsilon=eps, momentum=op.attrs["momentum"])[3:]
+        dx, ds, db = e.BatchNormalizationGrad(dy, x, scale, *saved, epsilon=eps)
+        return [dx, ds, db, None, None]
+    axes = [0] + list(range(2, e.rank(x)))
+    zeros = e.ZerosLike(b)
+    ones = e.Exp(zeros)
+    dx = e.BatchNormalization(dy, scale, zeros, zeros, var, epsilon=eps)[0]
+    ds = db = dmean = dvar = None
+    if need[2]:
+        db = e.ReduceSum(dy, axes=axes)
+    if need[1] or need[4]:
+        xhat = e.BatchNormalization(x, ones, zeros, mean, var, epsilon=eps)[0]
+        ds = e.ReduceSum(e.Mul(dy, xhat), axes=axes)
+    if need[3]:
+        dmean = e.Neg(e.ReduceSum(dx, axes=axes))
+    if need[4]:
+        inv = e.ReduceSum(e.BatchNormalization(e.Unsqueeze(ones, axes=[0]), ones, zeros, zeros, var, epsilon=eps)[0],
+                          axes=[0])
+        dvar = e.Scale(e.Mul(e.Mul(ds, scale), e.Mul(inv, inv)), factor=-0.5)
+    return [dx if need[0] else None, ds if need[1] else None, db, dmean, dvar]

@@ -8,6 +8,7 @@ whose ``@rule`` they use): every such module is imported with the package, so it
 import importlib as _importlib
 import pkgutil as _pkgutil
 
+from . import rules_norm  # noqa: F401  (registers the normalization ops' rules)
 from .analysis import analyze
 from .placement import PARTIAL, REPLICATED, Placement, split
 from .run import Sharded, shard
