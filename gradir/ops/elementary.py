@@ -1,10 +1,11 @@
 """Powers, erf and extremes: Pow, Erf, the variadic Max and Min, ReduceMax.
 
-Pow and Erf are defined by their ``FORMULA`` and ``VJP`` (their kernels and backward ops are generated;
-this module is imported after ``vjp.py``, whose hook makes them).  The extremes' gradients are ORT's builders' (``gradir/autodiff/gradrules_elem.py``): for Max and Min,
-``Equal``/``Cast``/``Sum``/``Div``, so operands tied for the extreme split dY evenly; for ReduceMax,
-``Equal``/``Cast``/``Mul``, so every position tied for the maximum gets dY whole (ORT's builder, not
-PyTorch's ``amax``, which splits it).
+Pow and Erf are defined by their ``FORMULA`` and ``VJP`` (their kernels and backward ops are
+generated; this module is imported after ``vjp.py``, whose hook makes them).  The extremes' gradients
+are ORT's builders' (``gradir/autodiff/gradrules_elem.py``): for Max and Min, ``Equal``/``Cast``/
+``Sum``/``Div``, so operands tied for the extreme split dY evenly; for ReduceMax, ``Equal``/``Cast``/
+``Mul``, so every position tied for the maximum gets dY whole (ORT's builder, not PyTorch's ``amax``,
+which splits it).
 """
 
 from __future__ import annotations

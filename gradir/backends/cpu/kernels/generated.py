@@ -13,8 +13,8 @@ Two paths, both from the one formula (``gradir.ir.formula``):
   formula evaluated in the dtype of the first floating-point operand (else the first operand's;
   numbers and attributes rounded to it), into a result of the dtype the formula gives, in row
   chunks of the result like the other element-wise kernels.  Such ops are not fused (the fusion
-  pass takes only ops whose operands and result share one float dtype).  A fused group then runs its members' kernels one after another
-  (``fused._interpret``), so it gives these bits too.
+  pass takes only ops whose operands and result share one float dtype).  A fused group then runs its
+  members' kernels one after another (``fused._interpret``), so it gives these bits too.
 
 Both write into ``out`` when given; ``out`` may be one of the operands (each chunk of the result
 is computed from the same chunk of the operands before it is written).
