@@ -1,4 +1,5 @@
-"""Gradient rules of the logic family and the extremes (``gradir/ops/logic.py``, ``gradir/ops/elementary.py``):
+"""Gradient rules of the logic family, the extremes and ORT's training losses (``gradir/ops/logic.py``,
+``elementary.py``, ``loss.py``):
 ORT's gradient builders' forms (orttraining's ``gradient_builder.cc``), with broadcasting undone by the
 driver (ORT's Where builder leaves it out).  Imported by ``gradrules`` (one line at its end)."""
 
@@ -58,3 +59,20 @@ def _reduce_max(e: Emitter, op: Op, cts: list, need: list) -> list:
     mask = e.Cast(e.Equal(x, y), to=e.type(x).dtype.value)
     dx = e.Mul(dy, mask)
     return [dx if e.shape(dx) == e.shape(x) else e.BroadcastTo(dx, x)]
+
+
+@rule("SoftmaxCrossEntropy", "SparseSoftmaxCrossEntropy")
+def _ort_cross_entropy(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """The logits get ORT's ``SoftmaxCrossEntropyGrad`` / ``SparseSoftmaxCrossEntropyGrad`` of the loss's
+    cotangent (ORT's builders: dY, log_prob, label[, weight] and the reduction), plus ``LogSoftmaxGrad_13``
+    (last axis) of log_prob's when log_prob reaches an output (ORT's builder ignores that path); labels and
+    weights get none (``NO_GRADIENT_OPERANDS``)."""
+    log_prob = op.results[1]
+    parts = []
+    if cts[0] is not None:
+        grad = f"{op.op_name}Grad"
+        parts.append(e.op(grad, cts[0], log_prob, *op.operands[1:], reduction=op.attrs["reduction"]))
+    if cts[1] is not None:
+        parts.append(e.LogSoftmaxGrad_13(cts[1], log_prob, axis=-1))
+    dx = parts[0] if len(parts) == 1 else e.Sum(*parts)
+    return [dx if need[0] else None] + [None] * (len(op.operands) - 1)

@@ -30,6 +30,8 @@ def require_onnx() -> Any:
     except ImportError:
         raise OnnxError(Diagnostic('ONNX support needs the onnx package: pip install "gradir[onnx]"',
                                    filename="gradir")) from None
+    from .ort_schemas import register
+    register(onnx)  # ORT's training ops in the ai.onnx domain (SparseSoftmaxCrossEntropy), for onnx.checker
     return onnx
 
 
