@@ -441,4 +441,3 @@ def _softmax_cross_entropy_loss(e: Emitter, op: Op, cts: list, need: list) -> li
         parts.append(e.LogSoftmaxGrad_13(cts[1], log_prob, axis=1))
     ds = parts[0] if len(parts) == 1 else e.Sum(*parts)
     return [ds if need[0] else None, None, None][:max(2, len(op.operands))]
-from . import gradrules_elem  # noqa: E402,F401  (the logic family's and the extremes' rules)

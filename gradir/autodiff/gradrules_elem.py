@@ -1,14 +1,23 @@
 """Gradient rules of the logic family, the extremes and ORT's training losses (``gradir/ops/logic.py``,
 ``elementary.py``, ``loss.py``):
 ORT's gradient builders' forms (orttraining's ``gradient_builder.cc``), with broadcasting undone by the
-driver (ORT's Where builder leaves it out).  Imported by ``gradrules`` (one line at its end)."""
+driver (ORT's Where builder leaves it out).  Imported by the package (``gradir/autodiff/__init__.py``)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 from ..ir.op import Op
-from .gradrules import Emitter, _reduced_axes, _x, rule
+from .gradrules import Emitter, rule
+
+
+def _x(op: Op) -> str:
+    return op.operands[0]  # type: ignore[return-value]
+
+
+def _reduced_axes(op: Op, rank: int) -> list[int]:
+    axes = op.attrs["axes"]
+    return list(range(rank)) if axes is None else sorted(a % rank for a in axes)
 
 
 @rule("Equal", "Less", "Greater", "Not", "And")

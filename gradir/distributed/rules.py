@@ -459,4 +459,3 @@ def lstm_cell_grad(ctx: RuleContext) -> list[Placement]:
     axes = {0: 0, 1: 0, **{k + 2: v for k, v in CELL_AXES.items()}}
     indices = ctx.attrs.get("input_indices") or (ctx.attrs["input_index"],)
     return batch_op(ctx, axes, [0 if k < 3 else "partial" for k in indices])
-from . import rules_loss  # noqa: E402,F401  (cross_entropy_rows: ORT's training losses)

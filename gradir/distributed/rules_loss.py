@@ -1,5 +1,6 @@
 """The placement rule of ORT's training losses over rows (``SoftmaxCrossEntropy``, ``SparseSoftmaxCrossEntropy``
-and their gradients, ``gradir/ops/loss.py``): registered in ``rules.RULES`` (imported by one line at its end)."""
+and their gradients, ``gradir/ops/loss.py``): registered in ``rules.RULES`` (imported by the package,
+``gradir/distributed/__init__.py``)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from ..ir.op import InferContext, Op, Operand
 from ..ir.onnxmap import OnnxMap
 from ..ir.types import NUMERIC_DTYPES, TensorType, format_shape
 from .common import ElementwiseOp, UnaryOp, broadcast_shapes
-from .math import _Reduce
+from .math import Reduce
 
 __all__ = ["PowOp", "ErfOp", "MaxOp", "MinOp", "ReduceMaxOp"]
 
@@ -46,7 +46,7 @@ The importer reads an exponent of another dtype than X through a Cast."""
 class ErfOp(UnaryOp):
     """The error function (ONNX Erf); its gradient is dY * 2/sqrt(pi) * exp(-x^2) (ORT's builder's)."""
 
-    ONNX = OnnxMap()
+    ONNX = OnnxMap(ort_float32_only=True)
     ELEMENTWISE = "same"
     FORMULA = "erf(X)"
     VJP = {"X": "dY * (2 / sqrt(pi)) * exp(-(X * X))"}
@@ -113,7 +113,7 @@ are, summed back to each operand's shape."""
         return np.array(out)
 
 
-class ReduceMaxOp(_Reduce):
+class ReduceMaxOp(Reduce):
     """Maximum over `axes` (default all; NaN if any element is).
 
 ONNX ReduceMax: `axes` an attribute before opset 18, an input from 18 (folded into the attribute on

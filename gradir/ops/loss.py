@@ -180,7 +180,7 @@ axis. ORT's CPU kernel is Float32 only; gradir computes Float64 too. The gradien
 label gets none (as in ORT). For reduction "none" gradir gives one loss per row (the shape ORT's
 schema infers); ORT 1.19's CPU kernel writes one number there instead."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("reduction",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("reduction",), ort_float32_only=True)
     SHARDING = "cross_entropy_rows"
     OPERANDS = (Operand("logits", doc="[..., C]"), Operand("label", doc="[..., C], the logits' shape and dtype"))
     RESULTS = ("loss", "log_prob")
@@ -222,7 +222,7 @@ class SoftmaxCrossEntropyGradOp(BackwardOp):
 For "none" dY has one value per row (gradir; ORT 1.19's CPU kernel reads an uninitialized scale
 there). Float32 in ORT; gradir computes Float64 too."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("reduction",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("reduction",), ort_float32_only=True)
     SHARDING = "cross_entropy_rows"
     OPERANDS = (Operand("dY", doc="scalar for sum/mean, one per row for none"),
                 Operand("log_prob", doc="[..., C], the forward's"), Operand("label", doc="[..., C]"))
@@ -263,7 +263,8 @@ Float32 with Int64 labels only; gradir computes Float64 and Int32 labels too. Th
 labels and weights get none. For reduction "none" gradir gives one loss per row (the shape ORT's
 schema infers); ORT 1.19's CPU kernel writes one number there instead."""
 
-    ONNX = OnnxMap(attrs=("reduction",), since=9)  # a schema ORT adds to ai.onnx (interop/onnx/ort_schemas.py)
+    # a schema ORT adds to ai.onnx (gradir.interop.onnx.ort_schemas registers it with onnx)
+    ONNX = OnnxMap(attrs=("reduction",), since=9, ort_float32_only=True)
     SHARDING = "cross_entropy_rows"
     OPERANDS = (Operand("logits", doc="[..., C]"),
                 Operand("label", doc="[...], Int32 or Int64, in 0..C-1", sample="classes"),
@@ -300,7 +301,7 @@ dY' is dY for "sum", dY divided by the summed weights (by N without them) for "m
 for "none" (gradir; ORT 1.19's CPU kernel reads the first). Float32 with Int64 labels in ORT; gradir
 computes Float64 and Int32 labels too."""
 
-    ONNX = OnnxMap(attrs=("reduction",), since=9)  # see SparseSoftmaxCrossEntropy
+    ONNX = OnnxMap(attrs=("reduction",), since=9, ort_float32_only=True)  # see SparseSoftmaxCrossEntropy
     SHARDING = "cross_entropy_rows"
     OPERANDS = (Operand("dY", doc="scalar for sum/mean, the labels' shape for none"),
                 Operand("log_prob", doc="[..., C], the forward's"),

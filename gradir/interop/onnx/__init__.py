@@ -10,5 +10,6 @@ from __future__ import annotations
 from .common import ImportedModel, require_onnx
 from .exporter import export_onnx
 from .importer import import_onnx
+from . import export_elem, import_elem  # noqa: F401  (register the elem family's hand handlers)
 
 __all__ = ["import_onnx", "export_onnx", "ImportedModel", "require_onnx"]

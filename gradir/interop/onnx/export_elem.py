@@ -11,17 +11,22 @@ from ...ir.types import DType
 from ...ops.logic import CastOp
 from ...ops.elementary import ReduceMaxOp
 from .common import DTYPE_TO_ONNX
-from .export_ops import _io, _reduce, exporter
+from .export_ops import exporter
 
 
 @exporter(CastOp)
 def _cast(e: Any, op: Op) -> None:
-    ins, outs = _io(e, op)
-    e.node("Cast", ins, outs, to=DTYPE_TO_ONNX[DType(op.attrs["to"])])
+    e.node("Cast", [e.name(op.operands[0])], [e.name(op.results[0])], to=DTYPE_TO_ONNX[DType(op.attrs["to"])])
 
 
 @exporter(ReduceMaxOp)
 def _reduce_max(e: Any, op: Op) -> None:
-    ins, outs = _io(e, op)
+    x, out = e.name(op.operands[0]), e.name(op.results[0])
     a = op.resolved_attrs()
-    _reduce(e, "ReduceMax", ins[0], outs[0], None if a["axes"] is None else list(a["axes"]), a["keepdims"], 18)
+    axes, keep = (None if a["axes"] is None else list(a["axes"])), int(a["keepdims"])
+    if axes is not None and not axes:
+        e.node("Identity", [x], [out])
+    elif e.opset >= 18:
+        e.node("ReduceMax", [x] + ([e.ints(axes, "axes")] if axes is not None else []), [out], keepdims=keep)
+    else:
+        e.node("ReduceMax", [x], [out], axes=axes, keepdims=keep)

@@ -278,6 +278,3 @@ def _lstm(e: Export, op: Op) -> None:
           "clip": None if a["clip"] is None else e.float_attr(op, "clip"),
           "activations": None if a["activations"] is None else list(a["activations"])}
     e.node(op.op_name, ins, outs, MS_DOMAIN, **kw)
-
-
-from . import export_elem  # noqa: E402,F401  (Cast, ReduceMax)

@@ -11,17 +11,43 @@ what is not data in their ONNX forms.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from .common import ONNX_TO_DTYPE
-from .import_ops import HANDLERS, Unsupported, _only, _reduce, handler
+from .import_ops import Unsupported, handler
 
-HANDLERS[("", "ReduceMax")] = _reduce("ReduceMax", 18)
+
+def _only(attrs: dict, allowed: set[str]) -> None:
+    extra = sorted(set(attrs) - allowed)
+    if extra:
+        raise Unsupported(f"attribute{'s' if len(extra) > 1 else ''} {', '.join(extra)} "
+                          f"{'are' if len(extra) > 1 else 'is'} not supported")
+
+
+def _axes(ctx: Any, node: Any, attrs: dict) -> Optional[list[int]]:
+    """Axes from the attribute (before opset 18) or input 1 (from 18, folded: known at import)."""
+    if "axes" in attrs:
+        return [int(a) for a in attrs["axes"]]
+    if ctx.opset >= 18 and len(node.input) > 1 and node.input[1]:
+        return [int(a) for a in ctx.const(node, 1, "axes", ints=True).reshape(-1)]
+    return None
+
+
+@handler("ReduceMax")
+def _reduce_max(ctx: Any, node: Any, attrs: dict) -> list:
+    _only(attrs, {"axes", "keepdims", "noop_with_empty_axes"})
+    x = ctx.x(node, 0)
+    axes = _axes(ctx, node, attrs)
+    if not axes:
+        if attrs.get("noop_with_empty_axes", 0):
+            return [ctx.b.Identity(x)]
+        axes = None
+    return [ctx.b.ReduceMax(x, axes=axes, keepdims=bool(attrs.get("keepdims", 1)))]
 
 
 @handler("Cast")
 def _cast(ctx: Any, node: Any, attrs: dict) -> list:
-    _only(attrs, {"to", "saturate"}, node)
+    _only(attrs, {"to", "saturate"})
     to = attrs.get("to")
     if not isinstance(to, int) or isinstance(to, bool):
         raise Unsupported("its 'to' attribute must be a TensorProto data type number")
@@ -34,7 +60,7 @@ def _cast(ctx: Any, node: Any, attrs: dict) -> list:
 
 @handler("Pow")
 def _pow(ctx: Any, node: Any, attrs: dict) -> list:
-    _only(attrs, set(), node)
+    _only(attrs, set())
     x, p = ctx.x(node, 0), ctx.x(node, 1)
     if not x.dtype.is_float:
         raise Unsupported(f"Pow of a {x.dtype} base is not supported (gradir's Pow is floating-point)")

@@ -431,7 +431,3 @@ def _with_input(node: Any, i: int, name: str) -> Any:
     copy.CopyFrom(node)
     copy.input[i] = name
     return copy
-
-
-
-from . import import_elem  # noqa: E402,F401  (Cast, ReduceMax, Pow)

@@ -14,17 +14,17 @@ import numpy as np
 from ....ir.types import DType
 from ....ops.logic import CastOp
 from ....ops.elementary import MaxOp, MinOp, ReduceMaxOp
-from .math import _axes, _elementwise
 from .registry import kernel
 
 
-@kernel(CastOp, splits=True)
+@kernel(CastOp)
 def cast(x: np.ndarray, *, to: str, out: Optional[np.ndarray] = None) -> np.ndarray:
-    """NumPy's ``astype`` (C's conversions: float to integer truncates toward zero, nonzero is true),
-    in row chunks."""
-    dtype = DType(to).numpy
+    """NumPy's conversion (C's: float to integer truncates toward zero, nonzero is true)."""
+    if out is None:
+        out = np.empty(x.shape, DType(to).numpy)
     with np.errstate(invalid="ignore", over="ignore"):
-        return _elementwise(lambda a, out: np.copyto(out, a, casting="unsafe"), x, out=out, dtype=dtype)
+        np.copyto(out, x, casting="unsafe")
+    return out
 
 
 def _extreme(ufunc: np.ufunc, xs: tuple, out: Optional[np.ndarray]) -> np.ndarray:
@@ -38,30 +38,31 @@ def _extreme(ufunc: np.ufunc, xs: tuple, out: Optional[np.ndarray]) -> np.ndarra
         return out
     shape = np.broadcast_shapes(*(x.shape for x in xs))
     late_alias = out is not None and any(np.shares_memory(out, x) for x in xs[2:])
-    acc = _elementwise(ufunc, xs[0], xs[1], out=None if late_alias else out)
+    acc = ufunc(xs[0], xs[1], out=None if late_alias else out)
     if acc.shape != shape:  # a later operand broadcasts the first two up
         acc = np.broadcast_to(acc, shape).copy()
     for x in xs[2:]:
-        _elementwise(ufunc, acc, x, out=acc)
+        ufunc(acc, x, out=acc)
     if out is not None and acc is not out:
         np.copyto(out, acc)
         return out
     return acc
 
 
-@kernel(MaxOp, inplace=True, splits=True)
+@kernel(MaxOp, inplace=True)
 def max_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _extreme(np.maximum, xs, out)
 
 
-@kernel(MinOp, inplace=True, splits=True)
+@kernel(MinOp, inplace=True)
 def min_(*xs: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _extreme(np.minimum, xs, out)
 
 
 @kernel(ReduceMaxOp)
 def reduce_max(x: np.ndarray, *, axes=None, keepdims: bool = False, out: Optional[np.ndarray] = None):
-    r = np.max(x, axis=_axes(axes, x.ndim), keepdims=keepdims)
+    dims = tuple(range(x.ndim)) if axes is None else tuple(a % x.ndim for a in axes) if x.ndim else ()
+    r = np.max(x, axis=dims, keepdims=keepdims)
     if out is None:
         return np.asarray(r)
     out[...] = r
