@@ -766,7 +766,7 @@ def test_shape_of_a_symbolic_dimension_points_at_dim(capsys, tmp_path) -> None:
                {"i": np.array(0, np.int64)})
     with pytest.raises(gradir.OnnxError, match=r"(?s)1 node cannot be imported.*node 'shape' \(ai.onnx Shape\): the "
                                                r"shape of its input \(Float32 \[\?, 3\]\) is not known at import "
-                                               r"time.*--dim NAME=SIZE.*this model's are: batch"):
+                                               r"time: its dimension 0 is the symbolic dimension 'batch'.*--dim batch=SIZE"):
         import_onnx(m)
     path = tmp_path / "m.onnx"
     onnx.save(m, str(path))

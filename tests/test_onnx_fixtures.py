@@ -47,7 +47,8 @@ def test_every_case_has_the_three_forms_and_nothing_is_stray() -> None:
     assert len(CASES) >= 30
     for case in CASES:
         assert sorted(e["form"] for e in ENTRIES if e["case"] == case) == sorted(FORMS), case
-    dirs = sorted(p.name for p in DATA.iterdir() if p.is_dir() and p.name != "exported")  # exported: gradir's
+    # exported: gradir's own exports run by ORT; kernels: ORT's one-node kernel fixtures (tests/test_ort_kernels.py)
+    dirs = sorted(p.name for p in DATA.iterdir() if p.is_dir() and p.name not in ("exported", "kernels"))
     assert dirs == CASES
 
 
@@ -60,14 +61,32 @@ def test_every_listed_file_exists_inside_the_fixture_directory() -> None:
 
 
 def test_every_npz_loads_without_pickle_and_holds_finite_float32_or_int64() -> None:
-    npzs = sorted(p for p in DATA.glob("*/*.npz") if p.parent.name != "exported")
-    assert len(npzs) == 3 * len(CASES)
+    npzs = sorted(p for p in DATA.glob("*/*.npz") if p.parent.name not in ("exported", "kernels"))
+    with_masks = {e["case"] for e in ENTRIES if "masks" in e}
+    assert len(npzs) == 3 * len(CASES) + len(with_masks)
     for path in npzs:
         arrays = _load(str(path.relative_to(DATA)))
         assert arrays, path
         for key, arr in arrays.items():
+            if path.name == "masks.npz":  # ORT's Dropout masks
+                assert path.parent.name in with_masks and arr.dtype == np.bool_, (path, key, arr.dtype)
+                continue
             assert arr.dtype in (np.float32, np.int64), (path, key, arr.dtype)
             assert np.all(np.isfinite(arr)), (path, key)
+
+
+def test_every_case_with_dropout_has_ort_masks_keyed_by_the_mask_outputs() -> None:
+    onnx = _onnx()
+    for case in CASES:
+        e = _entry(case, "b")
+        drops = [n for n in onnx.load(str(DATA / e["model"])).graph.node if n.op_type == "Dropout"]
+        if not drops:
+            assert "masks" not in e, case
+            continue
+        assert all(any(a.name == "seed" for a in n.attribute) for n in drops), f"{case}: an unseeded Dropout"
+        assert all(_entry(case, f).get("masks") == f"{case}/masks.npz" for f in FORMS), case
+        masks = _load(e["masks"])
+        assert sorted(masks) == sorted(n.output[1] for n in drops), case
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -87,8 +106,11 @@ def test_inputs_params_and_reference_are_keyed_by_onnx_names(case: str) -> None:
 
 
 def test_the_fixture_set_stays_small() -> None:
-    total = sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file() and "exported" not in p.parts)
+    total = sum(p.stat().st_size for p in DATA.rglob("*")
+                if p.is_file() and "exported" not in p.parts and "kernels" not in p.parts)
     assert total < 2 * 1024 * 1024, total
+    kernels = sum(p.stat().st_size for p in (DATA / "kernels").rglob("*") if p.is_file())
+    assert kernels < 1024 * 1024, kernels
     exported = sum(p.stat().st_size for p in (DATA / "exported").rglob("*") if p.is_file())
     assert exported < 1.5 * 1024 * 1024, exported
 
@@ -244,3 +266,32 @@ def test_lstm_references_match_float64_finite_differences(case: str) -> None:
             fd[k] = (lp - lm) / (2 * eps)
         got = r[f"{name}_grad"].astype(np.float64).ravel()
         np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6 * np.abs(fd).max(), err_msg=f"{case}: {name}")
+
+
+def test_mlp_bn_dropout_reference_matches_numpy_with_orts_mask() -> None:
+    """ORT's numbers with BatchNormalization in training mode (batch statistics, biased variance) and a seeded
+    Dropout are reproduced in float64 from masks.npz: the mask is all a test needs of ORT's generator."""
+    i, p, r, m = (_load(f"mlp_bn_dropout/{n}.npz") for n in ("inputs", "params", "reference", "masks"))
+    p = {k: v.astype(np.float64) for k, v in p.items()}
+    ratio, eps = 0.25, 1e-5  # the model's Dropout ratio and BatchNormalization epsilon
+    x, labels, mask = i["X"].astype(np.float64), i["labels"], m["dropout0_mask"]
+    n_rows = len(labels)
+    h = x @ p["W1"]
+    std = np.sqrt(h.var(0) + eps)
+    xhat = (h - h.mean(0)) / std
+    a = np.maximum(xhat * p["bn.weight"] + p["bn.bias"], 0)
+    d = a * mask / (1 - ratio)
+    o = d @ p["W2"] + p["B2"]
+    lp = _log_softmax(o, 1)
+    loss = -lp[np.arange(n_rows), labels].mean()
+    do = np.exp(lp)
+    do[np.arange(n_rows), labels] -= 1
+    do /= n_rows
+    da = (do @ p["W2"].T) * mask / (1 - ratio) * (a > 0)
+    dxhat = da * p["bn.weight"]
+    dh = (dxhat - dxhat.mean(0) - xhat * (dxhat * xhat).mean(0)) / std
+    want = {"onnx::loss::2": loss, "W2_grad": d.T @ do, "B2_grad": do.sum(0), "bn.weight_grad": (da * xhat).sum(0),
+            "bn.bias_grad": da.sum(0), "W1_grad": x.T @ dh}
+    assert sorted(want) == sorted(r)
+    for k, v in want.items():
+        np.testing.assert_allclose(r[k], v, rtol=1e-4, atol=1e-5 * np.abs(v).max(), err_msg=k)

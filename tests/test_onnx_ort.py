@@ -28,6 +28,16 @@ UNSUPPORTED = {"elementwise_misc"}
 # ORT gives ai.onnx Gelu(approximate="tanh") the exact GeluGrad, which is not its derivative; gradir grad
 # derives the true one (FastGeluGrad), checked against finite differences below instead
 NOT_THE_DERIVATIVE = {"mlp_gelu_onnx20_tanh/forward"}
+# Issue #31's whole networks: they import once their ops exist (Gather/GatherGrad, LayerNormalization/Grad, Split,
+# Concat, Where, Dropout/DropoutGrad, BatchNormInternal/BatchNormalizationGrad; the forward forms also Slice, Trilu,
+# Equal, Cast, Mod and PyTorch's other shape arithmetic).  Expected to fail until then (strict: a case that starts
+# passing fails here, so that its entry is removed as its ops land).  Cases with Dropout list ORT's masks in the
+# manifest entry's "masks" (masks.npz, keyed by the Dropout node's mask output name).
+PENDING_OPS = {
+    "gpt_block", "gpt_block_slice_trilu", "gpt_block_opset18", "mlp_bn_dropout", "mlp_ln_dropout", "lstm_tagger",
+    "torch_encoder_layer_train", "torch_encoder_layer_eval", "torch_embed_ln_bn_dropout", "torch_mha_causal",
+    "torch_encoder_layer_dynamo", "torch_encoder_layer_train_dynamo", "torch_embed_ln_bn_dropout_dynamo",
+}
 
 
 def _arrays(paths: list[str]) -> dict[str, np.ndarray]:
@@ -57,7 +67,17 @@ def _forward_gradients(e: dict, graph: gradir.Graph, inputs: dict) -> dict[str, 
     return out
 
 
-@pytest.mark.parametrize("key", sorted(k for k in ENTRIES if ENTRIES[k]["case"] not in UNSUPPORTED))
+def _param(key: str):
+    if ENTRIES[key]["case"] in PENDING_OPS:
+        return pytest.param(key, marks=pytest.mark.xfail(strict=True, reason="issue #31: its ops are not in yet"))
+    return key
+
+
+def test_pending_cases_are_in_the_manifest() -> None:
+    assert PENDING_OPS <= {e["case"] for e in ENTRIES.values()}
+
+
+@pytest.mark.parametrize("key", [_param(k) for k in sorted(ENTRIES) if ENTRIES[k]["case"] not in UNSUPPORTED])
 def test_ort_training_graph_imports_and_matches_ort(key: str) -> None:
     e = ENTRIES[key]
     imported = import_onnx(os.path.join(DATA, e["model"]))

@@ -441,3 +441,12 @@ def _softmax_cross_entropy_loss(e: Emitter, op: Op, cts: list, need: list) -> li
         parts.append(e.LogSoftmaxGrad_13(cts[1], log_prob, axis=1))
     ds = parts[0] if len(parts) == 1 else e.Sum(*parts)
     return [ds if need[0] else None, None, None][:max(2, len(op.operands))]
+
+
+@rule("Dropout")
+def _dropout(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """ORT's ``DropoutGrad`` of the mask result; a Dropout that dropped nothing (``training_mode`` false or
+    ``ratio`` 0: the identity) gets ``ratio=0``, a copy (ORT's kernel does not read ``training_mode``)."""
+    ratio = op.attrs["ratio"] if op.attrs["training_mode"] else 0.0
+    dx = e.DropoutGrad(cts[0], op.results[1], ratio=ratio, training_mode=op.attrs["training_mode"])
+    return [dx if need[0] else None] + [None] * (len(op.operands) - 1)

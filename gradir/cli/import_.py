@@ -45,7 +45,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     values = args.values or (values_path(args.output) if derived else None)
     if derived:
         check_output_paths([("MODEL", args.model)], [("-o", args.output), ("-o's weights file", values)])
-    m = import_model(args.model, dims=dims, option="--dim")
+    m = import_model(args.model, dims=dims, option="--dim", dropout_seed=args.dropout_seed)
     files = [(args.output or "-", m.text.encode("utf-8"))]  # "-": the graph to standard output
     if m.inputs and values is not None:
         files.append((values, npz_bytes(m.inputs, values, "the initializer values")))
@@ -85,6 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--values", metavar="FILE.npz", help="write the initializer values here instead")
     p.add_argument("--dim", metavar="NAME=SIZE", type=_dim, action="append", default=[],
                    help="give a symbolic input dimension a size (repeatable), so shape computations fold")
+    p.add_argument("--dropout-seed", metavar="S", type=int, default=None,
+                   help="Dropouts without a seed draw ONNX Runtime's masks after onnxruntime.set_seed(S): the k-th "
+                        "(in node order) with seed S+k")
     p.set_defaults(func=cmd_import)
 
     from . import export

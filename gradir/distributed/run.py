@@ -23,7 +23,7 @@ from ..ir.graph import Graph
 from .analysis import analyze
 from .placement import Placement, integer, resolve_batch
 from .scheduler import DASK_HINT, setup_error, check_client, open_scheduler
-from .shardgraph import build_shard_graph
+from .shardgraph import ROWS_LABEL, build_shard_graph
 from .worker import ShardResult, digest, run_compiled, run_shard
 
 __all__ = ["shard", "Sharded", "open_scheduler", "shard_file_paths", "tree_sum", "DASK_HINT", "DEFAULT_SHARDS"]
@@ -104,6 +104,8 @@ class Sharded:
         self.batch = batch  # input value name -> its batch axis
         self.placements = placements  # value name -> Placement
         self.shard_graph = shard_graph
+        # the input that tells a shard's Dropouts where its rows are (``shardgraph.ROWS_LABEL``), if one needs it
+        self.rows_input = next((i.name for i in shard_graph.inputs if i.label == ROWS_LABEL), None)
         self.text = shard_graph.to_text()
         self.key = digest(self.text)
         from ..ir.labels import output_keys
@@ -193,9 +195,15 @@ class Sharded:
                 raise InputError(located(f"input {name}: its batch axis {ax} has {rows} rows, fewer than "
                                          f"{shard_count(shards)}", name))
         out: list[dict[str, np.ndarray]] = [{} for _ in range(shards)]
+        split_axes = dict(self.batch)
+        if self.rows_input is not None:  # (global row, rows) of every row of the batch, split like it
+            name, ax = next(iter(self.batch.items()))
+            rows = arrays[name].shape[ax]
+            arrays[self.rows_input] = np.stack([np.arange(rows), np.full(rows, rows)], axis=1).astype(np.int64)
+            split_axes[self.rows_input] = 0
         for name, a in arrays.items():
-            if name in self.batch:
-                for k, part in enumerate(np.array_split(a, shards, axis=self.batch[name])):
+            if name in split_axes:
+                for k, part in enumerate(np.array_split(a, shards, axis=split_axes[name])):
                     buf = pool.take(part.dtype, part.shape) if pool is not None else None
                     if buf is None:
                         out[k][name] = np.ascontiguousarray(part)
@@ -249,6 +257,10 @@ class Sharded:
         self._pool.reclaim()  # the buffers of earlier runs that nobody holds any more
         if paths is None:
             parts = self.split_inputs(inputs or {}, shards, self._pool)
+        elif self.rows_input is not None:
+            raise ShardError(setup_error("the graph has a Dropout that draws its mask on split values: each shard "
+                                         "draws at its rows' global indices, which gradir knows only when it "
+                                         "splits the inputs itself; give the inputs, not shard files"))
         else:
             parts = [dict(inputs or {})] * shards
         if progress is None:
@@ -261,7 +273,7 @@ class Sharded:
                 results = self._dask(c, parts, paths, 1 if threads is None else threads, retries, progress, jitter)
         self.last_results = results
         if paths is None:  # the split inputs' buffers, for the next run once nothing holds them
-            self._pool.lend(a for part in parts for n, a in part.items() if n in self.batch)
+            self._pool.lend(a for part in parts for n, a in part.items() if n in self.batch or n == self.rows_input)
         out = self.combine([r.outputs for r in results], self._pool)
         self._pool.lend(out.values())
         return out

@@ -7,7 +7,10 @@ dimension that follows from it) as ``?``.  Two rewrites keep the global meaning:
 * an op placed by the ``reshape`` rule (``Reshape``) whose result is split gets ``-1`` at the split
   dimension of its ``shape`` (its other dims are the global ones, known);
 * an averaging reduction (``AVERAGES``: ``ReduceMean``) over the split axis becomes ``ReduceSum`` then
-  ``Scale(1/n)`` with the global count ``n``: a partial sum whose shards add up to the global mean.
+  ``Scale(1/n)`` with the global count ``n``: a partial sum whose shards add up to the global mean;
+* a ``Dropout`` that draws its mask from a split value gets the shard's rows (``shard_rows``: an input
+  ``ROWS_LABEL``, Int64 ``[B, 2]`` of (global row, B), which the run splits along axis 0 like the batch)
+  and the split axis (``shard_axis``), so that each shard draws its slice at the whole tensor's indices.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import Mapping
 from ..errors import ShardError
 from ..ir.graph import Graph, GraphInput
 from ..ir.op import OPS, VALUE_NAME
-from ..ir.types import TensorType
+from ..ir.types import DType, TensorType
 from .placement import Placement
 from .rules import placement_rule
 
-__all__ = ["build_shard_graph"]
+__all__ = ["build_shard_graph", "ROWS_LABEL"]
+
+ROWS_LABEL = "gradir.shard_rows"  # the input of a shard graph that holds each shard's rows of the batch
 
 
 def _fresh_names(graph: Graph):
@@ -45,6 +50,7 @@ def build_shard_graph(graph: Graph, batch: Mapping[str, int], place: Mapping[str
             t = TensorType(t.dtype, shape)
         inputs.append(GraphInput(i.name, t, i.span, i.type_span, i.label, i.label_span))
     fresh = _fresh_names(graph)
+    rows: list[str] = []  # the shard_rows input, once a Dropout needs it
     ops = []
     for k, op in enumerate(graph.ops):
         p = place[op.results[0]]
@@ -61,6 +67,13 @@ def build_shard_graph(graph: Graph, batch: Mapping[str, int], place: Mapping[str
             shape = list(graph.types[op.results[0]].shape)
             shape[p.axis] = -1
             ops.append(op.copy(attrs=dict(op.attrs, shape=tuple(shape)), result_types=None))
+            continue
+        if p.is_split and op.op_name == "Dropout" and _draws(op):
+            if not rows:
+                rows.append(next(fresh))
+                inputs.append(GraphInput(rows[0], TensorType(DType.Int64, (None, 2)), label=ROWS_LABEL))
+            ops.append(op.copy(operands=[op.operands[0], None, rows[0]], attrs=dict(op.attrs, shard_axis=p.axis),
+                               result_types=None))
             continue
         ops.append(op.untyped())
     g = Graph(inputs, ops, graph.outputs, graph.name, graph.source, output_labels=graph.output_labels)
@@ -79,3 +92,9 @@ def build_shard_graph(graph: Graph, batch: Mapping[str, int], place: Mapping[str
         if not ok and not (p.is_split and want.shape[p.axis] is None and got == want):
             raise ShardError(f"internal error: {v} is {p} but its shard type is {got} (global {want})")
     return g
+
+
+def _draws(op) -> bool:
+    """Whether a Dropout draws its mask (else its shards need not know where they are)."""
+    from ..ops.dropout import draws
+    return draws(op.attrs, len(op.operands) > 1 and op.operands[1] is not None)

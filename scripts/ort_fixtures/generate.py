@@ -19,6 +19,9 @@ For every case of models.py it writes, in OUT/<case>/:
   reference.npz       ORT's results: the loss (keyed by its ONNX output name) and each
                       <param>_grad, computed by the training api's Module on form (a);
                       form (b) run in an InferenceSession must agree (checked here)
+  masks.npz           only with Dropout: ORT's mask of each Dropout node of that run, keyed
+                      by the node's mask output name (form b with the masks as extra
+                      outputs, run in a fresh session, reproduces the reference: checked)
 
 plus OUT/manifest.json and the op inventory printed at the end (also written to
 OUT/ops.json).  Deterministic: fixed seeds, single-threaded sessions.
@@ -84,8 +87,14 @@ def build_artifacts(source: onnx.ModelProto, params, frozen, loss: tuple, tmp: P
     model, the eval model and the checkpoint written into `tmp`."""
     _graph_utils._GRAPH_TOKEN = 0  # generated names (onnx::loss::N) the same for every run
     saved = _training_graph_utils.build_gradient_accumulation_graph
+    saved_disable = _training_graph_utils._disable_training_mode
     if not accumulate:
         _training_graph_utils.build_gradient_accumulation_graph = lambda *a, **k: None
+    # the eval model keeps Dropout and BatchNormalization in training mode, so that forward.onnx computes
+    # the training loss: onnxblock's switch (Dropout's training_mode input cleared, BatchNormalization's
+    # attribute set to 0) also leaves a training BatchNormalization with three outputs, which ONNX's
+    # shape inference then refuses ("should be 1 when Training_mode = False") and the eval model does not load
+    _training_graph_utils._disable_training_mode = lambda model: None
     try:
         model = onnx.ModelProto()
         model.CopyFrom(source)
@@ -93,6 +102,7 @@ def build_artifacts(source: onnx.ModelProto, params, frozen, loss: tuple, tmp: P
                                      loss=_loss_block(loss), optimizer=None, artifact_directory=tmp)
     finally:
         _training_graph_utils.build_gradient_accumulation_graph = saved
+        _training_graph_utils._disable_training_mode = saved_disable
     # generate_artifacts writes with the installed onnx's IR version: re-stamp
     for name in ("training_model.onnx", "eval_model.onnx"):
         p = tmp / name
@@ -110,8 +120,9 @@ def _session_options() -> ort.SessionOptions:
 
 
 def _forward_model(eval_path: Path, case: models.Case) -> onnx.ModelProto:
-    """The eval model (forward + loss, parameters as graph inputs) with the
-    parameters put back as initializers: a plain ONNX model that computes the loss."""
+    """The eval model (forward + loss, parameters as graph inputs; Dropout and BatchNormalization left in
+    training mode, see build_artifacts) with the parameters put back as initializers: a plain ONNX model
+    that computes the training loss."""
     m = onnx.load(eval_path)
     by_name = {t.name: t for t in case.model.graph.initializer}
     all_params = list(case.params) + list(case.frozen)
@@ -189,6 +200,33 @@ def save_npz(path: Path, arrays: dict) -> None:
             zf.writestr(info, buf.getvalue())
 
 
+def dropout_masks(model_b: onnx.ModelProto, feeds: dict, ref: dict, case: str) -> dict[str, np.ndarray]:
+    """ORT's mask of every Dropout node of form b, keyed by the node's mask output name: a copy of form b
+    with the masks as extra graph outputs, run once in a fresh single-threaded session.  A seeded Dropout's
+    generator starts from its seed in every new session, so this run draws the masks the training api's run
+    drew: its loss and gradients must equal the reference bit for bit (checked)."""
+    drops = [n for n in model_b.graph.node if n.op_type == "Dropout"]
+    if not drops:
+        return {}
+    for n in drops:
+        if not any(a.name == "seed" for a in n.attribute):
+            raise SystemExit(f"{case}: Dropout {n.name} has no seed: ORT would seed it from the clock")
+        if len(n.output) < 2 or not n.output[1]:
+            raise SystemExit(f"{case}: Dropout {n.name} has no mask output in form b")
+    m = onnx.ModelProto()
+    m.CopyFrom(model_b)
+    for n in drops:
+        m.graph.output.append(onnx.helper.make_tensor_value_info(n.output[1], onnx.TensorProto.BOOL, None))
+    with tempfile.TemporaryDirectory() as t:
+        path = Path(t) / "masks.onnx"
+        onnx.save(m, path)
+        got = run_session(path, feeds)
+    for k, v in ref.items():
+        if not np.array_equal(got[k], v):
+            raise SystemExit(f"{case}: the masks run's {k} differs from the training api's")
+    return {n.output[1]: got[n.output[1]] for n in drops}
+
+
 def generate_case(case: models.Case, out: Path) -> dict:
     d = out / case.name
     if d.exists():
@@ -240,6 +278,9 @@ def generate_case(case: models.Case, out: Path) -> dict:
     save_npz(d / "inputs.npz", case.inputs)
     save_npz(d / "params.npz", params)
     save_npz(d / "reference.npz", ref)
+    masks = dropout_masks(model_b, {**case.inputs, **params}, ref, case.name)
+    if masks:
+        save_npz(d / "masks.npz", masks)
     for p in d.iterdir():
         if p.suffix == ".onnx":
             onnx.checker.check_model(onnx.load(p))
@@ -249,6 +290,8 @@ def generate_case(case: models.Case, out: Path) -> dict:
             "reference": rel("reference.npz"), "loss": loss_name,
             "params": list(case.params), "frozen": list(case.frozen), "user_inputs": sorted(case.inputs),
             "b_max_rel_diff": worst}
+    if masks:
+        base["masks"] = rel("masks.npz")
     entries = [
         {**base, "form": "a", "model": rel("training_model.onnx"),
          "inputs": [rel("inputs.npz"), rel("params.npz")], "op_types": _op_types(model_a)},

@@ -308,6 +308,23 @@ TORCH_CASES = [  # name, what, loss, extra user inputs
      "MSE loss", ("mse", "mean")),
     ("torch_flatten_softmax", "PyTorch Flatten-Linear, log_softmax(dim=-1) + softmax(dim=1), opset 13, MSE loss",
      ("mse", "mean")),
+    # issue #31 (export_torch.py: TorchScript exporter unless *_dynamo; Dropout seeds added)
+    ("torch_encoder_layer_train", "PyTorch nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True) "
+     "on X[2, 8, 16], exported in training mode (seeded Dropouts), MSE loss", ("mse", "mean")),
+    ("torch_encoder_layer_eval", "PyTorch nn.TransformerEncoderLayer(16, 2, 32, dropout=0, batch_first=True), "
+     "exported in eval mode, MSE loss", ("mse", "mean")),
+    ("torch_embed_ln_bn_dropout", "PyTorch nn.Embedding(20, 16)-Linear(bias=False)-nn.BatchNorm1d-ReLU-"
+     "nn.Dropout(0.1)-nn.LayerNorm-Linear on ids[8], training mode (running stats frozen), CrossEntropyLoss by "
+     "onnxblock",
+     ("ce", "mean", None)),
+    ("torch_mha_causal", "PyTorch nn.MultiheadAttention(16, 2, batch_first=True) self-attention with a causal "
+     "bool attn_mask, eval mode, MSE loss", ("mse", "mean")),
+    ("torch_encoder_layer_dynamo", "PyTorch nn.TransformerEncoderLayer(16, 2, 32, dropout=0) by the dynamo "
+     "exporter (opset 18, optimize=False), MSE loss", ("mse", "mean")),
+    ("torch_encoder_layer_train_dynamo", "PyTorch nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1) by the "
+     "dynamo exporter in training mode (opset 18, seeded Dropouts), MSE loss", ("mse", "mean")),
+    ("torch_embed_ln_bn_dropout_dynamo", "torch_embed_ln_bn_dropout by the dynamo exporter (opset 18), "
+     "CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
 ]
 
 
@@ -322,10 +339,18 @@ def torch_cases() -> list[Case]:
         m = onnx.load(TORCH_DIR / f"{name}.onnx")
         rng = _rng(2000 + k)
         opset = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")][0]
-        params = [t.name for t in m.graph.initializer if t.data_type == FLOAT]
+        # float tensors are parameters, but for an additive attention mask (-inf: a constant)
+        float_inits = [t.name for t in m.graph.initializer if t.data_type == FLOAT and t.dims
+                       and np.all(np.isfinite(numpy_helper.to_array(t)))]
+        frozen = [n for n in float_inits if "running_" in n]  # BatchNorm1d's statistics
+        params = [n for n in float_inits if n not in frozen]
         inputs = {}
         for vi in m.graph.input:
-            if vi.type.tensor_type.elem_type == INT64:  # labels of the in-model loss
+            if vi.name == "ids":  # nn.Embedding's indices
+                vocab = [t for t in m.graph.initializer if t.name == "emb.weight"][0].dims[0]
+                shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                inputs[vi.name] = rng.integers(0, vocab, size=shape).astype(np.int64)
+            elif vi.type.tensor_type.elem_type == INT64:  # labels of the in-model loss
                 d_out = [t for t in m.graph.initializer if t.name.endswith("fc2.bias")][0].dims[0]
                 labels = rng.integers(0, d_out, size=vi.type.tensor_type.shape.dim[0].dim_value).astype(np.int64)
                 labels[labels == 1] = 0
@@ -339,7 +364,7 @@ def torch_cases() -> list[Case]:
         elif loss[0] == "ce":
             shape = [d.dim_value for d in out_vi.type.tensor_type.shape.dim]
             inputs["labels"] = rng.integers(0, shape[-1], size=shape[:-1]).astype(np.int64)
-        out.append(Case(name, what, opset, m, loss, inputs, params))
+        out.append(Case(name, what, opset, m, loss, inputs, params, frozen))
     return out
 
 
@@ -419,7 +444,9 @@ def cases() -> list[Case]:
     out.append(Case("elementwise_misc", "Abs/Reciprocal/Sin/Cos/Erf chain (ORT differentiates them; gradir "
                     "has no such ops: for the unsupported-node error), loss in the model", 17, m, ("own",),
                     {"X": _rng(1097).standard_normal((2, 3)).astype(np.float32)}, params))
-    return out + torch_cases()
+    import models_nets  # the whole networks of issue #31 (it imports this module)
+
+    return out + torch_cases() + models_nets.cases()
 
 
 CaseFn = Callable[[], list[Case]]

@@ -15,12 +15,13 @@ is written by the same run). Regenerate with:
 ```sh
 scripts/ort_fixtures/setup_venv.sh ../venv-ort          # once: onnxruntime-training-cpu 1.19.2, numpy<2, onnx 1.16.2, no torch
 ../venv-ort/bin/python scripts/ort_fixtures/generate.py     # writes tests/data/onnx/
-# only to re-export the PyTorch sources in scripts/ort_fixtures/torch_models/ (needs torch, not ORT):
+# only to re-export the PyTorch sources in scripts/ort_fixtures/torch_models/ (needs torch and, for the
+# dynamo exports, onnxscript; not ORT; torch 2.13.0 + onnxscript 0.7.2 wrote the issue #31 ones):
 python scripts/ort_fixtures/export_torch.py
 ```
 
-`scripts/ort_fixtures/models.py` holds the forward models (onnx.helper, no
-PyTorch, so no torch is needed), `generate.py` the pipeline. For models of your own
+`scripts/ort_fixtures/models.py` and `models_nets.py` (the whole networks) hold the
+forward models (onnx.helper, no PyTorch, so no torch is needed), `generate.py` the pipeline. For models of your own
 (e.g. checking what `gradir export` writes), `scripts/ort_fixtures/ort_tool.py run
 MODEL.onnx --inputs a.npz --inputs b.npz -o out.npz` runs any model with the
 training build's kernels, and `ort_tool.py grad FORWARD.onnx -o DIR --loss mse|ce|own
@@ -33,18 +34,19 @@ deterministic (fixed seeds, single-threaded sessions, fixed zip timestamps).
 
 | file | what |
 | --- | --- |
-| `forward.onnx` | the plain forward model with ORT's loss on top (the eval model with the parameters put back as initializers); its only output is the loss. What `gradir import` + `gradir grad` start from (form `forward` in the manifest). |
+| `forward.onnx` | the plain forward model with ORT's loss on top (the eval model, Dropout and BatchNormalization left in training mode, with the parameters put back as initializers); its only output is the loss. What `gradir import` + `gradir grad` start from (form `forward` in the manifest). |
 | `training_model.onnx` | form **a**: `onnxruntime.training.artifacts.generate_artifacts(model, requires_grad=..., loss=...)`'s training model: forward + loss + gradient graph, with one `com.microsoft` `InPlaceAccumulatorV2` per trainable parameter. |
 | `gradient_model.onnx` | form **b**: the same gradient graph without accumulators, as onnxblock's `build_gradient_graph` returns it (generate_artifacts with `build_gradient_accumulation_graph` switched off). Inputs: user inputs (model inputs, then the loss's `target`/`labels`), then every parameter (trainable and frozen, in initializer order). Outputs: the loss, then `<param>_grad` for each trainable parameter in that order. |
 | `inputs.npz` | user inputs keyed by ONNX input name (`X`, `target` or `labels` (int64), `h0`/`c0` for some LSTMs). |
 | `params.npz` | parameter values keyed by ONNX name (all are graph inputs in forms a and b; initializers in `forward.onnx`). |
+| `masks.npz` | only for models with `Dropout`: ORT's mask of every Dropout node (bool, keyed by the node's mask output name in form b), drawn in the reference run: a copy of form b with the masks as extra outputs, run once in a fresh session, gives the reference bit for bit (checked). Feed them to reproduce ORT's numbers without ORT's generator. |
 | `reference.npz` | ORT's results, keyed by ONNX output name: the loss (shape `[]`) and every `<param>_grad`. Computed by the training api (`onnxruntime.training.api.Module`, one training step, fresh gradients) on form a; form b run in an `InferenceSession` gives bitwise the same numbers (checked, `b_max_rel_diff` in the manifest), and `forward.onnx`'s loss agrees. |
 
 `manifest.json` lists one entry per (case, form): `model`, `form` (`a`, `b`,
 `forward`), `inputs` (the npz files to feed: forms a and b take `inputs.npz` and
 `params.npz`, `forward` only `inputs.npz`), `reference`, `loss` (the loss output's
 name), `params`, `frozen`, `opset`, `op_types` (`domain:op_type` present in that
-model) and a description. `ops.json` is the op inventory below, machine-readable
+model), `masks` (only with Dropout) and a description. `ops.json` is the op inventory below, machine-readable
 (with the cases each op type appears in).
 
 To check an importer against form a: strip the `InPlaceAccumulatorV2` nodes, the
@@ -174,6 +176,68 @@ NOTES = """\
   `lazy_reset_grad` (bool `[1]`).
 - The training api's `Module` returns the scalar loss with shape `[1]`; the graph
   declares `[]`, which is what `reference.npz` stores.
+
+### Whole networks (issue #31: `gpt_block*`, `mlp_bn_dropout`, `mlp_ln_dropout`, `lstm_tagger`, `torch_encoder_*`, `torch_mha_causal`, `torch_embed_*`)
+
+- **LayerNormalization** must name all three outputs (`Y`, `Mean`, `InvStdDev`) in the
+  source: with `Y` only, ORT 1.19.2's gradient builder fails
+  (`i < node_->OutputDefs().size() was false`). It stays `ai.onnx` `LayerNormalization`
+  (`axis`, `epsilon`, `stash_type=1` written out) and gets `com.microsoft`
+  `LayerNormalizationGrad(dY, X, scale, mean, inv_std_dev) -> (dX, dscale, dbias)`.
+  PyTorch writes `Y` only; `export_torch.py` names the other two.
+- **Dropout** likewise needs its `mask` output named (even the attention-weight
+  `Dropout(x, ratio)` PyTorch's TorchScript exporter writes *without* `training_mode`,
+  i.e. an identity, even in a training-mode export). It stays `ai.onnx` `Dropout` and
+  gets `com.microsoft` `DropoutGrad(dY, mask, ratio[, training_mode])`, which copies the
+  forward's `seed` attribute. ORT's seeded generator starts from its seed in each new
+  session and advances with every run: the same session's second run draws another
+  mask, a fresh session (any thread count) the same one. So forms a and b, each run once
+  in a fresh session, agree bit for bit; `masks.npz` holds the masks of that run.
+  Without a `seed` ORT seeds from the clock: every Dropout here has one
+  (`export_torch.py` gives PyTorch's Dropouts seeds 7, 8, ... in node order).
+- **onnxblock's eval model** clears Dropout's `training_mode` input and sets
+  BatchNormalization's `training_mode` to 0, leaving a three-output BatchNormalization
+  that ONNX's shape inference refuses ("should be 1 when Training_mode = False"): the
+  eval model then does not load in the training api's `Module`. generate.py skips that
+  switch, so `forward.onnx` is the training-mode forward model and computes ORT's loss.
+- **BatchNormalization** (`training_mode=1`, outputs `Y, running_mean, running_var`)
+  becomes `com.microsoft` `BatchNormInternal(X, scale, B, mean, var) -> (Y,
+  running_mean, running_var, saved_mean, saved_inv_std)` (`epsilon`, `momentum`,
+  `training_mode=1`) and `BatchNormalizationGrad(dY, X, scale, saved_mean,
+  saved_inv_std) -> (dX, dscale, dB)` (`epsilon`). The running statistics are frozen
+  parameters (graph inputs, no gradient). ORT makes every BatchNormalization a
+  `BatchNormInternal` normalizing with the batch statistics, even one in inference mode:
+  the dynamo exporter writes a training-mode `nn.BatchNorm1d` that way, so
+  `export_torch.py` sets `training_mode=1` on it.
+- **Gather** (embedding tables, axis 0, Int64 indices from a graph input or an
+  initializer) gets `com.microsoft` `GatherGrad(shape, indices, dY)` (`axis`) where
+  `shape` is computed by a `Shape` of the table (a graph input with a static shape).
+  Two gradients of a tied table (`wte` gathered and projected) are summed by `Sum`.
+- **Split** (sizes as an Int64 initializer input, or `num_outputs` at opset 18) gets an
+  `ai.onnx` `Concat` of the output gradients (no `SplitTraining` / `ConcatTraining` in
+  these graphs). ORT also **rewrites** three `Slice`s of one tensor into one `Split`
+  (`gpt_block_slice_trilu`) and PyTorch's `Gather`s of q, k, v from the stacked
+  projection into a `Split` named `split_output*` with an Int64 `splits` initializer.
+- **Constant folding** removes every shape computation PyTorch writes (`Shape`,
+  `Gather`, `Mod`, `Slice`, `Cast`, `Sqrt`, `Concat` of shapes) and the `Trilu` +
+  `Equal` causal mask of `gpt_block_slice_trilu` (a bool initializer remains): they are
+  in `forward.onnx` only. `Where(cond, x, y)`'s gradient is `Where(cond, dY,
+  ZeroConstant_Type1)` (and the other way round for `y`).
+- **The tanh GELU written with `Pow(x, 3)`** (GPT-2's form) is **not** fused into
+  `FastGelu` by `generate_artifacts` (its fusions are the pre-training ones): `Pow`,
+  `Tanh` and their gradients (the `Pow` gradient above, `TanhGrad`) are in forms a and b.
+  The erf-written GELU is fused into `com.microsoft` `Gelu` as before.
+- **MatMul of two computed 4-D tensors** (attention scores, `p @ v`) gets
+  `com.microsoft` `FusedMatMul` gradients with `transA`/`transB`.
+- **PyTorch's exporters**: `nn.TransformerEncoderLayer` exported bare by torch 2.13's
+  TorchScript exporter fails (`scaled_dot_product_attention(): argument 'is_causal'
+  must be bool, not Tensor`: the exporter fills in the default arguments of `forward`);
+  inside a module whose `forward` takes only `x` it exports. The dynamo exporter's
+  default optimizer folds a training-mode BatchNormalization into the Gemm before it
+  and the parameter slices and transposes into unnamed `val_*` tensors, so the dynamo
+  models are exported with `optimize=False`; its `CastLike` (scaling attention by
+  `1/sqrt(head_dim)`) has no gradient builder in ORT 1.19.2 and is written as the
+  equivalent `Cast`.
 
 """
 

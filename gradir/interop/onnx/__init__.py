@@ -10,6 +10,9 @@ from __future__ import annotations
 from .common import ImportedModel, require_onnx
 from .exporter import export_onnx
 from .importer import import_onnx
-from . import export_elem, import_elem  # noqa: F401  (register the elem family's hand handlers)
+# the hand handlers of op families, registered into import_ops.HANDLERS / export_ops.EXPORTERS (imported
+# here, not at the end of import_ops/export_ops: that is an import cycle, which tests/test_layout.py refuses)
+from . import export_dropout, import_dropout  # noqa: E402,F401
+from . import export_elem, import_elem  # noqa: E402,F401
 
 __all__ = ["import_onnx", "export_onnx", "ImportedModel", "require_onnx"]

@@ -27,8 +27,14 @@ __all__ = ["Folding", "FOLD_ELEMENTS", "FOLDABLE", "constant_value"]
 FOLD_ELEMENTS = 1 << 22
 # ai.onnx ops evaluated at import time when every input is known (shape arithmetic)
 FOLDABLE = {"Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub", "Mul",
-            "Div", "Slice", "Range", "ConstantOfShape", "Equal", "Where", "ReduceProd", "Identity", "Neg", "Abs",
-            "Max", "Min", "Expand", "Not", "Less", "Greater", "Tile", "Flatten", "Transpose", "ReduceSum"}
+            "Div", "Mod", "Slice", "Range", "ConstantOfShape", "Equal", "Where", "ReduceProd", "Identity", "Neg",
+            "Abs", "Max", "Min", "Expand", "Not", "And", "Or", "Xor", "Less", "Greater", "LessOrEqual",
+            "GreaterOrEqual", "Tile", "Flatten", "Transpose", "ReduceSum", "ReduceMax", "ReduceMin", "Sign",
+            "Sqrt", "Reciprocal", "Pow", "Floor", "Ceil", "Round", "Clip", "CastLike", "Trilu", "CumSum",
+            "GatherElements", "Split"}
+# element-wise ops whose result has the broadcast shape of the inputs (sized before they are evaluated)
+_BROADCASTING = {"Where", "Add", "Sub", "Mul", "Div", "Mod", "Equal", "Less", "Greater", "LessOrEqual",
+                 "GreaterOrEqual", "Max", "Min", "And", "Or", "Xor", "Pow"}
 
 
 class Folding:
@@ -44,6 +50,7 @@ class Folding:
     readers: dict[str, list[tuple[str, str, int]]]
     symbolic: set[str]
     unnamed: bool
+    dimension_names: Any  # Listing.dimension_names
     comments: list[tuple[int, int, str]]
 
     def _fold(self, node: Any, domain: str, attrs: dict) -> bool:
@@ -69,16 +76,7 @@ class Folding:
                     # them so), known when the graph runs
                     self.shape_of[node.output[0]] = v
                     return True
-            names = sorted(self.symbolic)
-            unnamed = ("a dimension with no name (ONNX's '?', neither a size nor a name) cannot be given a size "
-                       "on import: give the model static sizes (or named dimensions) before importing it")
-            if not names:
-                raise Unsupported(f"the shape of its input ({v.type}) is not known at import time (gradir computes "
-                                  f"{node.op_type} when it imports), and {unnamed}")
-            raise Unsupported(f"the shape of its input ({v.type}) is not known at import time; gradir computes "
-                              f"{node.op_type} when it imports, so give the symbolic dimensions sizes with --dim "
-                              f"NAME=SIZE (import_onnx(dims={{...}})); this model's are: {', '.join(names)}" +
-                              (f"; {unnamed}" if self.unnamed else ""))
+            raise Unsupported(self._unknown_shape(node, v, attrs))
         if domain == "" and node.op_type == "ConstantOfShape" and node.input[0] in self.shape_of:
             v = self.shape_of[node.input[0]]
             fill = tensor_array(self.onnx, attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
@@ -106,12 +104,18 @@ class Folding:
             return False
         if not all((not n) or n in self.consts for n in node.input):
             return False
-        if node.op_type == "Div" and len(node.input) > 1 and self.consts[node.input[1]].dtype.kind in "iu" and \
-                not self.consts[node.input[1]].all():
-            raise Unsupported("it divides integers by zero (undefined in ONNX)")
+        if node.op_type in ("Div", "Mod") and len(node.input) > 1 and \
+                self.consts[node.input[1]].dtype.kind in "iu" and not self.consts[node.input[1]].all():
+            raise Unsupported(f"it {'divides' if node.op_type == 'Div' else 'takes the remainder of'} integers by "
+                              "zero (undefined in ONNX)")
         size = self._fold_size(node, attrs)
         if size > FOLD_ELEMENTS:
             return self._too_big_to_fold(node, attrs, size)
+        exact = _integer_division(node.op_type, [self.consts[n] for n in node.input], attrs)
+        if exact is not None:
+            self.consts[node.output[0]] = exact
+            self.made_by[node.output[0]] = node
+            return True
         from onnx.reference import ReferenceEvaluator
         onnx = self.onnx
         ins = [n for n in node.input if n]
@@ -130,6 +134,39 @@ class Folding:
             self.consts[n] = np.asarray(r)
             self.made_by[n] = node
         return True
+
+    def _unknown_shape(self, node: Any, v: Any, attrs: dict) -> str:
+        """Why ``Shape``/``Size`` of ``v`` cannot be computed at import time: which of its dimensions are
+        unknown, the symbolic dimension each is (as ONNX's shape inference propagates the inputs' names),
+        and that ``--dim`` gives them sizes."""
+        names = sorted(self.symbolic)
+        unnamed = ("a dimension with no name (ONNX's '?', neither a size nor a name) cannot be given a size "
+                   "on import: give the model static sizes (or named dimensions) before importing it")
+        rank = len(v.shape)
+        start, end = (int(attrs.get("start", 0)), attrs.get("end")) if node.op_type == "Shape" else (0, None)
+        asked = range(rank)[start:None if end is None else int(end)]
+        unknown = [k for k in asked if v.shape[k] is None]
+        params = self.dimension_names(node.input[0])
+        named = {k: params[k] for k in unknown if k < len(params) and params[k] in self.symbolic}
+        dims = f"dimension{'s' if len(unknown) > 1 else ''} {', '.join(map(str, unknown))}"
+        if not names:
+            return (f"the shape of its input ({v.type}) is not known at import time ({dims}; gradir computes "
+                    f"{node.op_type} when it imports), and {unnamed}")
+        if named and len(named) == len(unknown):
+            params = list(dict.fromkeys(named.values()))
+            if len(unknown) == 1:
+                what = f"its dimension {unknown[0]} is the symbolic dimension {named[unknown[0]]!r}"
+            else:
+                what = f"its dimensions {', '.join(f'{k} ({p!r})' for k, p in named.items())} are symbolic"
+            them = "it a size" if len(params) == 1 else "them sizes"
+            return (f"the shape of its input ({v.type}) is not known at import time: {what}; gradir computes "
+                    f"{node.op_type} when it imports, so give {them} with {' '.join(f'--dim {p}=SIZE' for p in params)}"
+                    f" (import_onnx(dims={{{', '.join(f'{p!r}: SIZE' for p in params)}}}))")
+        what = f"its {dims} {'are' if len(unknown) > 1 else 'is'} not known"
+        return (f"the shape of its input ({v.type}) is not known at import time: {what}; gradir computes "
+                f"{node.op_type} when it imports, so give the symbolic dimensions sizes with --dim NAME=SIZE "
+                f"(import_onnx(dims={{...}})); this model's are: {', '.join(names)}" +
+                (f"; {unnamed}" if self.unnamed else ""))
 
     def _fold_size(self, node: Any, attrs: dict) -> int:
         """An upper bound of the number of elements folding ``node`` makes, from its inputs' shapes and
@@ -169,7 +206,7 @@ class Folding:
                 if delta == 0 or not all(np.isfinite([start, limit, delta])):
                     return 0 if delta == 0 else FOLD_ELEMENTS + 1
                 return max(int(np.ceil((limit - start) / delta)), 0)
-            if op in ("Where", "Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "Max", "Min"):
+            if op in _BROADCASTING:
                 return broadcast([a.shape for a in ins])
             if op == "Concat":
                 return sum(a.size for a in ins)
@@ -206,6 +243,23 @@ class Folding:
             return False
         raise Unsupported(f"its result would have {size:,} elements; gradir evaluates at most {FOLD_ELEMENTS:,} "
                           f"at import time")
+
+
+def _integer_division(op: str, ins: list[np.ndarray], attrs: dict) -> Any:
+    """ONNX's ``Div`` and ``Mod`` of integers, exactly (``onnx.reference`` before 1.17 divided int64 in
+    float64, wrong beyond 2^53): ``Div`` truncates toward zero, as C does and ONNX Runtime computes;
+    ``Mod`` takes the sign of the divisor (Python's ``%``), or of the dividend with ``fmod=1`` (C's
+    ``fmod``).  ``None`` for anything else (floats are the evaluator's).  The divisors are not zero."""
+    if op not in ("Div", "Mod") or len(ins) != 2 or ins[0].dtype.kind not in "iu" or ins[0].dtype != ins[1].dtype:
+        return None
+    a, b = ins
+    if op == "Mod" and not int(attrs.get("fmod", 0)):
+        return np.asarray(np.mod(a, b), a.dtype)
+    q = np.floor_divide(a, b)
+    r = a - q * b
+    if op == "Div":  # floor to truncation: one up where the remainder is not zero and the signs differ
+        return np.asarray(q + ((r != 0) & ((a < 0) != (b < 0))).astype(a.dtype), a.dtype)
+    return np.asarray(np.fmod(a, b), a.dtype)
 
 
 def constant_value(onnx: Any, node: Any) -> np.ndarray:

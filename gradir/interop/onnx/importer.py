@@ -12,12 +12,13 @@ gradir graph.
 * Shape computations over static shapes (``Shape``, ``Size``, ``ConstantOfShape``, integer arithmetic,
   ``Gather``, ``Concat``, ...) are evaluated at import time (with ``onnx.reference``).
 * Every node gradir cannot express exactly is reported, all at once, in one ``OnnxError``: its name,
-  domain, op type and why.
+  domain, op type and why; the import goes on past one, so those downstream of it are too
+  (``unsupported``).
 * Each op line ends with a comment naming the ONNX node it came from.
 
 This module is the import's driver (``import_onnx``, ``Importer``); ``loading`` reads the model safely,
-``patterns`` rewrites node patterns before the import, ``folding`` evaluates what is known at import
-time, and ``import_ops`` turns each node into gradir ops.
+``patterns`` rewrites node patterns before the import (the GELUs), ``folding`` evaluates what is known at
+import time, ``unsupported`` lists what cannot be imported, and ``import_ops`` turns each node into gradir ops.
 """
 
 from __future__ import annotations
@@ -29,18 +30,19 @@ import numpy as np
 
 from ...ops.builder import GraphBuilder
 from ...ir.constants import MAX_CONSTANT_ELEMENTS
-from ...errors import Diagnostic, GradirError, OnnxError, shown
+from ...errors import ArgumentError, Diagnostic, GradirError, OnnxError, shown
 from ...ir.op import OPS
 from ...text.syntax import parse
 from ...ir.types import DType
-from .common import GRADIR_DOMAIN, MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
+from .common import MS_DOMAIN, ONNX_TO_DTYPE, ImportedModel, onnx_domain, require_onnx
 from ...errors import OnnxUnsupported as Unsupported
 from .folding import FOLD_ELEMENTS, FOLDABLE, Folding, constant_value
 from .import_ops import check_limits, handlers
 from .loading import check_import_arguments, elem_type_name, read_model, tensor_array
 from .lowering import regroup
 from .naming import keep_value_names, reserve_value_names
-from .patterns import fuse_erf_gelu
+from .patterns import fuse_gelus
+from .unsupported import Listing, no_handler
 
 __all__ = ["import_onnx", "import_model", "Importer"]
 
@@ -58,7 +60,8 @@ ATTRIBUTE_TYPES = {
 
 
 def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Optional[dict[str, int]] = None,
-                name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None) -> ImportedModel:
+                name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None,
+                dropout_seed: Optional[int] = None) -> ImportedModel:
     """Import an ONNX model (a path, the bytes of one, or an ``onnx.ModelProto``); see the module doc.
 
     ``dims`` gives symbolic input dimensions values (``{"batch": 64}``), so shape computations fold.
@@ -67,17 +70,22 @@ def import_onnx(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opti
     directory; one given as bytes or a ``ModelProto`` has no directory, so its external data is refused
     unless ``base_dir`` is given (never the current directory: a received model must not choose which of
     your files become its weights).  External data stays inside that directory: no ``..``, no absolute
-    path, no symbolic link out of it.
+    path, no symbolic link out of it.  ``dropout_seed=S``: the training-mode Dropouts without a ``seed``
+    draw ONNX Runtime's masks after ``onnxruntime.set_seed(S)``, ``S + k`` for the k-th in node order
+    (docs/onnx.md, "Dropout's mask").
     """
-    return import_model(model, dims=dims, name=name, base_dir=base_dir)
+    return import_model(model, dims=dims, name=name, base_dir=base_dir, dropout_seed=dropout_seed)
 
 
 def import_model(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Optional[dict[str, int]] = None,
                  name: Optional[str] = None, base_dir: Union[str, "os.PathLike[str]", None] = None,
-                 option: str = "dims") -> ImportedModel:
+                 option: str = "dims", dropout_seed: Optional[int] = None) -> ImportedModel:
     """``import_onnx`` for a caller whose sizes of symbolic dimensions are called ``option``: ``"dims"``
     (the API: ``dims['batch']``) or ``"--dim"`` (``gradir import``: ``--dim batch``), so that an error
     about one speaks its caller's language."""
+    if dropout_seed is not None and (isinstance(dropout_seed, bool) or not isinstance(dropout_seed, int)
+                                     or not -(1 << 63) <= dropout_seed < (1 << 63)):
+        raise ArgumentError(f"dropout_seed must be a 64-bit integer or None, got {shown(dropout_seed)}")
     onnx = require_onnx()
     dims, name, base = check_import_arguments(model, dims, name, base_dir)
     proto, filename = read_model(onnx, model, base)
@@ -89,10 +97,12 @@ def import_model(model: Union[str, "os.PathLike[str]", bytes, Any], *, dims: Opt
             raise OnnxError(Diagnostic(f"{which}: no input has a dimension named {unknown[0]!r} (the "
                                        f"symbolic dimensions are: {', '.join(sorted(named)) or 'none'})",
                                        filename=filename))
-    return Importer(proto, filename, dims or {}, name).run()
+    imp = Importer(proto, filename, dims or {}, name)
+    imp.dropout_seed = dropout_seed  # read by import_dropout (seedless Dropouts)
+    return imp.run()
 
 
-class Importer(Folding):
+class Importer(Folding, Listing):
     """One import: the builder, what each ONNX name stands for, what is known at import time."""
 
     def __init__(self, proto: Any, filename: str, dims: dict[str, int], name: Optional[str]) -> None:
@@ -112,6 +122,9 @@ class Importer(Folding):
         self.poisoned: set[str] = set()
         self.maybe_known: set[str] = set()  # poisoned names that might have been known at import time
         self.made_by: dict[str, Any] = {}  # folded value -> the node that computed it (to locate errors)
+        self._stand_ins: set[str] = set()  # poisoned values a placeholder stands in for (unsupported.py)
+        self._skipped: set[str] = set()  # values of nodes skipped unblamed after a failure: of no known type
+        self._made_by_failed: dict[str, str] = {}  # poisoned value -> where the node that failed to make it is
         self.symbolic = {d.dim_param for vi in g.input for d in vi.type.tensor_type.shape.dim
                          if d.HasField("dim_param") and d.dim_param not in dims}
         # an input dimension with neither a size nor a name: no --dim can give it a size
@@ -179,7 +192,7 @@ class Importer(Folding):
         g = self.proto.graph
         nodes, grad_outputs = self._strip_accumulators(list(g.node))
         inits = {t.name: t for t in g.initializer}
-        nodes = fuse_erf_gelu(self.onnx, nodes, inits, {o.name for o in g.output}, self.notes)
+        nodes = fuse_gelus(self.onnx, nodes, inits, {o.name for o in g.output}, self.notes)
         nodes = regroup(self.onnx, nodes, {o.name for o in g.output}, MS_DOMAIN)  # ops export wrote as standard ops
         # where each value is read (op type, domain, operand index); graph outputs as ("", "", -1)
         self.readers: dict[str, list[tuple[str, str, int]]] = {o.name: [("", "", -1)] for o in g.output}
@@ -319,7 +332,8 @@ class Importer(Folding):
 
     def _node(self, node: Any) -> None:
         where = self._where(node)
-        if any(n in self.poisoned for n in node.input if n):
+        stood_in = any(n in self.poisoned for n in node.input if n)
+        if stood_in and not self._stand_in(node):
             self._poisoned_node(node, where)
             return
         domain = onnx_domain(node.domain)
@@ -335,7 +349,7 @@ class Importer(Folding):
             if fn is None and domain == "" and node.op_type in FOLDABLE:
                 self._too_big_input(node)
             if fn is None:
-                raise Unsupported(_no_handler(domain))
+                raise Unsupported(no_handler(domain))
             first = self.b.num_ops
             outs = fn(self, node, attrs)
         except Unsupported as e:
@@ -343,6 +357,11 @@ class Importer(Folding):
             return
         except GradirError as e:
             self._failed(node, f"{where}: " + "; ".join(d.message for d in e.diagnostics))
+            return
+        except Exception:  # noqa: BLE001 - only for a placeholder: the import fails anyway, its listing must not
+            if not stood_in:  # a handler's own bug stays one
+                raise
+            self._poisoned_node(node, where)  # a placeholder it could not take: as if there were none
             return
         if self.b.num_ops > first:
             self.comments.append((first, self.b.num_ops, node.name or node.op_type))
@@ -368,38 +387,6 @@ class Importer(Folding):
                     raise Unsupported(f"its input {k} ({n!r}, {v.type}) has {size:,} elements, too many to evaluate "
                                       f"at import time (at most {FOLD_ELEMENTS:,}), and gradir has no "
                                       f"{node.op_type} op")
-
-    def _failed(self, node: Any, problem: str) -> None:
-        """``node`` could not be imported: its problem is listed, and what it computes is poisoned (a
-        node it feeds is not blamed for it).  What an op the importer evaluates computes might have
-        been known at import time (a ``Shape`` given its ``--dim``), so it does not make the ops it
-        feeds unsupported either."""
-        self.problems.append(problem)
-        outs = [n for n in node.output if n]
-        self.poisoned.update(outs)
-        d = onnx_domain(node.domain)
-        if d == "" and node.op_type in FOLDABLE | {"Constant"} or d == MS_DOMAIN and \
-                node.op_type == "BroadcastGradientArgs":
-            self.maybe_known.update(outs)
-
-    def _where(self, node: Any) -> str:
-        return f"node {node.name or '(unnamed)'!r} ({onnx_domain(node.domain) or 'ai.onnx'} {node.op_type})"
-
-    def _poisoned_node(self, node: Any, where: str) -> None:
-        """A node fed by a node that could not be imported: reported only if its own op type is unsupported.
-
-        An op the importer folds (``Where``, ``Concat``, ``Gather``, ``Slice``, ...) and has no handler for is
-        unsupported here too, unless what poisons it could have been known at import time (``Shape`` of an
-        unsupported node's result, a bad initializer, ...): then it would have folded, and is not blamed."""
-        d = onnx_domain(node.domain)
-        maybe_known = all(n in self.maybe_known for n in node.input if n in self.poisoned)
-        if d == "" and node.op_type in ("Shape", "Size") or \
-                d == "" and node.op_type in FOLDABLE | {"Constant"} and maybe_known or \
-                d == MS_DOMAIN and node.op_type == "BroadcastGradientArgs" and maybe_known:
-            self.maybe_known.update(n for n in node.output if n)
-        elif (d, node.op_type) not in self.handlers:
-            self.problems.append(f"{where}: " + _no_handler(d))
-        self.poisoned.update(n for n in node.output if n)
 
     def _attributes(self, node: Any) -> dict:
         """The node's attributes as Python values; a string one must be UTF-8 (the handlers decode them), and
@@ -446,16 +433,6 @@ class Importer(Folding):
             seen.add(v.name)
             self.b.output(v, label=label)
 
-    def _fail(self) -> None:
-        n = len(self.problems)
-        # the header names what failed: nodes, initializers or graph inputs, or when they are mixed, problems
-        kinds = {next((k for k in ("node", "initializer", "graph input") if p.startswith(k + " ")), "")
-                 for p in self.problems}
-        kind = kinds.pop() if len(kinds) == 1 else ""
-        head = Diagnostic(f"{n} {kind}{'s' if n > 1 else ''} cannot be imported:" if kind else
-                          f"the model cannot be imported: {n} problem{'s' if n > 1 else ''}:", filename=self.filename)
-        raise OnnxError([head] + [Diagnostic(p, filename=self.filename) for p in self.problems])
-
     def _with_comments(self, graph: Any) -> Any:
         """The graph re-read from its text with each op line ending in ``# <ONNX node name>``.  An ONNX name
         that is the value's own gradir name (``t3`` for ``t3``: a model gradir exported) is no label."""
@@ -475,13 +452,3 @@ def _graph_name(name: str) -> str:
     import re
     name = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return name if name and not name[0].isdigit() else "g_" + name
-
-
-def _no_handler(domain: str) -> str:
-    """Why a node has no handler: no equivalent op, an unknown ``ai.gradir`` op (a user op not loaded), or a
-    domain gradir does not read."""
-    if domain in ("", MS_DOMAIN):
-        return "gradir has no equivalent op"
-    if domain == GRADIR_DOMAIN:
-        return "no such gradir op (an op of your own is loaded with --ops FILE or gradir.load_ops)"
-    return f"the domain {domain!r} is not supported"
