@@ -13,6 +13,7 @@ import glob
 import os
 import re
 import sys
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def to_float64(g: Graph) -> Graph:
 def _array(rng, t: TensorType, name: str, positive: set, shapes: dict, ints: dict):
     shape = shapes.get(name, t.shape)
     assert all(d is not None for d in shape), f"give a concrete shape for {name}"
-    if not t.dtype.is_float:
+    if not t.dtype.is_float or name in ints:  # ints: the fixed values of non-float (or fixed float) inputs
         return np.asarray(ints[name], dtype=t.dtype.numpy)
     if name in positive:
         return np.asarray(rng.uniform(0.5, 2.0, shape))
@@ -202,12 +203,13 @@ def test_rules_are_for_forward_ops_only():
 
 
 # -- every forward op on random shapes and attributes (strategies.OP_EXAMPLES) --
-def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
+def _random_op_graph(name: str, data) -> Optional[tuple[Graph, dict, set]]:
     types, attrs = OP_EXAMPLES[name](data.draw)
     cls = OPS[name]
-    assume(all(t is None or t.dtype.is_float or name == "LSTMTraining" or
-               cls.operand_spec(k).sample in ("classes", "indices") for k, t in enumerate(types)))
-    assume(any(t is not None and t.dtype.is_float for t in types))
+    assume(all(t is None or t.dtype.is_float or t.dtype == DType.Bool or name == "LSTMTraining"
+               or cls.operand_spec(k).sample in ("classes", "indices") for k, t in enumerate(types)))
+    if not any(t is not None and t.dtype.is_float for t in types):
+        return None  # Bool operands only (Not, And): nothing to differentiate
     inputs, operands, ints, positive = [], [], {}, set()
     for k, t in enumerate(types):
         if t is None:
@@ -216,6 +218,12 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
         v = f"t{len(inputs)}"
         if t.dtype.is_float:
             t = t.with_dtype(DType.Float64)
+            if name == "SoftmaxCrossEntropy" and k == 1:  # soft labels: distributions, as ORT's gradient assumes
+                e = np.exp(np.reshape(data.draw(st.lists(st.floats(-2, 2), min_size=t.numel, max_size=t.numel)),
+                                      t.shape))
+                ints[v] = e / e.sum(axis=-1, keepdims=True)
+        elif t.dtype == DType.Bool:  # a condition or mask
+            ints[v] = np.reshape(data.draw(st.lists(st.booleans(), min_size=t.numel, max_size=t.numel)), t.shape)
         elif cls.operand_spec(k).sample == "classes":  # class labels, some ignored, not every one
             C, n = types[k - 1].shape[1], t.numel
             ignore = attrs.get("ignore_index")
@@ -230,7 +238,7 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
         else:  # LSTMTraining's sequence lengths
             S = types[0].shape[0]
             ints[v] = data.draw(st.lists(st.integers(1, S), min_size=t.shape[0], max_size=t.shape[0]))
-        if name in ("Log", "Sqrt") or (name == "Div" and k == 1):
+        if name in ("Log", "Sqrt") or (name == "Div" and k == 1) or (name == "Pow" and k == 0):
             positive.add(v)
         inputs.append(GraphInput(v, t))
         operands.append(v)
@@ -246,10 +254,17 @@ def _random_op_graph(name: str, data) -> tuple[Graph, dict, set]:
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_random_instances_of_each_forward_op(name, data):
-    g, ints, positive = _random_op_graph(name, data)
+    made = _random_op_graph(name, data)
+    if made is None:
+        return
+    g, ints, positive = made
+    if not any(g.types[o].dtype.is_float for o in g.outputs):
+        return  # Bool results (the comparisons, Not, And): nothing to differentiate
     if name in ("LeakyRelu", "QuickGelu"):  # keep alpha moderate: FD of x * 1e300 loses its digits
         assume(abs(g.ops[0].attrs["alpha"]) < 100)
-    wrt = [g.ops[0].operands[0]] if name == "SoftmaxCrossEntropyLoss" else None  # weights: not differentiable
+    op = g.ops[0]  # labels, weights: not differentiable (nor fixed inputs)
+    wrt = [v for k, v in enumerate(op.operands) if v is not None and v not in ints and g.types[v].dtype.is_float
+           and k not in type(op).NO_GRADIENT_OPERANDS]
     fd_check(g, wrt, positive=positive, ints=ints, seed=data.draw(st.integers(0, 2**16)))
 
 

@@ -12,6 +12,7 @@ from . import rules_norm  # noqa: F401  (registers the normalization ops' rules)
 from .analysis import analyze
 from .placement import PARTIAL, REPLICATED, Placement, split
 from .run import Sharded, shard
+from . import rules_loss  # noqa: F401  (registers cross_entropy_rows)
 
 __all__ = ["shard", "Sharded", "Placement", "REPLICATED", "PARTIAL", "split", "analyze"]
 

@@ -56,6 +56,14 @@ def _where(args: list, const: Callable[[float], ast.expr]) -> ast.expr:
     return ast.IfExp(test=args[0], body=args[1], orelse=args[2])
 
 
+def _not(args: list, const: Callable[[float], ast.expr]) -> ast.expr:
+    return ast.UnaryOp(ast.Not(), args[0])
+
+
+def _and(args: list, const: Callable[[float], ast.expr]) -> ast.expr:
+    return ast.BoolOp(ast.And(), list(args))
+
+
 def _sigmoid_scalar(args: list, const: Callable[[float], ast.expr]) -> ast.expr:
     e = ast.Call(ast.Name("math.exp", ast.Load()), [ast.UnaryOp(ast.USub(), args[0])], [])
     return ast.BinOp(const(1.0), ast.Div(), ast.BinOp(const(1.0), ast.Add(), e))
@@ -102,6 +110,8 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in [
     _fn("where", np.where, 3, _where, False, "a where c holds, else b"),
     _fn("maximum", np.maximum, 2, _pick(ast.Gt()), False, "the larger of a and b (NaN if either is)"),
     _fn("minimum", np.minimum, 2, _pick(ast.Lt()), False, "the smaller of a and b (NaN if either is)"),
+    _fn("logical_not", np.logical_not, 1, _not, False, "true where x is false (Bool)"),
+    _fn("logical_and", np.logical_and, 2, _and, False, "true where a and b are (Bool)"),
     _fn("zeros_like", np.zeros_like, 1, lambda args, const: const(0.0), False, "0 (of x's shape)"),
     Function("pi", math.pi, None, None, False, "the constant pi"),
 ]}

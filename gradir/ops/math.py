@@ -334,7 +334,9 @@ class ReshapeOp(Op):
         return np.reshape(np.asarray(X, np.float64), shape).copy()
 
 
-class _Reduce(Op):
+class Reduce(Op):
+    """Base of the reductions over ``axes`` (``keepdims``): their type rule."""
+
     abstract = True
     OPERANDS = (Operand("X"),)
     ATTRS = (Attr("axes", "ints", None, doc="axes to reduce (default: all)"),
@@ -361,7 +363,7 @@ class _Reduce(Op):
         return [t.with_shape(shape)]
 
 
-class ReduceSumOp(_Reduce):
+class ReduceSumOp(Reduce):
     """Sum over `axes` (default all)."""
 
     REDUCTION = True
@@ -378,7 +380,7 @@ class ReduceSumOp(_Reduce):
                                  keepdims=keepdims))
 
 
-class ReduceMeanOp(_Reduce):
+class ReduceMeanOp(Reduce):
     """Mean over `axes` (default all)."""
 
     REDUCTION = True

@@ -144,6 +144,12 @@ def can_fuse(op: Op, types: dict) -> bool:
     return fusable(op, types)
 
 
+def neighbour_op(dtype: DType) -> str:
+    """An element-wise op that reads a result of ``dtype`` (the fusion concern's neighbour): Neg for a number,
+    Identity for a Bool (Neg takes no Bool)."""
+    return "Identity" if dtype == DType.Bool else "Neg"
+
+
 def fuse_small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fuse groups of any size (the examples are small)."""
     from gradir.transforms.passes import elementwise

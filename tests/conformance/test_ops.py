@@ -27,8 +27,9 @@ from gradir import OPS, Graph, GraphInput, Op
 from gradir.errors import AutodiffError, GradirError, OnnxError, ShardError
 
 from .conftest import (can_fuse, concern, docs_entry, docs_generated, export_one, fail, fuse_small_groups, fused_members,
-                       grad_rule_of, import_one, is_builtin, kernel_of, make_case, on_threads, onnx_domains,
-                       onnx_comes_back_as, onnx_no_counterpart_reason, op_names, placement_of, split_rows_always)
+                       grad_rule_of, import_one, is_builtin, kernel_of, make_case, neighbour_op, on_threads,
+                       onnx_domains, onnx_comes_back_as, onnx_no_counterpart_reason, op_names, placement_of,
+                       split_rows_always)
 
 # |got - reference| / max(1, |reference|) at most this, by dtype (the reference is exact float64)
 TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
@@ -202,13 +203,13 @@ def test_gradient(name: str) -> None:
 # -- fusion ---------------------------------------------------------------------------------------------------
 @concern("fusion")
 def check_fusion(cls: type[Op], dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The op and a neighbour reading its result (Neg): fused where the backend can fuse the op, and the
+    """The op and a neighbour reading its result (Neg; Identity for a Bool result): fused where the backend can fuse the op, and the
     bits of the unfused kernels either way."""
     case = make_case(cls, dtype, concern="fusion")
     op = case.op
     y = op.results[0]
     m = len(case.graph.inputs) + len(op.results)
-    neg = OPS["Neg"]([f"t{m}"], [y])
+    neg = OPS[neighbour_op(case.graph.types[y].dtype)]([f"t{m}"], [y])
     graph = Graph(case.graph.inputs, [op.copy(), neg], [y, f"t{m}"], name="fusion").validate()
     fuse_small_groups(monkeypatch)
     fused = gradir.compile(graph, disable=["simplify"])

@@ -292,20 +292,6 @@ def _gemm(ctx: Any, node: Any, attrs: dict) -> list:
     return [y]
 
 
-@handler("Pow")
-def _pow(ctx: Any, node: Any, attrs: dict) -> list:
-    x = ctx.x(node, 0)
-    e = ctx.const(node, 1, "exponent")
-    if e.size != 1:
-        raise Unsupported("the exponent must be one number")
-    p = float(e.reshape(-1)[0])
-    if p == 1.0:
-        return [ctx.b.Identity(x)]
-    if p == 2.0:
-        return [ctx.b.Mul(x, x)]
-    if p == -1.0 and x.dtype.is_float:
-        return [ctx.b.Div(ctx.b.constant(1.0, x.dtype.value), x)]
-    raise Unsupported(f"exponent {p:g}: only 1, 2 and -1 have an exact gradir equivalent")
 
 
 @handler("LSTM")
@@ -404,4 +390,3 @@ def _with_input(node: Any, i: int, name: str) -> Any:
     copy.CopyFrom(node)
     copy.input[i] = name
     return copy
-

@@ -8,10 +8,13 @@ Two paths, both from the one formula (``gradir.ir.formula``):
   disk and the machine code in numba's cache.  A fused group containing the op computes it with
   the same translated expression, fenced the same way, so fused and unfused give the same bits.
   The loop's grid depends only on the shape, so the bits do not depend on the thread count.
-* **NumPy** (other dtypes, or the compiled kernels off): the formula evaluated in the operands'
-  dtype (numbers and attributes rounded to it), in row chunks of the result like the other
-  element-wise kernels.  A fused group then runs its members' kernels one after another
-  (``fused._interpret``), so it gives these bits too.
+* **NumPy** (other dtypes, operands of several dtypes or a result of another dtype than theirs,
+  e.g. ``Where``'s Bool condition or ``Equal``'s Bool result, or the compiled kernels off): the
+  formula evaluated in the dtype of the first floating-point operand (else the first operand's;
+  numbers and attributes rounded to it), into a result of the dtype the formula gives, in row
+  chunks of the result like the other element-wise kernels.  Such ops are not fused (the fusion
+  pass takes only ops whose operands and result share one float dtype).  A fused group then runs its
+  members' kernels one after another (``fused._interpret``), so it gives these bits too.
 
 Both write into ``out`` when given; ``out`` may be one of the operands (each chunk of the result
 is computed from the same chunk of the operands before it is written).
@@ -67,12 +70,36 @@ def _compiled(cls: type, operands: tuple, out: Optional[np.ndarray], attrs: dict
     return fused_elementwise(*operands, out=out, body=body)
 
 
+def _eval_dtype(operands: tuple) -> np.dtype:
+    """The dtype the formula is computed in: the first floating-point operand's, else the first's."""
+    for a in operands:
+        if a.dtype.kind == "f":
+            return a.dtype
+    return operands[0].dtype if operands else np.dtype(np.float64)
+
+
+_RESULT_DTYPES: dict[tuple, np.dtype] = {}
+
+
+def result_dtype(cls: type, dtypes: tuple, attrs: dict[str, Any]) -> np.dtype:
+    """The dtype ``cls.FORMULA`` gives for operands of ``dtypes`` (evaluated once on empty arrays:
+    a comparison gives Bool, arithmetic the operands' dtype)."""
+    key = (cls, tuple(np.dtype(d) for d in dtypes))
+    got = _RESULT_DTYPES.get(key)
+    if got is None:
+        env = dict(attrs)
+        env.update((o.name, np.empty(0, d)) for o, d in zip(cls.OPERANDS, dtypes))
+        got = np.asarray(formula.evaluate(cls.FORMULA, env, _eval_dtype(tuple(np.empty(0, d) for d in dtypes)))).dtype
+        _RESULT_DTYPES[key] = got
+    return got
+
+
 def _numpy(cls: type, operands: tuple, out: Optional[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     names = [o.name for o in cls.OPERANDS]
-    dtype = operands[0].dtype if operands else np.dtype(np.float64)
+    dtype = _eval_dtype(operands)
     shape = np.broadcast_shapes(*(a.shape for a in operands))
     if out is None:
-        out = np.empty(shape, dtype)
+        out = np.empty(shape, result_dtype(cls, tuple(a.dtype for a in operands), attrs))
     elif out.shape != shape:
         raise ValueError(f"{cls.op_name}: out has shape {out.shape}, the result {shape}")
 
@@ -101,8 +128,14 @@ def _check(cls: type, operands: tuple) -> None:
         raise TypeError(f"{cls.op_name} takes {n} operand{'s' if n != 1 else ''}, got {len(operands)}")
     if any(a is None for a in operands):
         raise TypeError(f"{cls.op_name}: every operand is required")
-    if len({a.dtype for a in operands}) > 1:
-        raise ValueError(f"{cls.op_name}: operands of different dtypes {[str(a.dtype) for a in operands]}")
+
+
+def _loop_dtype(cls: type, dtypes: tuple, attrs: dict[str, Any]) -> Optional[np.dtype]:
+    """The compiled loop's dtype when one can compute ``cls`` (every operand and the result of one
+    compiled dtype), else None (the NumPy path)."""
+    if not dtypes or dtypes[0] not in COMPILED_DTYPES or any(d != dtypes[0] for d in dtypes):
+        return None
+    return dtypes[0] if result_dtype(cls, dtypes, attrs) == dtypes[0] else None
 
 
 def generated_kernel(cls: type) -> KernelInfo:
@@ -112,7 +145,7 @@ def generated_kernel(cls: type) -> KernelInfo:
         operands = tuple(None if a is None else np.asarray(a) for a in operands)
         _check(cls, operands)
         attrs = _attrs(cls, given)
-        if operands[0].dtype in COMPILED_DTYPES and jit.enabled():
+        if jit.enabled() and _loop_dtype(cls, tuple(a.dtype for a in operands), attrs) is not None:
             return _compiled(cls, operands, out, attrs)
         return _numpy(cls, operands, out, attrs)
 
@@ -121,11 +154,15 @@ def generated_kernel(cls: type) -> KernelInfo:
         if not jit.enabled():
             return
         ts = [types.get(v) for v in op.operands]
-        if any(t is None or not t.is_static for t in ts) or ts[0].dtype.numpy not in COMPILED_DTYPES:
+        if any(t is None or not t.is_static for t in ts):
+            return
+        attrs = _attrs(cls, dict(op.attrs))
+        dtype = _loop_dtype(cls, tuple(np.dtype(t.dtype.numpy) for t in ts), attrs)
+        if dtype is None:
             return
         from .fused import prepare_body
         shapes = [tuple(t.shape) for t in ts]
-        prepare_body(_body(cls, _attrs(cls, dict(op.attrs)), shapes, np.dtype(ts[0].dtype.numpy)), shapes)
+        prepare_body(_body(cls, attrs, shapes, dtype), shapes)
 
     fn.__name__ = fn.__qualname__ = cls.op_name
     fn.__doc__ = f"{cls.op_name}: generated from its formula ``{cls.FORMULA}`` (gradir.backends.cpu.kernels.generated)."

@@ -16,7 +16,8 @@ from typing import Optional
 
 import numpy as np
 
-from ....ops.loss import SoftmaxCrossEntropyLossGradOp, SoftmaxCrossEntropyLossOp
+from ....ops.loss import (SoftmaxCrossEntropyGradOp, SoftmaxCrossEntropyLossGradOp, SoftmaxCrossEntropyLossOp,
+                          SoftmaxCrossEntropyOp, SparseSoftmaxCrossEntropyGradOp, SparseSoftmaxCrossEntropyOp)
 from . import jit
 from .registry import kernel
 from .activation import log_softmax
@@ -143,3 +144,108 @@ def softmax_cross_entropy_loss_grad(dy: np.ndarray, log_prob: np.ndarray, label:
 
     parallel_rows(n, 3 * c * d * dtype.itemsize, rows)
     return _store(res, out) if res is not out else out
+
+
+# -- ORT's training losses over the last axis: SoftmaxCrossEntropy, SparseSoftmaxCrossEntropy and their gradients --
+def _rows(op: str, x: np.ndarray) -> tuple[int, int]:
+    """(N, C) of logits or log_prob [..., C] (N the product of the other axes)."""
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{op}: logits must be Float32 or Float64, got {x.dtype}")
+    if x.ndim < 1:
+        raise ValueError(f"{op}: logits must be [..., C], got a scalar")
+    c = x.shape[-1]
+    return (x.size // c if c else 0), c
+
+
+def _sparse_labels(op: str, x: np.ndarray, label: np.ndarray, weight: Optional[np.ndarray]) -> tuple:
+    """(N, C, labels as Int64 [N], weights [N] or None), checked: a label outside 0..C-1 is a ValueError."""
+    n, c = _rows(op, x)
+    if label.dtype not in (np.int32, np.int64) or label.shape != x.shape[:-1]:
+        raise ValueError(f"{op}: labels must be Int32 or Int64 {list(x.shape[:-1])}, got {label.dtype} "
+                         f"{list(label.shape)}")
+    if weight is not None and (weight.dtype != x.dtype or weight.shape != label.shape):
+        raise ValueError(f"{op}: weights must be {x.dtype} {list(label.shape)}, got {weight.dtype} "
+                         f"{list(weight.shape)}")
+    lab, _ = targets(op, label.reshape(-1), n, c, None, "logits")
+    return n, c, lab.reshape(-1), None if weight is None else weight.reshape(-1)
+
+
+def _reduce_loss(per_row: np.ndarray, w: Optional[np.ndarray], n: int, reduction: str, shape: tuple,
+                 out: Optional[np.ndarray]) -> np.ndarray:
+    """The loss from each row's (a contiguous [N]): itself ("none"), its sum (NumPy's pairwise order, fixed by
+    N), divided by the summed weights or by N ("mean")."""
+    dtype = per_row.dtype
+    if reduction == "none":
+        return _store(per_row.reshape(shape), out)
+    total = np.add.reduce(per_row, dtype=dtype)
+    if reduction == "mean":
+        denom = np.add.reduce(w, dtype=dtype) if w is not None else dtype.type(n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            total = np.divide(total, denom, dtype=dtype)
+    return _store(np.asarray(total, dtype), out)
+
+
+@kernel(SoftmaxCrossEntropyOp)
+def softmax_cross_entropy(logits: np.ndarray, label: np.ndarray, *, out: Optional[tuple] = None,
+                          reduction: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """(loss, log_prob): log_prob is LogSoftmax's over the last axis; each row's loss -sum(label * log_prob)."""
+    op = "SoftmaxCrossEntropy"
+    n, c = _rows(op, logits)
+    if label.shape != logits.shape or label.dtype != logits.dtype:
+        raise ValueError(f"{op}: label must be {logits.dtype} {list(logits.shape)}, got {label.dtype} "
+                         f"{list(label.shape)}")
+    out_loss, out_lp = out if out is not None else (None, None)
+    lp = log_softmax(logits, out=out_lp, axis=-1)
+    per_row = np.negative(np.sum(np.multiply(label, lp).reshape(n, c), axis=1, dtype=lp.dtype))
+    return _reduce_loss(per_row, None, n, reduction, logits.shape[:-1], out_loss), lp
+
+
+@kernel(SoftmaxCrossEntropyGradOp, inplace=True)
+def softmax_cross_entropy_grad(dy: np.ndarray, log_prob: np.ndarray, label: np.ndarray, *,
+                               out: Optional[np.ndarray] = None, reduction: str = "mean") -> np.ndarray:
+    """ORT's loop: ``(exp(log_prob) - label) * dY'`` (dY' = dY / N for "mean"; each row's dY for "none")."""
+    op = "SoftmaxCrossEntropyGrad"
+    n, c = _rows(op, log_prob)
+    dtype = log_prob.dtype
+    scale = dy[..., None] if reduction == "none" else (np.divide(dy, dtype.type(n), dtype=dtype)
+                                                       if reduction == "mean" else dy)
+    r = np.exp(log_prob)
+    np.subtract(r, label, out=r)
+    np.multiply(r, np.asarray(scale, dtype), out=r)
+    return _store(r, out)
+
+
+@kernel(SparseSoftmaxCrossEntropyOp)
+def sparse_softmax_cross_entropy(logits: np.ndarray, label: np.ndarray, weight: Optional[np.ndarray] = None, *,
+                                 out: Optional[tuple] = None, reduction: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """(loss, log_prob): each row's loss -log_prob[label] * weight."""
+    op = "SparseSoftmaxCrossEntropy"
+    n, c, lab, w = _sparse_labels(op, logits, label, weight)
+    out_loss, out_lp = out if out is not None else (None, None)
+    lp = log_softmax(logits, out=out_lp, axis=-1)
+    per_row = np.negative(lp.reshape(n, c)[np.arange(n), lab])
+    if w is not None:
+        np.multiply(per_row, w, out=per_row)
+    return _reduce_loss(per_row, w, n, reduction, label.shape, out_loss), lp
+
+
+@kernel(SparseSoftmaxCrossEntropyGradOp, inplace=True)
+def sparse_softmax_cross_entropy_grad(dy: np.ndarray, log_prob: np.ndarray, label: np.ndarray,
+                                      weight: Optional[np.ndarray] = None, *, out: Optional[np.ndarray] = None,
+                                      reduction: str = "mean") -> np.ndarray:
+    """ORT's loop: ``(exp(log_prob) - (label == j)) * (weight * dY')`` (dY' = dY / the summed weights, or / N,
+    for "mean"; each row's dY for "none")."""
+    op = "SparseSoftmaxCrossEntropyGrad"
+    n, c, lab, w = _sparse_labels(op, log_prob, label, weight)
+    dtype = log_prob.dtype
+    if reduction == "none":
+        s = dy.reshape(-1)
+    elif reduction == "mean":
+        s = np.divide(dy, np.add.reduce(w, dtype=dtype) if w is not None else dtype.type(n), dtype=dtype)
+    else:
+        s = dy
+    factor = np.multiply(w, s, dtype=dtype) if w is not None else np.broadcast_to(np.asarray(s, dtype), (n,))
+    r = np.exp(log_prob).reshape(n, c)
+    r[np.arange(n), lab] -= dtype.type(1)
+    np.multiply(r, factor[:, None], out=r)
+    return _store(r.reshape(log_prob.shape), out)
