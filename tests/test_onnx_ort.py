@@ -28,16 +28,17 @@ UNSUPPORTED = {"elementwise_misc"}
 # ORT gives ai.onnx Gelu(approximate="tanh") the exact GeluGrad, which is not its derivative; gradir grad
 # derives the true one (FastGeluGrad), checked against finite differences below instead
 NOT_THE_DERIVATIVE = {"mlp_gelu_onnx20_tanh/forward"}
-# Issue #31's whole networks: they import once their ops exist (Gather/GatherGrad, LayerNormalization/Grad, Split,
-# Concat, Where, Dropout/DropoutGrad, BatchNormInternal/BatchNormalizationGrad; the forward forms also Slice, Trilu,
-# Equal, Cast, Mod and PyTorch's other shape arithmetic).  Expected to fail until then (strict: a case that starts
-# passing fails here, so that its entry is removed as its ops land).  Cases with Dropout list ORT's masks in the
-# manifest entry's "masks" (masks.npz, keyed by the Dropout node's mask output name).
-PENDING_OPS = {
-    "gpt_block", "gpt_block_slice_trilu", "gpt_block_opset18", "mlp_bn_dropout", "mlp_ln_dropout", "lstm_tagger",
-    "torch_encoder_layer_train", "torch_encoder_layer_eval", "torch_embed_ln_bn_dropout", "torch_mha_causal",
-    "torch_encoder_layer_dynamo", "torch_encoder_layer_train_dynamo", "torch_embed_ln_bn_dropout_dynamo",
-}
+# PyTorch's attention-weight Dropout comes out of the TorchScript exporter as Dropout(x, ratio) with no
+# training_mode: ONNX's identity.  ORT's DropoutGrad does not read training_mode, so ORT's own reference scales
+# that gradient by 1 / (1 - ratio) = 1 / 0.9: its q-projection gradients are 11% too large.  In forms a and b
+# gradir runs ORT's DropoutGrad as ORT does (the same numbers); gradir grad derives the true gradient (a
+# DropoutGrad with ratio 0), checked against finite differences instead.
+NOT_THE_DERIVATIVE |= {"torch_encoder_layer_train/forward", "torch_encoder_layer_train_dynamo/forward"}
+# the gradients where ORT's reference is not the derivative; every other one must still be ORT's
+ORT_NOT_THE_DERIVATIVE = {"torch_encoder_layer_train": ("layer.self_attn.in_proj_weight_grad",
+                                                        "layer.self_attn.in_proj_bias_grad"),
+                          "torch_encoder_layer_train_dynamo": ("layer.self_attn.in_proj_weight_grad",
+                                                               "layer.self_attn.in_proj_bias_grad")}
 
 
 def _arrays(paths: list[str]) -> dict[str, np.ndarray]:
@@ -67,17 +68,7 @@ def _forward_gradients(e: dict, graph: gradir.Graph, inputs: dict) -> dict[str, 
     return out
 
 
-def _param(key: str):
-    if ENTRIES[key]["case"] in PENDING_OPS:
-        return pytest.param(key, marks=pytest.mark.xfail(strict=True, reason="issue #31: its ops are not in yet"))
-    return key
-
-
-def test_pending_cases_are_in_the_manifest() -> None:
-    assert PENDING_OPS <= {e["case"] for e in ENTRIES.values()}
-
-
-@pytest.mark.parametrize("key", [_param(k) for k in sorted(ENTRIES) if ENTRIES[k]["case"] not in UNSUPPORTED])
+@pytest.mark.parametrize("key", [k for k in sorted(ENTRIES) if ENTRIES[k]["case"] not in UNSUPPORTED])
 def test_ort_training_graph_imports_and_matches_ort(key: str) -> None:
     e = ENTRIES[key]
     imported = import_onnx(os.path.join(DATA, e["model"]))
@@ -94,6 +85,9 @@ def test_ort_training_graph_imports_and_matches_ort(key: str) -> None:
                                wrt=e["params"])
         assert res.ok, res
         _close(out[e["loss"]], ref[e["loss"]], "loss")
+        if e["case"] in ORT_NOT_THE_DERIVATIVE:
+            for k in set(ref) - set(ORT_NOT_THE_DERIVATIVE[e["case"]]):
+                _close(out[k], ref[k], k)
         return
     for k in ref:
         _close(out[k], ref[k], k)

@@ -33,6 +33,9 @@ class OnnxMap:
     * ``operands``: ``None`` (ONNX input k is operand k) or a permutation: ONNX input k is operand
       ``operands[k]``.
     * ``since``/``until``: the ai.onnx opsets the counterpart exists in (inclusive; ``None``: no bound).
+    * ``ignored``: ONNX attributes accepted on import and not read, because the ONNX Runtime kernel of the
+      node does not read them either (ORT's gradient builders copy the forward node's ``epsilon`` onto
+      ``LayerNormalizationGrad``, whose kernel takes the saved ``inv_std_dev``); never exported.
     * ``ort_float32_only``: ONNX Runtime's CPU kernel of the node exists for Float32 only (1.19.2's training
       build, checked by running one-op exports of each in ORT): ``gradir export`` warns of it in Float64.
     """
@@ -44,6 +47,7 @@ class OnnxMap:
     since: Optional[int] = None
     until: Optional[int] = None
     ort_float32_only: bool = False
+    ignored: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.attrs, (tuple, list)):

@@ -153,7 +153,7 @@ class LayerNormalizationGradOp(BackwardOp):
     Float32 or Float64 (one dtype).  ORT's CPU kernel refuses a row of one element (``M == 1``) and reads
     Float32 statistics only (its Float64 kernel too); gradir takes both."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ignored=("epsilon", "stash_type"))
 
     SHARDING = "layer_norm"
     OPERANDS = (Operand("dY", doc="the gradient of Y"), Operand("X", doc="the forward's X"),
@@ -197,7 +197,7 @@ class SimplifiedLayerNormalizationGradOp(BackwardOp):
     dX = InvStdDev * (g - x̂ * mean(g * x̂)); dScale = the sum of dY * x̂ over the other axes.
     ORT's CPU kernel is Float32 only and refuses a row of one element (``M == 1``); gradir takes both."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ignored=("epsilon", "stash_type"))
 
     SHARDING = "layer_norm"
     OPERANDS = (Operand("dY", doc="the gradient of Y"), Operand("X", doc="the forward's X"),
@@ -237,7 +237,7 @@ class InvertibleLayerNormalizationGradOp(BackwardOp):
     scale_grad, bias_grad.  ORT's schema cannot infer dX's type (a model must declare it); its CPU kernel
     refuses a row of one element (``M == 1``) and reads Float32 statistics only; gradir takes both."""
 
-    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",))
+    ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("axis",), ignored=("epsilon", "stash_type"))
 
     SHARDING = "layer_norm"
     OPERANDS = (Operand("dY", doc="the gradient of Y"), Operand("Y", doc="the forward's Y"),

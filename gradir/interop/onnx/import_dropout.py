@@ -59,6 +59,8 @@ def _dropout(ctx: Any, node: Any, attrs: dict) -> list:
 
 @handler("DropoutGrad", domain=MS_DOMAIN)
 def _dropout_grad(ctx: Any, node: Any, attrs: dict) -> list:
+    # ORT's builder copies the forward Dropout's seed onto DropoutGrad; its kernel reads the mask, not a seed
+    attrs = {k: v for k, v in attrs.items() if k != "seed"}
     if attrs:
         raise Unsupported(f"attribute {', '.join(sorted(attrs))} is not supported")
     return [ctx.b.DropoutGrad(ctx.x(node, 0), ctx.x(node, 1), ratio=_ratio(ctx, node, 2),

@@ -61,6 +61,7 @@ def mapped(cls: type[Op], m: OnnxMap) -> Handler:
     variadic = bool(sig) and sig[-1].variadic
 
     def fn(ctx: Any, node: Any, attrs: dict) -> list:
+        attrs = {k: v for k, v in attrs.items() if k not in m.ignored}
         _only(attrs, set(names), node)
         if not variadic and len(node.input) > len(sig) and any(node.input[len(sig):]):
             raise Unsupported(f"it has {len(node.input)} inputs; gradir's {cls.op_name} takes at most {len(sig)}")
