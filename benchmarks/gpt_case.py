@@ -7,18 +7,18 @@ The ops are written as an exporter writes them (``Mul`` by the constant 1/sqrt(h
 the mask, ``Softmax(axis=-1)``, ``Transpose`` of the keys), so that the benchmark times what an imported
 graph gets from the passes (the fused attention among them).
 
-Two forms of the graph text (``ops=``): ``"onnx"`` uses ``Gather`` and ``LayerNormalization`` (the
-issue's ops); ``"stand-in"`` writes each LayerNorm with ReduceMean/Sub/Mul/Sqrt/Div and takes the
-token embeddings as an input ([B, T, C], differentiated) instead of gathering them (the table still
-gets the projection's gradient).  ``"auto"`` picks ``"onnx"`` when both ops are registered.  PyTorch
-and JAX compute the same function in either form.
+Each of the two new ops has a stand-in (``gather=``, ``layer_norm=``: True, False or None for "when
+the op is registered"): without ``Gather`` the token embeddings are an input ([B, T, C],
+differentiated; the table still gets the projection's gradient); without ``LayerNormalization``
+each LayerNorm is written with ReduceMean/Sub/Mul/Sqrt/Div.  PyTorch and JAX compute the same
+function in every form.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -32,9 +32,9 @@ PARAMS = ("wte", "wpe", "ln1_g", "ln1_b", "wq", "bq", "wk", "bk", "wv", "bv", "w
           "ln2_g", "ln2_b", "w1", "b1", "w2", "b2", "lnf_g", "lnf_b")
 
 
-def have_onnx_ops() -> bool:
+def registered(op: str) -> bool:
     from gradir.ir.op import lookup_op
-    return lookup_op("Gather") is not None and lookup_op("LayerNormalization") is not None
+    return lookup_op(op) is not None
 
 
 class _Lines:
@@ -59,8 +59,8 @@ class _Lines:
         return names[0] if results == 1 else names
 
 
-def _layer_norm(g: _Lines, x: str, scale: str, bias: str, real: bool) -> str:
-    if real:
+def _layer_norm(g: _Lines, x: str, scale: str, bias: str, op: bool) -> str:
+    if op:
         return g(f"LayerNormalization({x}, {scale}, {bias}, axis=-1, epsilon={EPS})", 3)[0]
     mean = g(f"ReduceMean({x}, axes=[-1], keepdims=true)")
     d = g(f"Sub({x}, {mean})")
@@ -72,12 +72,12 @@ def _layer_norm(g: _Lines, x: str, scale: str, bias: str, real: bool) -> str:
     return g(f"Add({g(f'Mul({n}, {scale})')}, {bias})")
 
 
-def gpt_text(B: int, T: int, C: int, H: int, M: int, V: int, real: bool) -> tuple[str, dict[str, str]]:
+def gpt_text(B: int, T: int, C: int, H: int, M: int, V: int, gather: bool, ln: bool) -> tuple[str, dict[str, str]]:
     """The forward graph's text and the value name of each input label."""
     D = C // H
     g = _Lines()
     f32 = lambda *shape: f"Float32 [{', '.join(map(str, shape))}]"  # noqa: E731
-    if real:
+    if gather:
         g.input("ids", f"Int64 [{B}, {T}]")
     else:
         g.input("tok", f32(B, T, C))
@@ -86,10 +86,10 @@ def gpt_text(B: int, T: int, C: int, H: int, M: int, V: int, real: bool) -> tupl
     shapes = {"wte": (V, C), "wpe": (T, C), "wq": (C, C), "wk": (C, C), "wv": (C, C), "wo": (C, C),
               "w1": (C, M), "b1": (M,), "w2": (M, C)}
     p = {k: g.input(k, f32(*shapes.get(k, (C,)))) for k in PARAMS}
-    tok = g(f"Gather({p['wte']}, {g.name['ids']}, axis=0)") if real else g.name["tok"]
+    tok = g(f"Gather({p['wte']}, {g.name['ids']}, axis=0)") if gather else g.name["tok"]
     x = g(f"Add({tok}, {p['wpe']})")
     # attention
-    h = _layer_norm(g, x, p["ln1_g"], p["ln1_b"], real)
+    h = _layer_norm(g, x, p["ln1_g"], p["ln1_b"], ln)
 
     def linear(x: str, w: str, b: str) -> str:
         return g(f"Add({g(f'MatMul({x}, {p[w]})')}, {p[b]})")
@@ -106,11 +106,11 @@ def gpt_text(B: int, T: int, C: int, H: int, M: int, V: int, real: bool) -> tupl
     a = g(f"Reshape({g(f'Transpose({a}, perm=[0, 2, 1, 3])')}, shape=[{B}, {T}, {C}])")
     x = g(f"Add({x}, {linear(a, 'wo', 'bo')})")
     # MLP
-    h = _layer_norm(g, x, p["ln2_g"], p["ln2_b"], real)
+    h = _layer_norm(g, x, p["ln2_g"], p["ln2_b"], ln)
     f = g(f"Gelu({linear(h, 'w1', 'b1')})")
     x = g(f"Add({x}, {linear(f, 'w2', 'b2')})")
     # tied projection, cross-entropy
-    h = _layer_norm(g, x, p["lnf_g"], p["lnf_b"], real)
+    h = _layer_norm(g, x, p["lnf_g"], p["lnf_b"], ln)
     wte_t = g(f"Transpose({p['wte']}, perm=[1, 0])")
     logits = g(f"MatMul({h}, {wte_t})")
     logits = g(f"Reshape({logits}, shape=[{B * T}, {V}])")
@@ -118,10 +118,11 @@ def gpt_text(B: int, T: int, C: int, H: int, M: int, V: int, real: bool) -> tupl
     return "\n".join(g.inputs + g.body + [f"output {loss}"]) + "\n", g.name
 
 
-def gpt(scale: str, seed: int = 0, ops: str = "auto") -> Case:
+def gpt(scale: str, seed: int = 0, gather: Optional[bool] = None, layer_norm: Optional[bool] = None) -> Case:
     B, T, C, H, M, V = GPT_SIZES[scale]
     D = C // H
-    real = have_onnx_ops() if ops == "auto" else ops == "onnx"
+    real = registered("Gather") if gather is None else gather  # the embedding is gathered
+    ln = registered("LayerNormalization") if layer_norm is None else layer_norm
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, V, (B, T))
     labels = rng.integers(0, V, B * T)
@@ -141,7 +142,7 @@ def gpt(scale: str, seed: int = 0, ops: str = "auto") -> Case:
             vals[k] = _normal(rng, (fan_in, C if k != "w1" else M), 1 / np.sqrt(fan_in))
     if not real:
         vals["tok"] = vals["wte"][ids]
-    text, name = gpt_text(B, T, C, H, M, V, real)
+    text, name = gpt_text(B, T, C, H, M, V, real, ln)
     order = (["ids"] if real else ["tok"]) + ["labels", "mask"] + list(PARAMS)
     inputs = {name[k]: vals[k] for k in order}
     # the key bias's gradient is 0 (a softmax does not see a shift of its row), all rounding noise
@@ -174,7 +175,7 @@ def gpt(scale: str, seed: int = 0, ops: str = "auto") -> Case:
         jnp = jax.numpy
         names = wrt_labels + [k for k in order if k not in wrt_labels]
 
-        def ln(x: Any, gam: Any, bet: Any) -> Any:
+        def norm(x: Any, gam: Any, bet: Any) -> Any:
             m = x.mean(-1, keepdims=True)
             d = x - m
             return d * jax.lax.rsqrt((d * d).mean(-1, keepdims=True) + EPS) * gam + bet
@@ -183,7 +184,7 @@ def gpt(scale: str, seed: int = 0, ops: str = "auto") -> Case:
             a = dict(zip(names, args))
             tok = a["tok"] if not real else a["wte"][a["ids"]]
             x = tok + a["wpe"]
-            h = ln(x, a["ln1_g"], a["ln1_b"])
+            h = norm(x, a["ln1_g"], a["ln1_b"])
 
             def heads(w: str, b: str) -> Any:
                 return (h @ a[w] + a[b]).reshape(B, T, H, D).transpose(0, 2, 1, 3)
@@ -191,14 +192,15 @@ def gpt(scale: str, seed: int = 0, ops: str = "auto") -> Case:
             s = q @ k.transpose(0, 1, 3, 2) * F32(1 / math.sqrt(D)) + a["mask"]
             y = jax.nn.softmax(s, axis=-1) @ v
             x = x + y.transpose(0, 2, 1, 3).reshape(B, T, C) @ a["wo"] + a["bo"]
-            h = ln(x, a["ln2_g"], a["ln2_b"])
+            h = norm(x, a["ln2_g"], a["ln2_b"])
             x = x + jax.nn.gelu(h @ a["w1"] + a["b1"], approximate=False) @ a["w2"] + a["b2"]
-            h = ln(x, a["lnf_g"], a["lnf_b"])
+            h = norm(x, a["lnf_g"], a["lnf_b"])
             lp = jax.nn.log_softmax((h @ a["wte"].T).reshape(B * T, V), axis=-1)
             return (-jnp.take_along_axis(lp, a["labels"][:, None], axis=1).mean(),)
         return f
 
-    form = "Gather + LayerNormalization" if real else "stand-ins: embeddings as an input, LayerNorm from ReduceMean etc."
+    form = ", ".join(["Gather" if real else "embeddings as an input (no Gather yet)",
+                      "LayerNormalization" if ln else "LayerNorm from ReduceMean etc. (no LayerNormalization yet)"])
     return Case("gpt", f"GPT block: B={B}, T={T}, C={C}, {H} heads, MLP {M}, vocabulary {V}; causal attention, "
                        f"tied projection, mean cross-entropy ({form})",
                 text, wrt, wrt_labels, inputs, [np.array(1.0, F32)], torch_side, jax_side,
