@@ -2,7 +2,7 @@
 in PyTorch eager autograd, ``torch.compile`` (inductor) and ``jax.jit`` of ``jax.vjp``, all timed
 in the same run (issue [fusion], "bench_graphs.py" and "Goals").
 
-    python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches] [--threads N]
+    python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches,gpt] [--threads N]
                                       [--repeats N] [--no-compile] [--no-jax]
 
 The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from
@@ -339,7 +339,7 @@ def case_goals(case: gc.Case, t: dict, lows: dict, names: dict) -> list[tuple]:
     info = [(f"{case.key}: gradir / {names[k]}", ratio(k), None) for k in t if k != "gradir"]
     if case.key == "lstm":
         return [vs("eager", 0.9, "PyTorch eager")] + info
-    if case.key == "mlp":
+    if case.key in ("mlp", "gpt"):
         others = [k for k in t if k != "gradir"]
         if not others:
             return [(f"{case.key}: <= 1.0x the fastest", "n/a (not measured)", None)]

@@ -269,8 +269,10 @@ def branches(scale: str, seed: int = 0) -> Case:
                 [_normal(rng, (N, C))], torch_side, jax_side)
 
 
+from gpt_case import GPT_SIZES, gpt  # noqa: E402,F401  (its own module: the 500-line rule)
+
 BUILDERS: dict[str, Callable[..., Case]] = {"lstm": lstm_lm, "mlp": mlp, "chain": chain, "loss": mlp_loss,
-                                             "branches": branches}
+                                             "branches": branches, "gpt": gpt}
 
 
 def build(key: str, scale: str, seed: int = 0) -> Case:

@@ -32,10 +32,11 @@ def _gradir_gradients(case: gc.Case) -> list:
     return list(gradir.compile(bwd, threads=1).run(feeds).values())
 
 
-def test_the_five_graphs_at_the_issues_sizes():
-    assert KEYS == ["lstm", "mlp", "chain", "loss", "branches"]
-    for sizes in (gc.LSTM_SIZES, gc.MLP_SIZES, gc.CHAIN_SIZES, gc.LOSS_SIZES, gc.BRANCH_SIZES):
+def test_the_six_graphs_at_the_issues_sizes():
+    assert KEYS == ["lstm", "mlp", "chain", "loss", "branches", "gpt"]
+    for sizes in (gc.LSTM_SIZES, gc.MLP_SIZES, gc.CHAIN_SIZES, gc.LOSS_SIZES, gc.BRANCH_SIZES, gc.GPT_SIZES):
         assert set(sizes) == {"tiny", "quick", "full"}
+    assert gc.GPT_SIZES["full"] == (8, 256, 512, 8, 2048, 8192)  # B, T, C, heads, MLP, vocabulary
     assert gc.LSTM_SIZES["full"] == (100, 64, 256, 256, 512)  # S, B, I, H, classes
     assert gc.MLP_SIZES["full"] == (512, 1024, 4096, 1024)
     assert gc.CHAIN_SIZES["full"] == (2048, 2048)
@@ -100,7 +101,26 @@ def test_jax_versions_match():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(here, ".."), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", _JAX_CHECK, here], capture_output=True, text=True, timeout=300,
                           env=env)
-    assert done.returncode == 0 and done.stdout.strip() == "ok 5", done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == "ok 6", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("gather,layer_norm", [(False, False), (None, None)])
+def test_the_gpt_block_in_each_form(gather, layer_norm):
+    """The GPT block with the stand-ins (embeddings as an input, LayerNorm from ReduceMean etc.) and with
+    whatever of Gather / LayerNormalization is registered: gradir's gradients are PyTorch's where torch
+    is importable (else the finite differences above check the default form)."""
+    from gpt_case import gpt, registered
+    case = gpt("tiny", gather=gather, layer_norm=layer_norm)
+    text = gradir.parse(case.text).to_text()
+    assert ("Gather(" in text) == (gather is None and registered("Gather"))
+    assert ("LayerNormalization(" in text) == (layer_norm is None and registered("LayerNormalization"))
+    assert "Softmax(" in text and "SoftmaxCrossEntropyLoss(" in text and "bk" not in case.wrt_labels
+    ours = _gradir_gradients(case)
+    if not _have("torch"):
+        return
+    import torch
+    for label, a, b in zip(case.wrt_labels, ours, gc.torch_gradients(torch, case)):
+        assert gc.rel_error(a, b) <= 1e-5, (label, gc.rel_error(a, b))
 
 
 def test_rel_error_sees_a_wrong_gradient():

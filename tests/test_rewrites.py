@@ -1,4 +1,5 @@
-"""The algebraic rewrite passes (simplify, fold-transpose-matmul, flatten-batched-matmul) and the
+"""The algebraic rewrite passes (simplify, fold-transpose-matmul, flatten-batched-matmul,
+fold-product-transpose) and the
 FusedMatMul op they make: each rewrite shows in the plan, gives the unrewritten graph's numbers
 (the same bits where the arithmetic is the same, else within a stated bound), and the same bits
 for 1 and 2 threads; outputs, aliases and labels survive."""
@@ -15,7 +16,7 @@ from gradir.backends.cpu.kernels import KERNELS
 from gradir.ops.matmul_layout import operand_perm, perm_to_flags
 from gradir.transforms.passes.simplify import exact_product
 
-REWRITES = ["simplify", "fold-transpose-matmul", "flatten-batched-matmul"]
+REWRITES = ["simplify", "fold-transpose-matmul", "flatten-batched-matmul", "fold-product-transpose"]
 
 
 def _feeds(g, seed=0):
@@ -211,6 +212,47 @@ def test_which_summed_products_flatten(a, b, attrs, like, flattens):
     _close_products(text, got, want, 12)
 
 
+# -- fold-product-transpose --------------------------------------------------------------
+def test_a_tied_embeddings_gradient_is_written_transposed_without_a_copy():
+    """h [N, C] · Transpose(W [V, C]): W's gradient was hᵀ·dY [C, V] copied by a Transpose to [V, C];
+    now one product dYᵀ·h, the same sums (within the bound), no Transpose in the plan."""
+    text = ("input t0 : Float32 [40, 24]\ninput t1 : Float32 [56, 24]\nt2 = Transpose(t1, perm=[1, 0])\n"
+            "t3 = MatMul(t0, t2)\noutput t3\n")
+    gtext = gradir.grad(gradir.parse(text)).to_text()
+    got, want, exe = _run_all(gtext)
+    assert _log(exe)["fold-product-transpose"] == "folded 1 transposed product"
+    assert "Transpose" not in _ops(exe)
+    dw = [s for s in exe.plan.steps if s.op.op_name == "FusedMatMul" and exe.plan.types[s.results[0]].shape == (56, 24)]
+    assert len(dw) == 1 and dw[0].op.attrs.get("transA") == 1 and not dw[0].op.attrs.get("transB")
+    _close_products(gtext, got, want, 40)
+
+
+@pytest.mark.parametrize("a,b,attrs,perm,folds", [
+    ("[6, 4]", "[4, 5]", "", "[1, 0]", True),
+    ("[4, 6]", "[5, 4]", "transA=1, transB=1", "[1, 0]", True),
+    ("[3, 6, 4]", "[3, 4, 5]", "", "[0, 2, 1]", True),            # batched: each matrix transposed
+    ("[3, 6, 4]", "[4, 5]", "", "[0, 2, 1]", True),               # a broadcast matrix
+    ("[3, 6, 4]", "[3, 4, 5]", "", "[1, 0, 2]", False),           # not the last two axes
+    ("[6, 3, 4]", "[3, 4, 5]", "transBatchA=1", "[0, 2, 1]", False),
+    ("[4]", "[4, 5]", "", None, False),                          # a 1-D operand
+])
+def test_which_transposed_products_fold(a, b, attrs, perm, folds):
+    tr = f"t3 = Transpose(t2, perm={perm})\n" if perm else "t3 = Neg(t2)\n"
+    text = (f"input t0 : Float64 {a}\ninput t1 : Float64 {b}\n"
+            f"t2 = FusedMatMul(t0, t1, alpha=0.5{', ' + attrs if attrs else ''})\n{tr}output t3\n")
+    got, want, exe = _run_all(text)
+    assert ("Transpose" not in _ops(exe) and perm is not None) == folds
+    _close_products(text, got, want, 4)
+
+
+def test_a_product_read_elsewhere_keeps_its_transpose():
+    text = ("input t0 : Float32 [6, 4]\ninput t1 : Float32 [4, 5]\nt2 = MatMul(t0, t1)\n"
+            "t3 = Transpose(t2, perm=[1, 0])\noutput t3, t2\n")
+    got, want, exe = _run_all(text)
+    assert "Transpose" in _ops(exe) and _log(exe)["fold-product-transpose"] == "folded 0 transposed products"
+    _same_bits(got, want)
+
+
 def _storage(logical, perm):
     """The stored shape of an operand that ``perm`` lays out as ``logical``."""
     shape = [0] * len(perm)
@@ -404,7 +446,7 @@ def test_the_command_line_lists_shows_and_switches_the_rewrites(tmp_path, capsys
     assert main(["plan", "--list-passes"]) == 0
     names = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
     assert names.index("cse") < names.index("simplify") < names.index("fold-transpose-matmul") \
-        < names.index("flatten-batched-matmul") < names.index("dce")
+        < names.index("flatten-batched-matmul") < names.index("fold-product-transpose") < names.index("dce")
     f = tmp_path / "fold.gir"
     f.write_text(FOLD)
     assert main(["plan", str(f)]) == 0

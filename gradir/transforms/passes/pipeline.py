@@ -75,8 +75,8 @@ def register_pass(name: str, doc: str) -> Callable:
 
 # folding first: cse then merges equal folded values, and dce drops the Constants only they read
 # the algebraic rewrites after cse (fewer ops to look at), before dce (which drops what they bypass)
-DEFAULT_PASSES = ["fold-constants", "cse", "simplify", "fold-transpose-matmul", "flatten-batched-matmul", "dce",
-                  "fuse-lstm-cell-grads"]
+DEFAULT_PASSES = ["fold-constants", "cse", "simplify", "fold-transpose-matmul", "flatten-batched-matmul",
+                  "fold-product-transpose", "dce", "fuse-lstm-cell-grads"]
 DEFAULT_PASSES.append("fuse-elementwise")  # last: the other passes see the ops it would hide
 
 
