@@ -95,19 +95,6 @@ class QuickGeluOp(UnaryOp):
         return super().example(rng, dtype)[0], {"alpha": -0.75}
 
 
-class SoftplusOp(UnaryOp):
-    """log(1 + exp(x)), computed stably."""
-
-    ONNX = OnnxMap()
-    ELEMENTWISE = "same"
-    FORMULA = "maximum(X, 0) + log1p(exp(-abs(X)))"
-    VJP = {"X": "dY * sigmoid(X)"}
-
-
-# The generated SoftplusGrad is a built-in op: it must export or say why not, and VJP has no place for that.
-SoftplusOp.VJP_OPS["X"].NO_ONNX = "ONNX Runtime has no Softplus gradient op (its gradient builder has none)"
-
-
 class _SoftmaxForward(Op):
     abstract = True
     OPERANDS = (Operand("X"),)
