@@ -8,11 +8,9 @@ whose ``@rule`` they use): every such module is imported with the package, so it
 import importlib as _importlib
 import pkgutil as _pkgutil
 
-from . import rules_norm  # noqa: F401  (registers the normalization ops' rules)
 from .analysis import analyze
 from .placement import PARTIAL, REPLICATED, Placement, split
 from .run import Sharded, shard
-from . import rules_loss  # noqa: F401  (registers cross_entropy_rows)
 
 __all__ = ["shard", "Sharded", "Placement", "REPLICATED", "PARTIAL", "split", "analyze"]
 

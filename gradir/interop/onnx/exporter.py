@@ -28,7 +28,6 @@ from ...ir.labels import output_labels_of
 from ...ir.types import DType
 from .common import DTYPE_TO_ONNX, GRADIR_DOMAIN, require_onnx
 from .export_ops import EXPORTERS, LIST_TYPES, exporter_for, exports_in_gradir_domain
-from . import export_norm  # noqa: F401  (registers the norm family's hand exporters)
 
 __all__ = ["export_onnx", "DEFAULT_OPSET", "EXPORTERS", "Export", "exporter_for", "exports_in_gradir_domain"]
 
