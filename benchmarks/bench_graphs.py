@@ -94,6 +94,22 @@ def gradir_impl(case: gc.Case, threads: int) -> tuple[Callable[[], list], gradir
     return (lambda: list(exe.run(feeds).values())), exe, feeds
 
 
+def imported_impl(case: gc.Case, threads: int) -> tuple[Callable[[], list], gradir.Executable, dict]:
+    """gradir's run of the case's imported training graph (``Case.onnx_graph``: ONNX Runtime's), on the
+    case's own values; returns the gradients in ``wrt``'s order (the loss output is left out)."""
+    from gradir.interop.onnx import import_onnx
+    path, reads = case.onnx_graph
+    m = import_onnx(path)
+    feeds = dict(m.inputs)  # its constants that became labelled inputs (the mask)
+    feeds.update({label: case.inputs[name] for label, name in reads.items()})
+    want = [f"{label}_grad" for label in case.wrt_labels]
+    missing = sorted(set(want) - set(m.graph.output_labels))
+    if missing:
+        raise SystemExit(f"{path}: no output {', '.join(missing)}")
+    exe = gradir.compile(m.graph, threads=threads)
+    return (lambda: [out[k] for out in [exe.run(feeds)] for k in want]), exe, feeds
+
+
 def torch_impl(torch: Any, case: gc.Case, compiled: bool) -> Callable[[], list]:
     fn, args, leaves, from_torch = case.torch(torch, case.inputs)
     if compiled:
@@ -252,7 +268,7 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
     ours, exe, feeds = gradir_impl(case, args.threads)
     grads = [a.copy() for a in ours()]
     fns: dict[str, Callable[[], Any]] = {"gradir": ours}
-    names = {"gradir": "gradir", "eager": f"PyTorch {torch.__version__ if torch else ''} eager",
+    names = {"gradir": "gradir", "gradir_ort": "gradir (ORT's training graph)", "eager": f"PyTorch {torch.__version__ if torch else ''} eager",
              "compile": "torch.compile (inductor)", "jax": f"JAX {jax.__version__ if jax else ''} jit(vjp)"}
     ref, ref_name = None, ""
     if torch is None:
@@ -276,6 +292,14 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
     else:
         print(f"   gradir vs {ref_name}: worst max|a-b|/max|b| = {check(case, 'gradir', grads, ref, ref_name):.1e} "
               f"(tolerance {TOLERANCE})")
+    if case.onnx_graph is not None and not args.no_ort:
+        theirs, ort_exe, ort_feeds = imported_impl(case, args.threads)
+        ogr = [a.copy() for a in theirs()]
+        ref_o, ref_o_name = (ref, ref_name) if ref is not None else (grads, "gradir grad's graph")
+        print(f"   gradir on ORT's training graph ({os.path.basename(case.onnx_graph[0])}, "
+              f"{len(ort_exe.plan.steps)} steps; gradir grad's: {len(exe.plan.steps)}) vs {ref_o_name}: worst "
+              f"max|a-b|/max|b| = {check(case, 'gradir (ORT graph)', ogr, ref_o, ref_o_name):.1e}")
+        fns["gradir_ort"] = theirs
     if torch is not None and have_cc:
         try:
             comp = torch_impl(torch, case, compiled=True)
@@ -293,7 +317,7 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
         print(f"   torch.compile: {'not available (PyTorch missing)' if torch is None else 'left out'}")
     if jax is None:
         print(f"   JAX: {'left out' if args.no_jax else 'not installed'}; no JAX column")
-    fns = {k: fns[k] for k in ("gradir", "eager", "compile", "jax") if k in fns}
+    fns = {k: fns[k] for k in ("gradir", "gradir_ort", "eager", "compile", "jax") if k in fns}
     spread: dict = {}
     t = medians(fns, args.repeats, spread=spread)
     fastest = min(t, key=t.get)
@@ -303,13 +327,18 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
         ratio = "" if k == "gradir" else (f"   gradir / this = {t['gradir'] / v:5.2f}x "
                                           f"(of the mins {spread['gradir'][0] / lo:5.2f}x)")
         print(f"   {names[k]:<34s} {v * 1e3:9.2f} ms ({lo * 1e3:7.1f}-{hi * 1e3:7.1f}){ratio}")
-    others = [k for k in t if k != "gradir"]
+    others = [k for k in t if not k.startswith("gradir")]
     if others:
         best = min(others, key=t.get)
-        print(f"   fastest of the others: {names[best]}; gradir / fastest = {t['gradir'] / t[best]:.2f}x"
+        also = "".join(f"; {names[k]} / fastest = {t[k] / t[best]:.2f}x" for k in t if k.startswith("gradir_"))
+        print(f"   fastest of the others: {names[best]}; gradir / fastest = {t['gradir'] / t[best]:.2f}x{also}"
               f" (fastest overall: {names[fastest]})")
     goals = case_goals(case, t, {k: lo for k, (lo, _) in spread.items()}, names)
     rows = step_table(exe, feeds, args.threads, max(3, args.repeats // 2 + 1))
+    if "gradir_ort" in fns:
+        print("   gradir grad's graph, then ORT's:")
+        ort_rows = step_table(ort_exe, ort_feeds, args.threads, max(3, args.repeats // 2 + 1))
+        rows += [(f"{what} (ORT's graph)", a, b) for what, a, b in ort_rows]
     if rows:
         print(f"   heavy steps (>= {HEAVY_SHARE:.0%} of the traced run): inside the graph vs the same op alone "
               f"(one-op graph on the same values), medians of traced runs")
@@ -328,23 +357,25 @@ def case_goals(case: gc.Case, t: dict, lows: dict, names: dict) -> list[tuple]:
     (``lows``) is shown beside each: on a shared machine it is the better guess at a quiet one."""
     g = t["gradir"]
 
-    def ratio(key: str) -> str:
-        return f"{g / t[key]:.2f}x (of the mins: {lows['gradir'] / lows[key]:.2f}x)"
+    def ratio(key: str, ours: str = "gradir") -> str:
+        return f"{t[ours] / t[key]:.2f}x (of the mins: {lows[ours] / lows[key]:.2f}x)"
 
     def vs(key: str, limit: float, what: str) -> tuple:
         if key not in t:
             return (f"{case.key}: <= {limit}x {what}", "n/a (not measured)", None)
         return (f"{case.key}: <= {limit}x {what}", ratio(key), g / t[key] <= limit)
 
-    info = [(f"{case.key}: gradir / {names[k]}", ratio(k), None) for k in t if k != "gradir"]
+    info = [(f"{case.key}: gradir / {names[k]}", ratio(k), None) for k in t if not k.startswith("gradir")]
     if case.key == "lstm":
         return [vs("eager", 0.9, "PyTorch eager")] + info
     if case.key in ("mlp", "gpt"):
-        others = [k for k in t if k != "gradir"]
+        others = [k for k in t if not k.startswith("gradir")]
         if not others:
             return [(f"{case.key}: <= 1.0x the fastest", "n/a (not measured)", None)]
         best = min(others, key=t.get)
-        return [(f"{case.key}: <= 1.0x the fastest ({names[best]})", ratio(best), g <= t[best])] + info
+        ort = [(f"{case.key}, ORT's training graph: <= 1.0x the fastest ({names[best]})", ratio(best, "gradir_ort"),
+                t["gradir_ort"] <= t[best])] if "gradir_ort" in t else []
+        return [(f"{case.key}: <= 1.0x the fastest ({names[best]})", ratio(best), g <= t[best])] + ort + info
     if case.key == "chain":
         return [vs("compile", 1.0, "torch.compile"), vs("eager", 0.5, "PyTorch eager")] + info
     return info
@@ -360,6 +391,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds (default 9, 3 with --quick)")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--no-jax", action="store_true", help="leave JAX out")
+    ap.add_argument("--no-ort", action="store_true", help="leave out gradir's run of ORT's training graph (gpt)")
     args = ap.parse_args(argv)
     keys = [k.strip() for k in args.graphs.split(",") if k.strip()]
     bad = [k for k in keys if k not in gc.BUILDERS]
