@@ -268,7 +268,8 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
     ours, exe, feeds = gradir_impl(case, args.threads)
     grads = [a.copy() for a in ours()]
     fns: dict[str, Callable[[], Any]] = {"gradir": ours}
-    names = {"gradir": "gradir", "gradir_ort": "gradir (ORT's training graph)", "eager": f"PyTorch {torch.__version__ if torch else ''} eager",
+    names = {"gradir": "gradir", "gradir_ort": "gradir (ORT's training graph)",
+             "eager": f"PyTorch {torch.__version__ if torch else ''} eager",
              "compile": "torch.compile (inductor)", "jax": f"JAX {jax.__version__ if jax else ''} jit(vjp)"}
     ref, ref_name = None, ""
     if torch is None:
