@@ -100,8 +100,9 @@ def imported_impl(case: gc.Case, threads: int) -> tuple[Callable[[], list], grad
     from gradir.interop.onnx import import_onnx
     path, reads = case.onnx_graph
     m = import_onnx(path)
-    feeds = dict(m.inputs)  # its constants that became labelled inputs (the mask)
-    feeds.update({label: case.inputs[name] for label, name in reads.items()})
+    by_label = dict(m.inputs)  # its constants that became labelled inputs (the mask)
+    by_label.update({label: case.inputs[name] for label, name in reads.items()})
+    feeds = {i.name: by_label[i.label] for i in m.graph.inputs}  # by value name, as step_table feeds them
     want = [f"{label}_grad" for label in case.wrt_labels]
     missing = sorted(set(want) - set(m.graph.output_labels))
     if missing:
@@ -339,7 +340,7 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
     if "gradir_ort" in fns:
         print("   gradir grad's graph, then ORT's:")
         ort_rows = step_table(ort_exe, ort_feeds, args.threads, max(3, args.repeats // 2 + 1))
-        rows += [(f"{what} (ORT's graph)", a, b) for what, a, b in ort_rows]
+        rows += [(f"{what} [ORT]", a, b) for what, a, b in ort_rows]
     if rows:
         print(f"   heavy steps (>= {HEAVY_SHARE:.0%} of the traced run): inside the graph vs the same op alone "
               f"(one-op graph on the same values), medians of traced runs")
