@@ -3,16 +3,20 @@ in PyTorch eager autograd, ``torch.compile`` (inductor) and ``jax.jit`` of ``jax
 in the same run (issue [fusion], "bench_graphs.py" and "Goals").
 
     python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches,gpt] [--threads N]
-                                      [--repeats N] [--no-compile] [--no-jax]
+                                      [--repeats N] [--no-compile] [--no-jax] [--no-ort]
 
-The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from
-the forward graph's text, with respect to the parameters (and the LSTM's input X, which a
-language model's embedding needs); PyTorch and JAX differentiate the same function with respect
-to the same values.  Before any timing, every gradient of gradir, torch.compile and JAX is checked
-against PyTorch eager, or JAX where PyTorch is missing (max |a - b| / max |b| <= 1e-3; the
-benchmark stops with an error otherwise).  Float32, ``--threads`` (default: every core) for
-gradir and PyTorch; JAX uses XLA's own pool (held to one thread with ``--threads 1``).  The first
-run compiles torch.compile's kernels (inductor caches them on disk for later runs).
+The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from the
+forward graph's text, with respect to the parameters (and the LSTM's input X, which a language
+model's embedding needs); PyTorch and JAX differentiate the same function with respect to the same
+values. The GPT block is timed in a second form in the same rounds: gradir runs ONNX Runtime's
+training graph of the same function (``data/gpt_ort_<size>.onnx``, written by
+``scripts/ort_fixtures/gpt_bench_graph.py``), imported with ``gradir.interop.onnx.import_onnx``
+(``--no-ort`` leaves it out; so does a missing ``onnx``). Before any timing, every gradient of
+gradir (both forms), torch.compile and JAX is checked against PyTorch eager, or JAX where PyTorch is
+missing (max |a - b| / max |b| <= 1e-3; the benchmark stops with an error otherwise). Float32,
+``--threads`` (default: every core) for gradir and PyTorch; JAX uses XLA's own pool (held to one
+thread with ``--threads 1``). The first run compiles torch.compile's kernels (inductor caches them
+on disk for later runs).
 
 Times are medians of ``--repeats`` rounds after warm-up; in each round every implementation runs
 once, in turn, so that the machine's slow phases spread over all of them (these machines are
@@ -31,6 +35,7 @@ or JAX is missing, the benchmark says so and leaves out only those columns.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -294,7 +299,7 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
     else:
         print(f"   gradir vs {ref_name}: worst max|a-b|/max|b| = {check(case, 'gradir', grads, ref, ref_name):.1e} "
               f"(tolerance {TOLERANCE})")
-    if case.onnx_graph is not None and not args.no_ort:
+    if case.onnx_graph is not None and not args.no_ort and importlib.util.find_spec("onnx") is not None:
         theirs, ort_exe, ort_feeds = imported_impl(case, args.threads)
         ogr = [a.copy() for a in theirs()]
         ref_o, ref_o_name = (ref, ref_name) if ref is not None else (grads, "gradir grad's graph")

@@ -12,6 +12,10 @@ the op is registered"): without ``Gather`` the token embeddings are an input ([B
 differentiated; the table still gets the projection's gradient); without ``LayerNormalization``
 each LayerNorm is written with ReduceMean/Sub/Mul/Sqrt/Div.  PyTorch and JAX compute the same
 function in every form.
+
+``Case.onnx_graph`` is ONNX Runtime's training graph of the same function (the Gather and
+LayerNormalization form), ``data/gpt_ort_<scale>.onnx``, which ``bench_graphs.py`` times as a second
+gradir column; ``scripts/ort_fixtures/gpt_bench_graph.py`` writes it (the docstring says how).
 """
 
 from __future__ import annotations
