@@ -3,16 +3,20 @@ in PyTorch eager autograd, ``torch.compile`` (inductor) and ``jax.jit`` of ``jax
 in the same run (issue [fusion], "bench_graphs.py" and "Goals").
 
     python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches,gpt] [--threads N]
-                                      [--repeats N] [--no-compile] [--no-jax]
+                                      [--repeats N] [--no-compile] [--no-jax] [--no-ort]
 
-The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from
-the forward graph's text, with respect to the parameters (and the LSTM's input X, which a
-language model's embedding needs); PyTorch and JAX differentiate the same function with respect
-to the same values.  Before any timing, every gradient of gradir, torch.compile and JAX is checked
-against PyTorch eager, or JAX where PyTorch is missing (max |a - b| / max |b| <= 1e-3; the
-benchmark stops with an error otherwise).  Float32, ``--threads`` (default: every core) for
-gradir and PyTorch; JAX uses XLA's own pool (held to one thread with ``--threads 1``).  The first
-run compiles torch.compile's kernels (inductor caches them on disk for later runs).
+The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from the
+forward graph's text, with respect to the parameters (and the LSTM's input X, which a language
+model's embedding needs); PyTorch and JAX differentiate the same function with respect to the same
+values. The GPT block is timed in a second form in the same rounds: gradir runs ONNX Runtime's
+training graph of the same function (``data/gpt_ort_<size>.onnx``, written by
+``scripts/ort_fixtures/gpt_bench_graph.py``), imported with ``gradir.interop.onnx.import_onnx``
+(``--no-ort`` leaves it out; so does a missing ``onnx``). Before any timing, every gradient of
+gradir (both forms), torch.compile and JAX is checked against PyTorch eager, or JAX where PyTorch is
+missing (max |a - b| / max |b| <= 1e-3; the benchmark stops with an error otherwise). Float32,
+``--threads`` (default: every core) for gradir and PyTorch; JAX uses XLA's own pool (held to one
+thread with ``--threads 1``). The first run compiles torch.compile's kernels (inductor caches them
+on disk for later runs).
 
 Times are medians of ``--repeats`` rounds after warm-up; in each round every implementation runs
 once, in turn, so that the machine's slow phases spread over all of them (these machines are
@@ -31,6 +35,7 @@ or JAX is missing, the benchmark says so and leaves out only those columns.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -92,6 +97,23 @@ def gradir_impl(case: gc.Case, threads: int) -> tuple[Callable[[], list], gradir
         feeds[inp.name] = ct
     exe = gradir.compile(bwd, threads=threads)
     return (lambda: list(exe.run(feeds).values())), exe, feeds
+
+
+def imported_impl(case: gc.Case, threads: int) -> tuple[Callable[[], list], gradir.Executable, dict]:
+    """gradir's run of the case's imported training graph (``Case.onnx_graph``: ONNX Runtime's), on the
+    case's own values; returns the gradients in ``wrt``'s order (the loss output is left out)."""
+    from gradir.interop.onnx import import_onnx
+    path, reads = case.onnx_graph
+    m = import_onnx(path)
+    by_label = dict(m.inputs)  # its constants that became labelled inputs (the mask)
+    by_label.update({label: case.inputs[name] for label, name in reads.items()})
+    feeds = {i.name: by_label[i.label] for i in m.graph.inputs}  # by value name, as step_table feeds them
+    want = [f"{label}_grad" for label in case.wrt_labels]
+    missing = sorted(set(want) - set(m.graph.output_labels))
+    if missing:
+        raise SystemExit(f"{path}: no output {', '.join(missing)}")
+    exe = gradir.compile(m.graph, threads=threads)
+    return (lambda: [out[k] for out in [exe.run(feeds)] for k in want]), exe, feeds
 
 
 def torch_impl(torch: Any, case: gc.Case, compiled: bool) -> Callable[[], list]:
@@ -252,7 +274,8 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
     ours, exe, feeds = gradir_impl(case, args.threads)
     grads = [a.copy() for a in ours()]
     fns: dict[str, Callable[[], Any]] = {"gradir": ours}
-    names = {"gradir": "gradir", "eager": f"PyTorch {torch.__version__ if torch else ''} eager",
+    names = {"gradir": "gradir", "gradir_ort": "gradir (ORT's training graph)",
+             "eager": f"PyTorch {torch.__version__ if torch else ''} eager",
              "compile": "torch.compile (inductor)", "jax": f"JAX {jax.__version__ if jax else ''} jit(vjp)"}
     ref, ref_name = None, ""
     if torch is None:
@@ -276,6 +299,14 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
     else:
         print(f"   gradir vs {ref_name}: worst max|a-b|/max|b| = {check(case, 'gradir', grads, ref, ref_name):.1e} "
               f"(tolerance {TOLERANCE})")
+    if case.onnx_graph is not None and not args.no_ort and importlib.util.find_spec("onnx") is not None:
+        theirs, ort_exe, ort_feeds = imported_impl(case, args.threads)
+        ogr = [a.copy() for a in theirs()]
+        ref_o, ref_o_name = (ref, ref_name) if ref is not None else (grads, "gradir grad's graph")
+        print(f"   gradir on ORT's training graph ({os.path.basename(case.onnx_graph[0])}, "
+              f"{len(ort_exe.plan.steps)} steps; gradir grad's: {len(exe.plan.steps)}) vs {ref_o_name}: worst "
+              f"max|a-b|/max|b| = {check(case, 'gradir (ORT graph)', ogr, ref_o, ref_o_name):.1e}")
+        fns["gradir_ort"] = theirs
     if torch is not None and have_cc:
         try:
             comp = torch_impl(torch, case, compiled=True)
@@ -293,7 +324,7 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
         print(f"   torch.compile: {'not available (PyTorch missing)' if torch is None else 'left out'}")
     if jax is None:
         print(f"   JAX: {'left out' if args.no_jax else 'not installed'}; no JAX column")
-    fns = {k: fns[k] for k in ("gradir", "eager", "compile", "jax") if k in fns}
+    fns = {k: fns[k] for k in ("gradir", "gradir_ort", "eager", "compile", "jax") if k in fns}
     spread: dict = {}
     t = medians(fns, args.repeats, spread=spread)
     fastest = min(t, key=t.get)
@@ -303,13 +334,18 @@ def run_case(case: gc.Case, args: argparse.Namespace, torch: Any, jax: Any, have
         ratio = "" if k == "gradir" else (f"   gradir / this = {t['gradir'] / v:5.2f}x "
                                           f"(of the mins {spread['gradir'][0] / lo:5.2f}x)")
         print(f"   {names[k]:<34s} {v * 1e3:9.2f} ms ({lo * 1e3:7.1f}-{hi * 1e3:7.1f}){ratio}")
-    others = [k for k in t if k != "gradir"]
+    others = [k for k in t if not k.startswith("gradir")]
     if others:
         best = min(others, key=t.get)
-        print(f"   fastest of the others: {names[best]}; gradir / fastest = {t['gradir'] / t[best]:.2f}x"
+        also = "".join(f"; {names[k]} / fastest = {t[k] / t[best]:.2f}x" for k in t if k.startswith("gradir_"))
+        print(f"   fastest of the others: {names[best]}; gradir / fastest = {t['gradir'] / t[best]:.2f}x{also}"
               f" (fastest overall: {names[fastest]})")
     goals = case_goals(case, t, {k: lo for k, (lo, _) in spread.items()}, names)
     rows = step_table(exe, feeds, args.threads, max(3, args.repeats // 2 + 1))
+    if "gradir_ort" in fns:
+        print("   gradir grad's graph, then ORT's:")
+        ort_rows = step_table(ort_exe, ort_feeds, args.threads, max(3, args.repeats // 2 + 1))
+        rows += [(f"{what} [ORT]", a, b) for what, a, b in ort_rows]
     if rows:
         print(f"   heavy steps (>= {HEAVY_SHARE:.0%} of the traced run): inside the graph vs the same op alone "
               f"(one-op graph on the same values), medians of traced runs")
@@ -328,23 +364,25 @@ def case_goals(case: gc.Case, t: dict, lows: dict, names: dict) -> list[tuple]:
     (``lows``) is shown beside each: on a shared machine it is the better guess at a quiet one."""
     g = t["gradir"]
 
-    def ratio(key: str) -> str:
-        return f"{g / t[key]:.2f}x (of the mins: {lows['gradir'] / lows[key]:.2f}x)"
+    def ratio(key: str, ours: str = "gradir") -> str:
+        return f"{t[ours] / t[key]:.2f}x (of the mins: {lows[ours] / lows[key]:.2f}x)"
 
     def vs(key: str, limit: float, what: str) -> tuple:
         if key not in t:
             return (f"{case.key}: <= {limit}x {what}", "n/a (not measured)", None)
         return (f"{case.key}: <= {limit}x {what}", ratio(key), g / t[key] <= limit)
 
-    info = [(f"{case.key}: gradir / {names[k]}", ratio(k), None) for k in t if k != "gradir"]
+    info = [(f"{case.key}: gradir / {names[k]}", ratio(k), None) for k in t if not k.startswith("gradir")]
     if case.key == "lstm":
         return [vs("eager", 0.9, "PyTorch eager")] + info
     if case.key in ("mlp", "gpt"):
-        others = [k for k in t if k != "gradir"]
+        others = [k for k in t if not k.startswith("gradir")]
         if not others:
             return [(f"{case.key}: <= 1.0x the fastest", "n/a (not measured)", None)]
         best = min(others, key=t.get)
-        return [(f"{case.key}: <= 1.0x the fastest ({names[best]})", ratio(best), g <= t[best])] + info
+        ort = [(f"{case.key}, ORT's training graph: <= 1.0x the fastest ({names[best]})", ratio(best, "gradir_ort"),
+                t["gradir_ort"] <= t[best])] if "gradir_ort" in t else []
+        return [(f"{case.key}: <= 1.0x the fastest ({names[best]})", ratio(best), g <= t[best])] + ort + info
     if case.key == "chain":
         return [vs("compile", 1.0, "torch.compile"), vs("eager", 0.5, "PyTorch eager")] + info
     return info
@@ -360,6 +398,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds (default 9, 3 with --quick)")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--no-jax", action="store_true", help="leave JAX out")
+    ap.add_argument("--no-ort", action="store_true", help="leave out gradir's run of ORT's training graph (gpt)")
     args = ap.parse_args(argv)
     keys = [k.strip() for k in args.graphs.split(",") if k.strip()]
     bad = [k for k in keys if k not in gc.BUILDERS]

@@ -12,11 +12,16 @@ the op is registered"): without ``Gather`` the token embeddings are an input ([B
 differentiated; the table still gets the projection's gradient); without ``LayerNormalization``
 each LayerNorm is written with ReduceMean/Sub/Mul/Sqrt/Div.  PyTorch and JAX compute the same
 function in every form.
+
+``Case.onnx_graph`` is ONNX Runtime's training graph of the same function (the Gather and
+LayerNormalization form), ``data/gpt_ort_<scale>.onnx``, which ``bench_graphs.py`` times as a second
+gradir column; ``scripts/ort_fixtures/gpt_bench_graph.py`` writes it (the docstring says how).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -28,6 +33,7 @@ from graph_cases import F32, Case, _normal
 GPT_SIZES = {"full": (8, 256, 512, 8, 2048, 8192), "quick": (2, 64, 128, 4, 512, 1024),
              "tiny": (2, 5, 8, 2, 12, 11)}
 EPS = 1e-5
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 PARAMS = ("wte", "wpe", "ln1_g", "ln1_b", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",
           "ln2_g", "ln2_b", "w1", "b1", "w2", "b2", "lnf_g", "lnf_b")
 
@@ -199,6 +205,10 @@ def gpt(scale: str, seed: int = 0, gather: Optional[bool] = None, layer_norm: Op
             return (-jnp.take_along_axis(lp, a["labels"][:, None], axis=1).mean(),)
         return f
 
+    graph = ort_graph(scale)
+    onnx_graph = None
+    if real and ln and graph is not None:  # the ORT graph is of the Gather and LayerNormalization form
+        onnx_graph = (graph, {k: name[k] for k in ["ids", "labels"] + list(PARAMS)})
     form = ", ".join(["Gather" if real else "embeddings as an input (no Gather yet)",
                       "LayerNormalization" if ln else "LayerNorm from ReduceMean etc. (no LayerNormalization yet)"])
     return Case("gpt", f"GPT block: B={B}, T={T}, C={C}, {H} heads, MLP {M}, vocabulary {V}; causal attention, "
@@ -206,4 +216,13 @@ def gpt(scale: str, seed: int = 0, gather: Optional[bool] = None, layer_norm: Op
                 text, wrt, wrt_labels, inputs, [np.array(1.0, F32)], torch_side, jax_side,
                 ["PyTorch: F.scaled_dot_product_attention(is_causal=True), F.layer_norm, F.cross_entropy; "
                  "JAX: the same formulas, softmax of the masked product",
-                 "the key bias bk is an input, not differentiated: its gradient is 0 (rounding noise)"])
+                 "the key bias bk is an input, not differentiated: its gradient is 0 (rounding noise)"],
+                onnx_graph)
+
+
+def ort_graph(scale: str) -> Optional[str]:
+    """ONNX Runtime's training graph of this function at ``scale`` (``data/gpt_ort_<scale>.onnx``, written by
+    ``scripts/ort_fixtures/gpt_bench_graph.py``: form b, the parameters and ``bk`` are inputs, its outputs the
+    loss and ``<param>_grad``), or None where the file is missing."""
+    path = os.path.join(DATA, f"gpt_ort_{scale}.onnx")
+    return path if os.path.exists(path) else None

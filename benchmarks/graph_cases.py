@@ -34,6 +34,10 @@ class Case:
     torch: Callable[[Any, dict], tuple]  # (torch, inputs) -> (fn, args, leaves, from_torch)
     jax: Callable[[Any], Callable]    # (jax) -> f(*wrt arrays, *other inputs) -> tuple of outputs
     notes: list[str] = field(default_factory=list)
+    # a training graph that gradir imports instead of deriving one (ONNX Runtime's): its path and, for each
+    # of its input labels, the name of the case input it reads; its outputs include ``<label>_grad`` for
+    # every label of ``wrt_labels``
+    onnx_graph: Optional[tuple[str, dict[str, str]]] = None
 
     @property
     def others(self) -> list[str]:

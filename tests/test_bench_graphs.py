@@ -123,6 +123,29 @@ def test_the_gpt_block_in_each_form(gather, layer_norm):
         assert gc.rel_error(a, b) <= 1e-5, (label, gc.rel_error(a, b))
 
 
+def test_the_gpt_block_from_orts_training_graph():
+    """ONNX Runtime's training graph of the GPT block (benchmarks/data/gpt_ort_tiny.onnx, written by
+    scripts/ort_fixtures/gpt_bench_graph.py) imports, and on gpt_case's own values its gradients are those
+    of the graph ``gradir grad`` derives from gpt_case's forward text: the benchmark's second form computes
+    the same step.  Every size's file is there and small (parameters are graph inputs)."""
+    pytest.importorskip("onnx")
+    import bench_graphs
+    from gpt_case import ort_graph, registered
+    for scale in ("tiny", "quick", "full"):
+        assert ort_graph(scale) is not None and os.path.getsize(ort_graph(scale)) < 1 << 20
+    if not (registered("Gather") and registered("LayerNormalization")):
+        return
+    case = gc.build("gpt", "tiny")
+    assert case.onnx_graph is not None and case.onnx_graph[0] == ort_graph("tiny")
+    run, exe, _ = bench_graphs.imported_impl(case, threads=1)
+    assert "GatherGrad" in exe.graph.to_text() and "LayerNormalizationGrad" in exe.graph.to_text()
+    theirs = run()
+    ours = _gradir_gradients(case)
+    assert [a.shape for a in theirs] == [b.shape for b in ours]
+    for label, a, b in zip(case.wrt_labels, theirs, ours):
+        assert gc.rel_error(a, b) <= 1e-5, (label, gc.rel_error(a, b))
+
+
 def test_rel_error_sees_a_wrong_gradient():
     a = np.array([1.0, 2.0, 4.0], np.float32)
     assert gc.rel_error(a, a) == 0.0
