@@ -350,3 +350,36 @@ def test_the_gradient_reuses_log_probs_buffer():
     bwd = gradir.grad(forward_text(np.zeros((4, 3), np.float32), np.zeros(4, np.int64)), wrt=["t0"])
     plan = gradir.compile(bwd).plan.describe()
     assert "t6 = SoftmaxCrossEntropyLossGrad  (in place: t6 reuses t4; frees t4" in plan, plan
+
+
+def test_the_compiled_float32_gradient_is_numpys_within_rounding_the_same_in_place_and_for_any_split() -> None:
+    """SoftmaxCrossEntropyLossGrad over [N, C] Float32 runs one compiled pass (kernels/_jit_loss.py: NumPy's
+    float32 exp is scalar without AVX-512): within a few ulp of the NumPy path, 0 exactly for an ignored
+    target, the same bits in place (out is log_prob, as the runtime writes it) and for 1 or 2 threads."""
+    from gradir.backends.cpu.kernels import jit, loss
+    from gradir.backends.cpu.kernels.parallel import get_threads, set_threads
+
+    if not jit.available():
+        pytest.skip(f"numba is not usable here: {jit.why_unavailable()}")
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((600, 2000)).astype(np.float32) * 4  # 4.8 MB: split into chunks on 2 threads
+    lab = rng.integers(0, 2000, 600)
+    lab[[3, 250]] = -100
+    _, lp = loss.softmax_cross_entropy_loss(x, lab, ignore_index=-100)
+    dy = np.array(0.75, np.float32)
+    with jit.disabled():
+        want = loss.softmax_cross_entropy_loss_grad(dy, lp, lab, ignore_index=-100)
+    got = {}
+    before = get_threads()
+    try:
+        for threads in (1, 2):
+            set_threads(threads)
+            got[threads] = loss.softmax_cross_entropy_loss_grad(dy, lp, lab, ignore_index=-100)
+            inplace = lp.copy()
+            loss.softmax_cross_entropy_loss_grad(dy, inplace, lab, out=inplace, ignore_index=-100)
+            assert np.array_equal(inplace, got[threads])
+    finally:
+        set_threads(before)
+    assert np.array_equal(got[1], got[2])
+    assert np.all(got[1][[3, 250]] == 0)
+    np.testing.assert_allclose(got[1], want, rtol=1e-6, atol=1e-12)  # exp2(x log2 e): a few ulp
