@@ -268,3 +268,41 @@ def test_batch_norm_exports_to_opset_13_in_inference_mode_only():
     onnx.checker.check_model(m, full_check=True)
     with pytest.raises(gradir.OnnxError, match="training_mode from opset 14"):
         gradir.export_onnx(gradir.parse(_bn("Float32")), opset=13)
+
+
+@pytest.mark.parametrize("d", [7, 512])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_compiled_norm_kernels_are_the_numpy_path_within_rounding_and_split_independent(d, dtype) -> None:
+    """kernels/_jit_norm.py (one pass per statistic, float64 sums in a fixed order) against norm.py's NumPy
+    path, for the forward, the gradient and the invertible and RMSNorm gradients; an odd width takes the
+    tail loops; 1 and 2 threads give the same bits (rows and columns split over threads)."""
+    from gradir.backends.cpu.kernels import jit, norm
+    from gradir.backends.cpu.kernels.parallel import get_threads, set_threads
+
+    if not jit.available():
+        pytest.skip(f"numba is not usable here: {jit.why_unavailable()}")
+    rng = np.random.default_rng(d)
+    n = (6 << 20) // (8 * d * 6) + 3  # enough rows to split into chunks
+    x, dy = (rng.standard_normal((n, d)).astype(dtype) for _ in range(2))
+    g, b = rng.uniform(0.5, 1.5, d).astype(dtype), rng.standard_normal(d).astype(dtype)
+
+    def run() -> list[np.ndarray]:
+        y, m, iv = norm.layer_normalization(x, g, b)
+        ys, ivs = norm.simplified_layer_normalization(x, g)
+        return [y, m, iv, *norm.layer_normalization_grad(dy, x, g, m, iv), ys, ivs,
+                *norm.simplified_layer_normalization_grad(dy, x, g, ivs),
+                *norm.invertible_layer_normalization_grad(dy, y, g, b, iv)]
+
+    with jit.disabled():
+        want = run()
+    before = get_threads()
+    try:
+        got = {}
+        for threads in (1, 2):
+            set_threads(threads)
+            got[threads] = run()
+    finally:
+        set_threads(before)
+    for a, b1, w in zip(got[1], got[2], want):
+        assert np.array_equal(a, b1)
+        np.testing.assert_allclose(a, w, rtol=4 * np.finfo(dtype).eps, atol=4 * np.finfo(dtype).eps * np.abs(w).max())

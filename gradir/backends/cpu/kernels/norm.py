@@ -15,6 +15,7 @@ import numpy as np
 
 from ....ops.norm import (InvertibleLayerNormalizationGradOp, LayerNormalizationGradOp, LayerNormalizationOp,
                           SimplifiedLayerNormalizationGradOp, SimplifiedLayerNormalizationOp)
+from . import jit
 from .parallel import parallel_rows
 from .registry import kernel
 
@@ -74,7 +75,15 @@ def _forward(X: np.ndarray, Scale: np.ndarray, B: Optional[np.ndarray], out: Opt
             xr += bias
         yv[lo:hi] = xr
 
-    _by_rows(n, x.shape[1], rows)
+    compiled = jit.load("norm")
+    if compiled is not None:  # one pass per statistic (kernels/_jit_norm.py)
+        m1, i1 = mean.reshape(n), inv.reshape(n)
+        s1 = scale.reshape(-1)
+        b1 = s1 if bias is None else bias.reshape(-1)
+        _by_rows(n, x.shape[1], lambda lo, hi: compiled.forward_rows(
+            x[lo:hi], s1, b1, bias is not None, eps, centered, yv[lo:hi], m1[lo:hi], i1[lo:hi]))
+    else:
+        _by_rows(n, x.shape[1], rows)
     stats = [_done(inv.reshape(stats_shape), o[2 if centered else 1])]
     if centered:
         stats.insert(0, _done(mean.reshape(stats_shape), o[1]))
@@ -110,7 +119,6 @@ def _backward(dY: np.ndarray, X: np.ndarray, Scale: np.ndarray, mean: Optional[n
     mean64 = None if mean is None else mean.reshape(n, 1).astype(np.float64)
     inv64 = inv.reshape(n, 1).astype(np.float64)
     b64 = None if bias is None else bias.reshape(1, -1).astype(np.float64)
-    xhat = np.empty(x.shape, np.float64)  # kept for dScale
 
     def rows(lo: int, hi: int) -> None:
         xh = x[lo:hi].astype(np.float64)
@@ -129,6 +137,27 @@ def _backward(dY: np.ndarray, X: np.ndarray, Scale: np.ndarray, mean: Optional[n
         r *= inv64[lo:hi]
         dxv[lo:hi] = r
 
+    compiled = jit.load("norm")
+    if compiled is not None:  # one pass per row and one over the rows per column range (kernels/_jit_norm.py)
+        s1 = scale.reshape(-1)
+        inv1 = inv.reshape(n)
+        mean1 = inv1 if mean is None else mean.reshape(n)
+        b1 = s1 if b64 is None else b64.reshape(-1)
+        invertible = b64 is not None
+        _by_rows(n, x.shape[1], lambda lo, hi: compiled.backward_rows(
+            dy[lo:hi], x[lo:hi], s1, mean1[lo:hi], mean is not None, inv1[lo:hi], b1, invertible, centered,
+            dxv[lo:hi]))
+        d = x.shape[1]
+        dscale = np.zeros(d, np.float64)
+        db = np.zeros(d, np.float64)
+        # columns are independent: each thread sums its columns over every row, in row order
+        parallel_rows(d, 8 * n * 3, lambda lo, hi: compiled.param_grads(
+            dy, x, s1, mean1, mean is not None, inv1, b1, invertible, lo, hi, dscale, db, with_bias))
+        results = [_done(dx, o[0]), _done(dscale.astype(Scale.dtype).reshape(Scale.shape), o[1])]
+        if with_bias:
+            results.append(_done(db.astype(Scale.dtype).reshape(Scale.shape), o[2]))
+        return tuple(results)
+    xhat = np.empty(x.shape, np.float64)  # kept for dScale
     _by_rows(n, x.shape[1], rows)
     dy64 = dy.astype(np.float64)
     results = [_done(dx, o[0]), _done(np.sum(dy64 * xhat, axis=0).astype(Scale.dtype).reshape(Scale.shape), o[1])]
