@@ -114,16 +114,7 @@ class ElementwiseOp(Op):
         # VJP is checked where its backward ops are made (``ops/vjp.py``, an ``ON_REGISTER`` hook)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
-        ctx.dtype_in(0, self.DTYPES)
-        shape = ctx.type(0).shape
-        for i in range(1, len(self.operands)):
-            ctx.same_dtype(0, i)
-            merged = broadcast_shapes(shape, ctx.type(i).shape)
-            if merged is None:
-                ctx.fail(f"shapes {format_shape(shape)} and {format_shape(ctx.type(i).shape)} "
-                         f"({self.operand_value(i)}) cannot be broadcast together", operand=i)
-            shape = merged
-        return [TensorType(ctx.type(0).dtype, shape)]
+        return infer_broadcast(self, ctx, self.DTYPES)
 
 
 def _declared(cls: type) -> set[str]:
@@ -162,3 +153,21 @@ class BinaryActivationGradOp(BackwardOp, ElementwiseOp):
 
 # re-exported for families
 __all__ += ["ALL_DTYPES", "NUMERIC_DTYPES", "FLOAT_DTYPES"]
+
+
+def infer_broadcast(op: Op, ctx: InferContext, dtypes: tuple) -> list[TensorType]:
+    """The type of an element-wise op over any number of operands: one dtype of ``dtypes``, NumPy broadcasting
+    (an operand that does not broadcast is the located error)."""
+    ctx.dtype_in(0, dtypes)
+    shape = ctx.type(0).shape
+    for i in range(1, len(op.operands)):
+        ctx.same_dtype(0, i)
+        merged = broadcast_shapes(shape, ctx.type(i).shape)
+        if merged is None:
+            ctx.fail(f"shapes {format_shape(shape)} and {format_shape(ctx.type(i).shape)} "
+                     f"({op.operand_value(i)}) cannot be broadcast together", operand=i)
+        shape = merged
+    return [TensorType(ctx.type(0).dtype, shape)]
+
+
+__all__ += ["infer_broadcast"]

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..ir.op import InferContext, Op, Operand
 from ..ir.onnxmap import OnnxMap
-from ..ir.types import NUMERIC_DTYPES, TensorType, format_shape
-from .common import ElementwiseOp, UnaryOp, broadcast_shapes
+from ..ir.types import NUMERIC_DTYPES, TensorType
+from .common import ElementwiseOp, UnaryOp, infer_broadcast
 from .math import Reduce
 
 __all__ = ["PowOp", "ErfOp", "MaxOp", "MinOp", "ReduceMaxOp"]
@@ -60,16 +60,7 @@ class _Extreme(Op):
     BROADCASTS = True
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
-        ctx.dtype_in(0, NUMERIC_DTYPES)
-        shape = ctx.type(0).shape
-        for i in range(1, len(self.operands)):
-            ctx.same_dtype(0, i)
-            merged = broadcast_shapes(shape, ctx.type(i).shape)
-            if merged is None:
-                ctx.fail(f"shapes {format_shape(shape)} and {format_shape(ctx.type(i).shape)} "
-                         f"({self.operand_value(i)}) cannot be broadcast together", operand=i)
-            shape = merged
-        return [TensorType(ctx.type(0).dtype, shape)]
+        return infer_broadcast(self, ctx, NUMERIC_DTYPES)
 
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
