@@ -359,8 +359,7 @@ def test_the_compiled_float32_gradient_is_numpys_within_rounding_the_same_in_pla
     from gradir.backends.cpu.kernels import jit, loss
     from gradir.backends.cpu.kernels.parallel import get_threads, set_threads
 
-    if not jit.available():
-        pytest.skip(f"numba is not usable here: {jit.why_unavailable()}")
+    assert jit.available(), f"numba is a core dependency: {jit.why_unavailable()}"
     rng = np.random.default_rng(31)
     x = rng.standard_normal((600, 2000)).astype(np.float32) * 4  # 4.8 MB: split into chunks on 2 threads
     lab = rng.integers(0, 2000, 600)

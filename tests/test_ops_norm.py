@@ -279,8 +279,7 @@ def test_the_compiled_norm_kernels_are_the_numpy_path_within_rounding_and_split_
     from gradir.backends.cpu.kernels import jit, norm
     from gradir.backends.cpu.kernels.parallel import get_threads, set_threads
 
-    if not jit.available():
-        pytest.skip(f"numba is not usable here: {jit.why_unavailable()}")
+    assert jit.available(), f"numba is a core dependency: {jit.why_unavailable()}"
     rng = np.random.default_rng(d)
     n = (6 << 20) // (8 * d * 6) + 3  # enough rows to split into chunks
     x, dy = (rng.standard_normal((n, d)).astype(dtype) for _ in range(2))

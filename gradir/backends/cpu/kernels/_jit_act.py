@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from ._jit_core import ELEMENTWISE, INLINE, LOG2E, REDUCTION, clamp32, exp2_32, f32_as_i32, i32_as_f32
+from ._jit_core import apart as _apart
 
 _F = np.float32
 _ZERO = _F(0.0)
@@ -112,14 +113,6 @@ def _fast_gelu_e(x):  # type: ignore[no-untyped-def]
 # recompile every kernel in every process, since its disk cache keeps neither (measured:
 # closures miss the cache in a new process).
 TILE = 1024
-
-
-@njit(**INLINE)
-def _apart(o, a):  # type: ignore[no-untyped-def]
-    """True when the memory of ``o`` and ``a`` does not overlap."""
-    po = o.ctypes.data
-    pa = a.ctypes.data
-    return po + o.nbytes <= pa or pa + a.nbytes <= po
 
 
 @njit(**INLINE)

@@ -43,7 +43,7 @@ warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning,
                         module=r".*(numba[./\\]core[./\\]ssa|gradir[./\\]kernels[./\\]_jit_\w+)$")
 
 __all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "prefetch", "prefetch_span", "stream32", "store_fence", "vector_copy",
-           "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "LOG2E"]
+           "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "apart", "LOG2E"]
 
 _COMMON = dict(cache=True, error_model="numpy", boundscheck=False)
 ELEMENTWISE = dict(nogil=True, fastmath={"nsz", "contract"}, **_COMMON)
@@ -213,6 +213,15 @@ def exp2_32(t):  # type: ignore[no-untyped-def]
     p = p * f + _E1
     p = p * f + _ONE
     return p * pow2_32(fl)
+
+
+@njit(**INLINE)
+def apart(o, a):  # type: ignore[no-untyped-def]
+    """True when the memory of ``o`` and ``a`` does not overlap (a kernel writing ``o`` from ``a`` may then run
+    the plain loop, which LLVM vectorizes; in place it computes through a private buffer)."""
+    po = o.ctypes.data
+    pa = a.ctypes.data
+    return po + o.nbytes <= pa or pa + a.nbytes <= po
 
 
 @njit(**INLINE)

@@ -13,20 +13,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._jit_core import ELEMENTWISE, LOG2E, exp2_32
+from ._jit_core import ELEMENTWISE, LOG2E, apart, exp2_32
 
 _F = np.float32
 _L2E = _F(LOG2E)
 _ONE = _F(1.0)
 _ZERO = _F(0.0)
-
-
-@njit(**ELEMENTWISE)
-def _apart(o, a):  # type: ignore[no-untyped-def]
-    """True when the memory of ``o`` and ``a`` does not overlap."""
-    po = o.ctypes.data
-    pa = a.ctypes.data
-    return po + o.nbytes <= pa or pa + a.nbytes <= po
 
 
 @njit(**ELEMENTWISE)
@@ -43,15 +35,15 @@ def ce_grad_rows(o, lp, lab, factor):  # type: ignore[no-untyped-def]
     writes in place): LLVM vectorizes a loop whose output may overlap its input only behind an overlap
     check that fails in place, so then each row is computed into a private row (in cache) and copied."""
     n = o.shape[1]
-    apart = _apart(o, lp)
-    tmp = np.empty(0 if apart else n, _F)
+    separate = apart(o, lp)
+    tmp = np.empty(0 if separate else n, _F)
     for r in range(o.shape[0]):
         orow = o[r]
         k = lab[r]
         if k < 0:
             for j in range(n):
                 orow[j] = _ZERO
-        elif apart:
+        elif separate:
             _row(orow, lp[r], k, factor[r])
         else:
             _row(tmp, lp[r], k, factor[r])
