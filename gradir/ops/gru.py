@@ -10,7 +10,7 @@ from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_val
 from ..ir.onnxmap import MS_DOMAIN, OnnxMap
 from ..ir.types import TensorType
 from . import references
-from .lstm import HIDDEN, _LayerCheck, _no_clip
+from .lstm import HIDDEN, LayerCheck
 
 _ACTS = ("sigmoid", "tanh")
 
@@ -20,6 +20,11 @@ def _check_acts(v: tuple) -> Optional[str]:
         return None
     return ('is not supported: only activations=["sigmoid", "tanh"] (the ONNX default; repeated for '
             f'bidirectional) is supported, got {format_attr_value(v)}')
+
+
+def _no_clip(v: Any) -> Optional[str]:
+    return ("is not supported: gradir computes the unclipped GRU equations; "
+            "remove the clip attribute") if v is not None else None
 
 
 def _forward_only(v: str) -> Optional[str]:
@@ -49,7 +54,7 @@ def _check_layer_attrs(ctx: InferContext) -> None:
                  f"{2 * D} (two per direction)", attr="activations")
 
 
-class _GRUCheck(_LayerCheck):
+class _GRUCheck(LayerCheck):
     """The LSTM layers' operand checker with the GRU's shapes (three gates, no cell state)."""
 
     def shapes(self) -> dict[str, list]:
@@ -113,10 +118,10 @@ class GRUGradOp(BackwardOp):
 
     ONNX = _ONNX
     SHARDING = "gru_grad"
-    OPERANDS = (Operand("X"), Operand("W", sample="weights"), Operand("R", sample="weights"),
-                Operand("B", optional=True, sample="weights"), Operand("SL", optional=True, sample="lengths"),
-                Operand("H0", optional=True), Operand("HAll"), Operand("ZRH"),
-                Operand("dHAll", optional=True), Operand("dHFinal", optional=True))
+    OPERANDS = (*GRUTrainingOp.OPERANDS, Operand("HAll", doc="[S, D, B, H] GRUTraining's every H_t"),
+                Operand("ZRH", doc="[S, D, B, 3H] GRUTraining's post-activation z, r, h̃"),
+                Operand("dHAll", optional=True, doc="[S, D, B, H] (default 0)"),
+                Operand("dHFinal", optional=True, doc="[D, B, H] (default 0)"))
     RESULTS = ("dX", "dW", "dR", "dB", "dH0")
     ATTRS = LAYER_ATTRS
 
