@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
 from ..ir.onnxmap import MS_DOMAIN, OnnxMap
-from ..ir.types import TensorType
+from ..ir.types import FLOAT_DTYPES, TensorType
 from . import references
 from .lstm import HIDDEN, LayerCheck
 
@@ -129,6 +129,7 @@ class GRUGradOp(BackwardOp):
         _check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
+        _check_alignment(ctx)
         c = _GRUCheck(ctx)
         c.x(0)
         s = c.shapes()
@@ -155,6 +156,18 @@ class GRUGradOp(BackwardOp):
                   **_: Any) -> Any:
         return references.gru_grad(*arrays, hidden_size=hidden_size, direction=direction,
                                    linear_before_reset=linear_before_reset)
+
+
+def _check_alignment(ctx: InferContext) -> None:
+    """ORT's gradient builder gives GRUGrad the forward node's inputs as listed: from a GRU that lists fewer
+    than six, HAll lands in the SL (4 inputs) or H0 (5 inputs) slot.  Say so rather than only that a shape
+    is wrong."""
+    for i, bad in ((4, lambda t: t.dtype in FLOAT_DTYPES), (5, lambda t: t.rank == 4)):
+        if ctx.has(i) and bad(ctx.type(i)):
+            ctx.fail(f"operand {ctx.operand_name(i)} ({ctx.op.operand_value(i)}) is {ctx.type(i)}, which looks like "
+                     f"HAll: the inputs are shifted, as ONNX Runtime's gradient builder writes them for a GRU node "
+                     f"that lists fewer than its six inputs; GRUGrad's inputs are X, W, R, B, SL, H0, HAll, ZRH, "
+                     f"dHAll, dHFinal (leave SL and H0 empty, not out)", operand=i)
 
 
 def _layer_example(rng: Any, dtype: Any) -> list[Any]:
