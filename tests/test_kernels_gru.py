@@ -112,8 +112,7 @@ def test_gradcheck_passes_on_a_gru_graph(lbr) -> None:
 
 def test_grad_emits_one_grugrad_with_every_input_slot() -> None:
     g = gradir.grad(gradir.parse(GRAPH.replace("LBR", "1")))
-    grads = [op for op in g.graph.ops if op.op_name == "GRUGrad"] if hasattr(g, "graph") else \
-        [op for op in g.ops if op.op_name == "GRUGrad"]
+    grads = [op for op in g.ops if op.op_name == "GRUGrad"]
     assert len(grads) == 1
     assert len(grads[0].operands) == 10 and grads[0].attrs["linear_before_reset"] == 1
 
@@ -209,3 +208,30 @@ def test_matches_pytorch_nn_gru(dtype, tol) -> None:
     for name, g, t in zip(("dX", "dW", "dR", "dB", "dH0"), grads, t_grads):
         scale = max(1.0, float(np.abs(t).max()))
         np.testing.assert_allclose(g, t, atol=tol * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("listed", [["X", "W", "R"], ["X", "W", "R", "B", "", "H0"]])
+def test_an_onnx_gru_imports_and_differentiates(listed) -> None:
+    """ONNX's GRU (ai.onnx, as PyTorch exports nn.GRU: linear_before_reset=1) is a GRUTraining whose HAll and
+    HFinal are Y and Y_h; ``gradir grad`` derives one GRUGrad from it."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from gradir.interop.onnx import import_onnx
+    shapes = {"X": [S, NB, I], "W": [1, 3 * H, I], "R": [1, 3 * H, H], "B": [1, 6 * H], "H0": [1, NB, H]}
+    node = helper.make_node("GRU", listed, ["Y", "Y_h"], hidden_size=H, linear_before_reset=1,
+                            activations=["Sigmoid", "Tanh"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+                                            for n in listed if n],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [S, 1, NB, H]),
+                               helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, NB, H])])
+    imported = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    X, W, R, B, _, H0 = _operands(9, np.float32, "none", True, True)
+    if len(listed) == 3:
+        B = H0 = None
+    feeds = {k: v for k, v in {"X": X, "W": W, "R": R, "B": B, "H0": H0}.items() if k in listed}
+    got = gradir.compile(imported.graph).run(feeds)
+    want = ref.gru_training(X, W, R, B, None, H0, hidden_size=H, linear_before_reset=1)
+    np.testing.assert_allclose(got["Y"], want[0], rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(got["Y_h"], want[1], rtol=2e-5, atol=2e-6)
+    assert [op.op_name for op in gradir.grad(imported.graph).ops].count("GRUGrad") == 1
