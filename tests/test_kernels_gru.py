@@ -235,3 +235,37 @@ def test_an_onnx_gru_imports_and_differentiates(listed) -> None:
     np.testing.assert_allclose(got["Y"], want[0], rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(got["Y_h"], want[1], rtol=2e-5, atol=2e-6)
     assert [op.op_name for op in gradir.grad(imported.graph).ops].count("GRUGrad") == 1
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-9)])
+def test_pytorchs_export_of_nn_gru_imports_and_its_gradients_match_torch_autograd(dtype, tol) -> None:
+    """``data/gru_torch_<dtype>.onnx`` (torch's export of ``nn.GRU``, weights as initializers) imported and
+    differentiated by gradir, against torch's values and autograd (``data/gru_torch.npz``, written by
+    ``data/make_gru_torch.py``), within ``tol`` of each result's largest magnitude."""
+    pytest.importorskip("onnx")
+    import os
+
+    from gradir.interop.onnx import import_onnx
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    imported = import_onnx(os.path.join(here, f"gru_torch_{dtype}.onnx"))
+    with np.load(os.path.join(here, "gru_torch.npz")) as z:
+        t = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(dtype + "/")}
+    assert [op.op_name for op in imported.graph.ops if op.op_name.startswith("GRU")] == ["GRUTraining"]
+
+    def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+        assert got.shape == want.shape, what
+        err = float(np.abs(got.astype(np.float64) - want).max())
+        assert err <= tol * max(1.0, float(np.abs(want).max())), f"{what}: off by {err:.3g}"
+
+    got = gradir.compile(imported.graph).run({"x": t["x"], "h0": t["h0"], **imported.inputs})
+    close(got["y"], t["y"], "y")
+    close(got["hn"], t["hn"], "hn")
+    back = gradir.grad(imported.graph)
+    labels = {i.label: i.name for i in back.inputs}
+    feeds = {"x": t["x"], "h0": t["h0"], "cotangent(y)": t["dy"], "cotangent(hn)": t["dhn"], **imported.inputs}
+    grads = gradir.compile(back).run({k: v for k, v in feeds.items() if k in labels})
+    close(grads["grad(x)"], t["grad_x"], "dx")
+    close(grads["grad(h0)"], t["grad_h0"], "dh0")
+    by_shape = {v.shape: k for k, v in imported.inputs.items()}  # W, R, B: distinct shapes (I != H)
+    for key in ("grad_W", "grad_R", "grad_B"):
+        close(grads[f"grad({by_shape[t[key].shape]})"], t[key], key)
