@@ -269,3 +269,12 @@ def test_pytorchs_export_of_nn_gru_imports_and_its_gradients_match_torch_autogra
     by_shape = {v.shape: k for k, v in imported.inputs.items()}  # W, R, B: distinct shapes (I != H)
     for key in ("grad_W", "grad_R", "grad_B"):
         close(grads[f"grad({by_shape[t[key].shape]})"], t[key], key)
+
+
+def test_sequence_lengths_out_of_range_raise() -> None:
+    X, W, R, B, _, H0 = _operands(1, np.float32, "none", True, True)
+    with pytest.raises(ValueError, match=r"sequence lengths must lie in 0\.\.5"):
+        gru_training(X, W, R, B, np.array([1, 6, 2, 3], np.int32), H0, hidden_size=H)
+    HAll, _, ZRH = gru_training(X, W, R, B, None, H0, hidden_size=H)
+    with pytest.raises(ValueError, match="sequence lengths"):
+        gru_grad(X, W, R, B, np.array([-1, 2, 2, 3], np.int32), H0, HAll, ZRH, HAll, hidden_size=H)
