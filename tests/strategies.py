@@ -199,6 +199,22 @@ def _lstm_grad(draw):
     return ts, attrs
 
 
+def _gru(draw, grad=False):
+    """GRUTraining (GRUGrad with ``grad``): forward only for now, both linear_before_reset values, each
+    activation spelling, optional operands left out at random."""
+    dt = fdtype(draw)
+    S, B, I, H = draw(dims), draw(dims), draw(dims), draw(dims)
+    attrs = {"hidden_size": H, "linear_before_reset": draw(st.sampled_from([0, 1]))}
+    if draw(st.booleans()):
+        attrs["activations"] = draw(st.sampled_from([["sigmoid", "tanh"], ["Sigmoid", "Tanh"]]))
+    opt = lambda t: t if draw(st.booleans()) else None  # noqa: E731
+    ts = [T(dt, [S, B, I]), T(dt, [1, 3 * H, I]), T(dt, [1, 3 * H, H]), opt(T(dt, [1, 6 * H])),
+          opt(T(draw(st.sampled_from([DType.Int32, DType.Int64])), [B])), opt(T(dt, [1, B, H]))]
+    if grad:
+        ts += [T(dt, [S, 1, B, H]), T(dt, [S, 1, B, 3 * H]), opt(T(dt, [S, 1, B, H])), opt(T(dt, [1, B, H]))]
+    return ts, attrs
+
+
 def _softmax_cross_entropy(draw, grad=False):
     """scores [N, C, d...], labels [N, d...] (Int32 or Int64), weights [C] or omitted; the gradient op
     takes dY (scalar, or the labels' shape for reduction "none") first."""
@@ -311,6 +327,7 @@ OP_EXAMPLES: dict[str, Callable] = _Examples({
     "LSTMCell": _lstm_cell, "GradLSTMCellInput": _grad_cell,
     "GradLSTMCellInputFused": lambda d: _grad_cell(d, True),
     "LSTMTraining": _lstm_training, "LSTMGrad": _lstm_grad,
+    "GRUTraining": _gru, "GRUGrad": lambda d: _gru(d, True),
     "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
     "SoftmaxCrossEntropyLossGrad": lambda d: _softmax_cross_entropy(d, True),
     "ReduceSumTo": _reduce_sum_to, "BroadcastTo": _broadcast_to, "Unsqueeze": _unsqueeze,

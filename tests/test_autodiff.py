@@ -206,8 +206,8 @@ def test_rules_are_for_forward_ops_only():
 def _random_op_graph(name: str, data) -> Optional[tuple[Graph, dict, set]]:
     types, attrs = OP_EXAMPLES[name](data.draw)
     cls = OPS[name]
-    assume(all(t is None or t.dtype.is_float or t.dtype == DType.Bool or name == "LSTMTraining"
-               or cls.operand_spec(k).sample in ("classes", "indices") for k, t in enumerate(types)))
+    assume(all(t is None or t.dtype.is_float or t.dtype == DType.Bool
+               or cls.operand_spec(k).sample in ("classes", "indices", "lengths") for k, t in enumerate(types)))
     if not any(t is not None and t.dtype.is_float for t in types):
         return None  # Bool operands only (Not, And): nothing to differentiate
     inputs, operands, ints, positive = [], [], {}, set()
@@ -235,7 +235,7 @@ def _random_op_graph(name: str, data) -> Optional[tuple[Graph, dict, set]]:
             n = axes[attrs.get("axis", 0) % len(axes)]
             ints[v] = np.reshape(data.draw(st.lists(st.integers(-n, n - 1), min_size=t.numel, max_size=t.numel)),
                                  t.shape).astype(t.dtype.numpy)
-        else:  # LSTMTraining's sequence lengths
+        else:  # the sequence layers' lengths (LSTMTraining, GRUTraining)
             S = types[0].shape[0]
             ints[v] = data.draw(st.lists(st.integers(1, S), min_size=t.shape[0], max_size=t.shape[0]))
         if name in ("Log", "Sqrt") or (name == "Div" and k == 1) or (name == "Pow" and k == 0):

@@ -215,7 +215,7 @@ def _check_layer_attrs(ctx: InferContext) -> None:
                  f"{3 * D} (three per direction)", attr="activations")
 
 
-class _LayerCheck:
+class LayerCheck:
     """Track S, B, I while checking the many operands of the sequence ops."""
 
     def __init__(self, ctx: InferContext) -> None:
@@ -288,7 +288,7 @@ class LSTMTrainingOp(Op):
         _check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
-        c = _LayerCheck(ctx)
+        c = LayerCheck(ctx)
         c.x(0)
         s = c.shapes()
         for _ in range(2):  # a second pass lets dims learnt late (e.g. B from H0) reach earlier checks
@@ -333,7 +333,7 @@ class LSTMGradOp(BackwardOp):
         _check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
-        c = _LayerCheck(ctx)
+        c = LayerCheck(ctx)
         c.x(0)
         s = c.shapes()
         for _ in range(2):

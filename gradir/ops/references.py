@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = ["softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum_to", "sce_loss", "sce_grad",
-           "lstm_cell", "lstm_cell_grads", "lstm_training", "lstm_grad", "f64"]
+           "lstm_cell", "lstm_cell_grads", "lstm_training", "lstm_grad", "gru_training", "gru_grad", "f64"]
 
 
 def f64(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
@@ -272,3 +272,91 @@ def lstm_grad(X, W, R, SL, H0, C0, HAll, CAll, iofc, dHAll, dHFinal, dCFinal, P,
             dH0[d, b], dC0[d, b] = dh_next, dc_next
     dB[:, 4 * n:] = dB[:, :4 * n]
     return dX, dW, dR, dB, dH0, dC0, dP
+
+
+# -- GRU -----------------------------------------------------------------------------------------------
+def _gru_parts(W, R, B, d: int, n: int) -> tuple:
+    Wd, Rd = f64(W[d]), f64(R[d])
+    wb = np.zeros(3 * n) if B is None else f64(B[d][:3 * n])
+    rb = np.zeros(3 * n) if B is None else f64(B[d][3 * n:])
+    return Wd, Rd, wb, rb
+
+
+def gru_training(X, W, R, B=None, SL=None, H0=None, *, hidden_size: int, direction: str = "forward",
+                 linear_before_reset: int = 0) -> tuple[np.ndarray, ...]:
+    """ONNX GRU forward (gates z, r, h) with ORT's extra output, one row and step at a time.
+
+    Returns (HAll [S,D,B,H], HFinal [D,B,H], ZRH [S,D,B,3H], the post-activation z, r, h̃); steps past a
+    row's sequence length are zero."""
+    X = f64(X)
+    S, nb, _ = X.shape
+    n = hidden_size
+    D = 2 if direction == "bidirectional" else 1
+    HAll, ZRH, HFinal = np.zeros((S, D, nb, n)), np.zeros((S, D, nb, 3 * n)), np.zeros((D, nb, n))
+    for d in range(D):
+        Wd, Rd, wb, rb = _gru_parts(W, R, B, d, n)
+        for b in range(nb):
+            length = S if SL is None else int(SL[b])
+            h = np.zeros(n) if H0 is None else f64(H0[d][b])
+            for t in _steps(direction, d, length):
+                ax = Wd @ X[t, b] + wb
+                z = sigmoid(ax[:n] + Rd[:n] @ h + rb[:n])
+                r = sigmoid(ax[n:2 * n] + Rd[n:2 * n] @ h + rb[n:2 * n])
+                if linear_before_reset:
+                    ht = np.tanh(ax[2 * n:] + r * (Rd[2 * n:] @ h + rb[2 * n:]))
+                else:
+                    ht = np.tanh(ax[2 * n:] + Rd[2 * n:] @ (r * h) + rb[2 * n:])
+                h = (1 - z) * ht + z * h
+                HAll[t, d, b], ZRH[t, d, b] = h, np.concatenate([z, r, ht])
+            HFinal[d, b] = h
+    return HAll, HFinal, ZRH
+
+
+def gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, *, hidden_size: int, direction: str = "forward",
+             linear_before_reset: int = 0) -> tuple[np.ndarray, ...]:
+    """Backpropagation through time of ``gru_training`` from its saved HAll and ZRH (ORT's GRUGrad):
+    (dX, dW, dR, dB, dH0).  Written from the forward equations, step by step."""
+    X, HAll, ZRH = f64(X), f64(HAll), f64(ZRH)
+    S, nb, _ = X.shape
+    D, n = W.shape[0], hidden_size
+    dX, dW, dR = np.zeros_like(X), np.zeros(W.shape), np.zeros(R.shape)
+    dB, dH0 = np.zeros((D, 6 * n)), np.zeros((D, nb, n))
+    for d in range(D):
+        Wd, Rd, _, rb = _gru_parts(W, R, B, d, n)
+        Rz, Rr, Rh = Rd[:n], Rd[n:2 * n], Rd[2 * n:]
+        for b in range(nb):
+            length = S if SL is None else int(SL[b])
+            order = list(_steps(direction, d, length))
+            h0 = np.zeros(n) if H0 is None else f64(H0[d][b])
+            dh = np.zeros(n) if dHFinal is None else f64(dHFinal[d][b]).copy()
+            for k in range(len(order) - 1, -1, -1):
+                t = order[k]
+                hp = h0 if k == 0 else HAll[order[k - 1], d, b]
+                z, r, ht = (ZRH[t, d, b, j * n:(j + 1) * n] for j in range(3))
+                if dHAll is not None:
+                    dh = dh + f64(dHAll[t, d, b])
+                da_z = dh * (hp - ht) * z * (1 - z)
+                da_h = dh * (1 - z) * (1 - ht * ht)
+                if linear_before_reset:
+                    dr = da_h * (Rh @ hp + rb[2 * n:])
+                    dah_r = da_h * r  # the gradient of H·R_hᵀ + Rb_h
+                    dR[d, 2 * n:] += np.outer(dah_r, hp)
+                    dB[d, 5 * n:] += dah_r
+                    dhp_h = Rh.T @ dah_r
+                else:
+                    g = Rh.T @ da_h  # the gradient of r ⊙ H
+                    dr = g * hp
+                    dR[d, 2 * n:] += np.outer(da_h, r * hp)
+                    dB[d, 5 * n:] += da_h
+                    dhp_h = g * r
+                da_r = dr * r * (1 - r)
+                da = np.concatenate([da_z, da_r, da_h])
+                dW[d] += np.outer(da, X[t, b])
+                dR[d, :n] += np.outer(da_z, hp)
+                dR[d, n:2 * n] += np.outer(da_r, hp)
+                dB[d, :3 * n] += da
+                dB[d, 3 * n:5 * n] += da[:2 * n]
+                dX[t, b] += Wd.T @ da
+                dh = dh * z + Rz.T @ da_z + Rr.T @ da_r + dhp_h
+            dH0[d, b] = dh
+    return dX, dW, dR, dB, dH0

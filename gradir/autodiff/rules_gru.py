@@ -1,0 +1,21 @@
+"""The gradient rule of ``GRUTraining`` (``gradir/ops/gru.py``): ORT's ``GRUGrad``.  Imported by the package
+(``gradir/autodiff/__init__.py``)."""
+
+from __future__ import annotations
+
+from ..ir.op import Op
+from .gradrules import Emitter, rule
+
+
+@rule("GRUTraining")
+def _gru_training(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """Exactly one ``GRUGrad``, fed with the operands, the recomputed HAll and ZRH, and the upstream
+    gradients of HAll and HFinal (ORT's ``GetGRUGradient``, with every input slot listed).
+
+    The gradient of ZRH (the gate activations) has no operand to enter the recurrence through, so a path
+    from it to an output is an error (``NO_GRADIENT_RESULTS``: the driver reports it)."""
+    x, w, r, b, sl, h0 = (list(op.operands) + [None] * 6)[:6]
+    hall, _, zrh = op.results
+    attrs = {a.name: op.attrs[a.name] for a in op.ATTRS}
+    dx, dw, dr, db, dh0 = e.GRUGrad(x, w, r, b, sl, h0, hall, zrh, cts[0], cts[1], **attrs)
+    return [dx, dw, dr, db if b is not None else None, None, dh0 if h0 is not None else None]

@@ -1,0 +1,23 @@
+"""The placement rules of the GRU layers (``gradir/ops/gru.py``), registered in ``rules.RULES`` (imported by the
+package): like the LSTM layers', split along the batch only (the recurrence runs along the sequence)."""
+
+from __future__ import annotations
+
+from .placement import Placement, RuleContext
+from .rules import batch_op, rule
+
+__all__ = ["gru_training", "gru_grad"]
+
+
+@rule("gru_training")
+def gru_training(ctx: RuleContext) -> list[Placement]:
+    """X [S, B, I] on 1, SL [B] on 0, H0 [D, B, H] on 1; weights replicated."""
+    return batch_op(ctx, {0: 1, 1: None, 2: None, 3: None, 4: 0, 5: 1}, [2, 1, 2])
+
+
+@rule("gru_grad")
+def gru_grad(ctx: RuleContext) -> list[Placement]:
+    """The batch operands of GRUTraining plus HAll, ZRH and the upstream gradients; the weight gradients
+    dW, dR, dB are sums over the batch: partial."""
+    axes = {0: 1, 1: None, 2: None, 3: None, 4: 0, 5: 1, 6: 2, 7: 2, 8: 2, 9: 1}
+    return batch_op(ctx, axes, [1, "partial", "partial", "partial", 1])

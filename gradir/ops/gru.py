@@ -1,0 +1,189 @@
+"""GRU ops: ONNX Runtime's sequence layer (gate order z, r, h) and its backward through time."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
+from ..ir.onnxmap import MS_DOMAIN, OnnxMap
+from ..ir.types import FLOAT_DTYPES, TensorType
+from . import references
+from .lstm import HIDDEN, LayerCheck
+
+_ACTS = ("sigmoid", "tanh")
+
+
+def _check_acts(v: tuple) -> Optional[str]:
+    if v is None or tuple(v) in (_ACTS, _ACTS * 2):
+        return None
+    return ('is not supported: only activations=["sigmoid", "tanh"] (the ONNX default; repeated for '
+            f'bidirectional) is supported, got {format_attr_value(v)}')
+
+
+def _no_clip(v: Any) -> Optional[str]:
+    return ("is not supported: gradir computes the unclipped GRU equations; "
+            "remove the clip attribute") if v is not None else None
+
+
+def _forward_only(v: str) -> Optional[str]:
+    # the reference computes every direction; the kernel does not yet (issue #32, in progress)
+    return None if v == "forward" else f'="{v}" is not supported yet: only direction="forward" is'
+
+
+LAYER_ATTRS = (
+    HIDDEN,
+    Attr("direction", "str", "forward", choices=("forward", "reverse", "bidirectional"), check=_forward_only,
+         doc='"forward" only for now'),
+    Attr("activations", "strs", None, check=_check_acts, normalize=lambda v: tuple(a.lower() for a in v),
+         doc="must be the ONNX default if given (any case: ONNX spells it Sigmoid, Tanh; ORT sigmoid, tanh)"),
+    Attr("clip", "float", None, check=_no_clip, doc="not supported (must be absent)"),
+    Attr("linear_before_reset", "int", 0, choices=(0, 1),
+         doc="1: the reset gate multiplies H·R_hᵀ + Rb_h (PyTorch's GRU); 0: it multiplies H before R_h"),
+)
+_ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "linear_before_reset"),
+                ignored=("activation_alpha", "activation_beta"), ort_float32_only=True)
+
+
+def _check_layer_attrs(ctx: InferContext) -> None:
+    acts = ctx.attrs["activations"]
+    D = 2 if ctx.attrs["direction"] == "bidirectional" else 1
+    if acts is not None and len(acts) != 2 * D:
+        ctx.fail(f"activations has {len(acts)} entries; direction=\"{ctx.attrs['direction']}\" needs "
+                 f"{2 * D} (two per direction)", attr="activations")
+
+
+class _GRUCheck(LayerCheck):
+    """The LSTM layers' operand checker with the GRU's shapes (three gates, no cell state)."""
+
+    def shapes(self) -> dict[str, list]:
+        D, H = self.D, self.H
+        return {"W": [D, 3 * H, "I"], "R": [D, 3 * H, H], "B": [D, 6 * H], "state": [D, "B", H],
+                "all": ["S", D, "B", H], "zrh": ["S", D, "B", 3 * H], "X": ["S", "B", "I"]}
+
+
+class GRUTrainingOp(Op):
+    """ONNX GRU forward (gate order z, r, h) that also returns what GRUGrad needs (ORT's GRUTraining)."""
+
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return _layer_flops(operands, attrs)
+
+    ONNX = _ONNX
+    SHARDING = "gru_training"
+    OPERANDS = (Operand("X", doc="[S, B, I]"), Operand("W", doc="[D, 3H, I]", sample="weights"),
+                Operand("R", doc="[D, 3H, H]", sample="weights"),
+                Operand("B", optional=True, doc="[D, 6H] (Wb then Rb)", sample="weights"),
+                Operand("SL", optional=True, doc="[B] Int32 sequence lengths", sample="lengths"),
+                Operand("H0", optional=True, doc="[D, B, H]"))
+    RESULTS = ("HAll", "HFinal", "ZRH")
+    ATTRS = LAYER_ATTRS
+    # GRUGrad takes upstream gradients of HAll and HFinal only: ZRH (the gate activations) has no operand
+    # to enter the recurrence through (the hand-written rule is in gradir/autodiff/rules_gru.py)
+    NO_GRADIENT_RESULTS = (2,)
+
+    def check_attrs(self, ctx: InferContext) -> None:
+        _check_layer_attrs(ctx)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        c = _GRUCheck(ctx)
+        c.x(0)
+        s = c.shapes()
+        for _ in range(2):  # a second pass lets dims learnt late (e.g. B from H0) reach earlier checks
+            for i, k in ((1, "W"), (2, "R"), (3, "B"), (5, "state")):
+                c.check(i, s[k])
+            c.sl(4)
+        return [c.result(k) for k in ("all", "state", "zrh")]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """5 steps of a batch of 4 (axis 1, the shard axis), every optional operand given, sequence
+        lengths below S for some rows; PyTorch's linear_before_reset=1."""
+        return _layer_example(rng, dtype), {"hidden_size": 2, "linear_before_reset": 1}
+
+    @classmethod
+    def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
+                  **_: Any) -> Any:
+        return references.gru_training(*arrays, hidden_size=hidden_size, direction=direction,
+                                       linear_before_reset=linear_before_reset)
+
+
+class GRUGradOp(BackwardOp):
+    """ORT's GRU backward through time (GRUGrad), exact, with sequence lengths and Float64."""
+
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return 2 * _layer_flops(operands, attrs)  # dX/dH and the weight gradients
+
+    ONNX = _ONNX
+    SHARDING = "gru_grad"
+    OPERANDS = (*GRUTrainingOp.OPERANDS, Operand("HAll", doc="[S, D, B, H] GRUTraining's every H_t"),
+                Operand("ZRH", doc="[S, D, B, 3H] GRUTraining's post-activation z, r, h̃"),
+                Operand("dHAll", optional=True, doc="[S, D, B, H] (default 0)"),
+                Operand("dHFinal", optional=True, doc="[D, B, H] (default 0)"))
+    RESULTS = ("dX", "dW", "dR", "dB", "dH0")
+    ATTRS = LAYER_ATTRS
+
+    def check_attrs(self, ctx: InferContext) -> None:
+        _check_layer_attrs(ctx)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        _check_alignment(ctx)
+        c = _GRUCheck(ctx)
+        c.x(0)
+        s = c.shapes()
+        for _ in range(2):
+            for i, k in ((1, "W"), (2, "R"), (3, "B"), (5, "state"), (6, "all"), (7, "zrh"), (8, "all"),
+                         (9, "state")):
+                c.check(i, s[k])
+            c.sl(4)
+        return [c.result(k) for k in ("X", "W", "R", "B", "state")]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The saved values of ``GRUTraining``'s example (in float64, then ``dtype``) and upstream
+        gradients of HAll and HFinal."""
+        X, W, R, B, SL, H0 = _layer_example(rng, np.float64)
+        HAll, HFinal, ZRH = references.gru_training(X, W, R, B, SL, H0, hidden_size=2, linear_before_reset=1)
+        dy = [rng.standard_normal(a.shape) for a in (HAll, HFinal)]
+        arrays = [X, W, R, B, SL, H0, HAll, ZRH, *dy]
+        return [a if a.dtype.kind == "i" else a.astype(dtype) for a in arrays], {"hidden_size": 2,
+                                                                                 "linear_before_reset": 1}
+
+    @classmethod
+    def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
+                  **_: Any) -> Any:
+        return references.gru_grad(*arrays, hidden_size=hidden_size, direction=direction,
+                                   linear_before_reset=linear_before_reset)
+
+
+def _check_alignment(ctx: InferContext) -> None:
+    """ORT's gradient builder gives GRUGrad the forward node's inputs as listed: from a GRU that lists fewer
+    than six, HAll lands in the SL (4 inputs) or H0 (5 inputs) slot.  Say so rather than only that a shape
+    is wrong."""
+    for i, bad in ((4, lambda t: t.dtype in FLOAT_DTYPES), (5, lambda t: t.rank == 4)):
+        if ctx.has(i) and bad(ctx.type(i)):
+            ctx.fail(f"operand {ctx.operand_name(i)} ({ctx.op.operand_value(i)}) is {ctx.type(i)}, which looks like "
+                     f"HAll: the inputs are shifted, as ONNX Runtime's gradient builder writes them for a GRU node "
+                     f"that lists fewer than its six inputs; GRUGrad's inputs are X, W, R, B, SL, H0, HAll, ZRH, "
+                     f"dHAll, dHFinal (leave SL and H0 empty, not out)", operand=i)
+
+
+def _layer_example(rng: Any, dtype: Any) -> list[Any]:
+    """X, W, R, B, SL, H0 of a forward layer: S=5, B=4, I=3, H=2, D=1; sequence lengths 5, 2, 4, 1."""
+    shapes = ((5, 4, 3), (1, 6, 3), (1, 6, 2), (1, 12))
+    arrays = [(0.5 * rng.standard_normal(s)).astype(dtype) for s in shapes]
+    arrays.append(np.array([5, 2, 4, 1], np.int32))
+    arrays.append((0.5 * rng.standard_normal((1, 4, 2))).astype(dtype))
+    return arrays
+
+
+def _layer_flops(operands: Any, attrs: Any) -> float:
+    """Every step's gate products, both directions: 2 S B 3H (I + H) D."""
+    if not operands or operands[0] is None:
+        return 0.0
+    S, B, I = (tuple(1 if d is None else d for d in operands[0].shape) + (1, 1, 1))[:3]
+    H = int(attrs.get("hidden_size") or 1)
+    D = 2 if attrs.get("direction") == "bidirectional" else 1
+    return 2.0 * S * B * 3 * H * (I + H) * D

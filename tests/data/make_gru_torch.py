@@ -1,0 +1,66 @@
+"""Regenerate ``gru_torch_<dtype>.onnx`` and ``gru_torch.npz``: PyTorch's ONNX export of ``nn.GRU`` (TorchScript
+exporter, opset 17: an ONNX ``GRU`` with ``linear_before_reset=1``, its weights reordered from torch's gates r, z, n
+to ONNX's z, r, h as initializers) and torch's forward values and autograd gradients, which
+``tests/test_kernels_gru.py`` compares gradir's import with (torch is not a test dependency, so its numbers are
+committed).
+
+    python tests/data/make_gru_torch.py      # needs torch (CPU build) and onnx
+
+For each dtype (``float32``, ``float64``) the npz holds ``<dtype>/x`` [S, B, I], ``<dtype>/h0`` [1, B, H], the
+upstream gradients ``<dtype>/dy``, ``<dtype>/dhn``, torch's ``<dtype>/y`` [S, B, H] and ``<dtype>/hn``, and the
+gradients of ``sum(y·dy) + sum(hn·dhn)``: ``<dtype>/grad_x``, ``grad_h0`` and, in ONNX's layout and gate order,
+``grad_W`` [1, 3H, I], ``grad_R`` [1, 3H, H], ``grad_B`` [1, 6H].  Computed in float64 for both models (the
+float32 model's weights and inputs are float32 values).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+S, B, I, H = 6, 3, 5, 4
+
+
+def _onnx_order(m: np.ndarray) -> np.ndarray:
+    """torch's gate blocks (r, z, n) in ONNX's order (z, r, h): torch blocks [1, 0, 2]."""
+    return np.concatenate([m[k * H:(k + 1) * H] for k in (1, 0, 2)])
+
+
+def main() -> None:
+    arrays = {}
+    for dtype, tdt in (("float32", torch.float32), ("float64", torch.float64)):
+        torch.manual_seed(32)
+        gru = torch.nn.GRU(I, H).to(tdt)
+        x, h0 = torch.randn(S, B, I, dtype=tdt), torch.randn(1, B, H, dtype=tdt)
+        torch.onnx.export(gru, (x, h0), os.path.join(HERE, f"gru_torch_{dtype}.onnx"), input_names=["x", "h0"],
+                          output_names=["y", "hn"], opset_version=17, dynamo=False)
+        ref = gru.to(torch.float64)
+        xd, h0d = x.double().clone().requires_grad_(), h0.double().clone().requires_grad_()
+        dy, dhn = torch.randn(S, B, H, dtype=tdt).double(), torch.randn(1, B, H, dtype=tdt).double()
+        y, hn = ref(xd, h0d)
+        ((y * dy).sum() + (hn * dhn).sum()).backward()
+        g = {n: p.grad.numpy() for n, p in ref.named_parameters()}
+        arrays.update({f"{dtype}/x": x.numpy(), f"{dtype}/h0": h0.numpy(), f"{dtype}/dy": dy.numpy().astype(dtype),
+                       f"{dtype}/dhn": dhn.numpy().astype(dtype), f"{dtype}/y": y.detach().numpy(),
+                       f"{dtype}/hn": hn.detach().numpy(), f"{dtype}/grad_x": xd.grad.numpy(),
+                       f"{dtype}/grad_h0": h0d.grad.numpy(),
+                       f"{dtype}/grad_W": _onnx_order(g["weight_ih_l0"])[None],
+                       f"{dtype}/grad_R": _onnx_order(g["weight_hh_l0"])[None],
+                       f"{dtype}/grad_B": np.concatenate([_onnx_order(g["bias_ih_l0"]),
+                                                          _onnx_order(g["bias_hh_l0"])])[None]})
+    with zipfile.ZipFile(os.path.join(HERE, "gru_torch.npz"), "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for key in sorted(arrays):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, buf.getvalue())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""The GRU ops (ORT's GRUTraining and GRUGrad, gates z, r, h): the kernels against the float64 references in
+every supported configuration, the references against finite differences, ``gradir.gradcheck`` and
+``gradir.grad`` on a GRU graph, PyTorch's ``nn.GRU`` (skipped without torch), ORT's nodes on import (both
+activation spellings) and the located refusals.  ORT's own numbers: tests/test_ort_kernels.py (gru/)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import gradir
+from gradir.backends.cpu.kernels.gru import gru_grad, gru_training
+from gradir.errors import GradirError
+from gradir.ops import references as ref
+
+S, NB, I, H = 5, 4, 3, 2
+LENGTHS = {"none": None, "short": np.array([5, 2, 4, 1], np.int32), "empty_row": np.array([5, 0, 3, 5], np.int32)}
+
+
+def _operands(seed: int, dtype: type, sl: str, with_h0: bool, with_b: bool) -> tuple:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((S, NB, I)).astype(dtype)
+    W = rng.standard_normal((1, 3 * H, I)).astype(dtype)
+    R = rng.standard_normal((1, 3 * H, H)).astype(dtype)
+    B = rng.standard_normal((1, 6 * H)).astype(dtype) if with_b else None
+    H0 = rng.standard_normal((1, NB, H)).astype(dtype) if with_h0 else None
+    return X, W, R, B, LENGTHS[sl], H0
+
+
+CONFIGS = list(itertools.product((0, 1), LENGTHS, (False, True), (False, True)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lbr, sl, with_h0, with_b", CONFIGS)
+def test_kernels_match_the_references(lbr, sl, with_h0, with_b, dtype) -> None:
+    X, W, R, B, SL, H0 = _operands(7, dtype, sl, with_h0, with_b)
+    want = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
+    got = gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    rng = np.random.default_rng(8)
+    dHAll, dHFinal = (rng.standard_normal(a.shape).astype(dtype) for a in want[:2])
+    HAll, _, ZRH = (a.astype(dtype) for a in want)
+    want_g = ref.gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, hidden_size=H, linear_before_reset=lbr)
+    got_g = gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, hidden_size=H, linear_before_reset=lbr)
+    for g, w in zip(got_g, want_g):
+        assert g.dtype == dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=10 * tol, atol=10 * tol)
+
+
+@pytest.mark.parametrize("lbr, sl, with_h0, with_b", [(0, "short", True, True), (1, "empty_row", True, True),
+                                                      (1, "none", False, False)])
+def test_the_reference_gradients_match_float64_finite_differences(lbr, sl, with_h0, with_b) -> None:
+    X, W, R, B, SL, H0 = _operands(11, np.float64, sl, with_h0, with_b)
+    rng = np.random.default_rng(12)
+    dHAll, dHFinal = rng.standard_normal((S, 1, NB, H)), rng.standard_normal((1, NB, H))
+
+    def loss() -> float:
+        HAll, HFinal, _ = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
+        return float((HAll * dHAll).sum() + (HFinal * dHFinal).sum())
+
+    HAll, _, ZRH = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
+    grads = ref.gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, hidden_size=H, linear_before_reset=lbr)
+    for name, a, g in zip(("X", "W", "R", "B", "H0"), (X, W, R, B, H0), grads):
+        if a is None:
+            continue
+        num = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            old = a[idx]
+            a[idx] = old + 1e-6
+            plus = loss()
+            a[idx] = old - 1e-6
+            minus = loss()
+            a[idx] = old
+            num[idx] = (plus - minus) / 2e-6
+        np.testing.assert_allclose(g, num, atol=1e-7, err_msg=f"d{name}")
+
+
+def test_padded_steps_are_zero_and_hfinal_is_each_rows_last_step() -> None:
+    X, W, R, B, SL, H0 = _operands(3, np.float64, "empty_row", True, True)
+    HAll, HFinal, ZRH = gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=1)
+    assert not HAll[3:, 0, 2].any() and not ZRH[3:, 0, 2].any() and not HAll[:, 0, 1].any()
+    np.testing.assert_array_equal(HFinal[0, 2], HAll[2, 0, 2])
+    np.testing.assert_array_equal(HFinal[0, 1], H0[0, 1])  # a row of length 0 keeps its initial state
+
+
+GRAPH = """graph gru_seq
+input t0 : Float64 [5, 4, 3]
+input t1 : Float64 [1, 6, 3]
+input t2 : Float64 [1, 6, 2]
+input t3 : Float64 [1, 12]
+input t4 : Int32 [4]
+input t5 : Float64 [1, 4, 2]
+input t6 : Float64 [2, 3]
+t7, t8, t9 = GRUTraining(t0, t1, t2, t3, t4, t5, hidden_size=2, linear_before_reset=LBR)
+t10 = MatMul(t7, t6)
+t11 = Tanh(t10)
+output t11
+output t8
+"""
+
+
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gradcheck_passes_on_a_gru_graph(lbr) -> None:
+    report = gradir.gradcheck(GRAPH.replace("LBR", str(lbr)), seed=5)
+    assert report.ok, report.table()
+
+
+def test_grad_emits_one_grugrad_with_every_input_slot() -> None:
+    g = gradir.grad(gradir.parse(GRAPH.replace("LBR", "1")))
+    grads = [op for op in g.ops if op.op_name == "GRUGrad"]
+    assert len(grads) == 1
+    assert len(grads[0].operands) == 10 and grads[0].attrs["linear_before_reset"] == 1
+
+
+@pytest.mark.parametrize("attrs, words", [
+    ('direction="reverse"', 'direction="reverse" is not supported yet'),
+    ("clip=3.0", "clip is not supported"),
+    ('activations=["relu", "tanh"]', "activations"),
+    ("linear_before_reset=2", "linear_before_reset"),
+])
+def test_what_gradir_cannot_compute_is_a_located_error(attrs, words) -> None:
+    text = GRAPH.replace("linear_before_reset=LBR", attrs)
+    with pytest.raises(GradirError) as err:
+        gradir.compile(gradir.parse(text))
+    msg = str(err.value)
+    assert ":9:" in msg and words in msg, msg
+
+
+def _ort_model(op: str, inputs: list, outputs: list, **attrs):
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    shapes = {"X": [S, NB, I], "W": [1, 3 * H, I], "R": [1, 3 * H, H], "B": [1, 6 * H], "H0": [1, NB, H],
+              "HAll": [S, 1, NB, H], "ZRH": [S, 1, NB, 3 * H], "dHAll": [S, 1, NB, H], "dHFinal": [1, NB, H]}
+    shapes.update(HFinal=shapes["H0"], dX=shapes["X"], dW=shapes["W"], dR=shapes["R"])
+    node = helper.make_node(op, inputs, outputs, domain="com.microsoft", hidden_size=H, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+                                            for n in inputs if n], [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o])
+                                                                   for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("acts", [["sigmoid", "tanh"], ["Sigmoid", "Tanh"]])
+def test_orts_gru_training_node_imports_with_either_activation_spelling(acts) -> None:
+    from gradir.interop.onnx import import_onnx
+    m = _ort_model("GRUTraining", ["X", "W", "R", "B", "", "H0"], ["HAll", "HFinal", "ZRH"],
+                   activations=acts, linear_before_reset=1)
+    imported = import_onnx(m)
+    X, W, R, B, _, H0 = _operands(4, np.float32, "none", True, True)
+    got = gradir.compile(imported.graph).run({"X": X, "W": W, "R": R, "B": B, "H0": H0})
+    want = ref.gru_training(X, W, R, B, None, H0, hidden_size=H, linear_before_reset=1)
+    for name, w in zip(("HAll", "HFinal", "ZRH"), want):
+        np.testing.assert_allclose(got[name], w, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("listed, slot", [(["X", "W", "R", "B"], "SL"), (["X", "W", "R", "B", ""], "H0")])
+def test_a_grugrad_node_with_its_inputs_misaligned_is_refused_located(listed, slot) -> None:
+    """ORT's builder, from a GRU listing 4 (5) inputs, puts HAll in GRUGrad's SL (H0) slot: gradir says so,
+    not a traceback and not a wrong gradient."""
+    from gradir.interop.onnx import import_onnx
+    m = _ort_model("GRUGrad", [*listed, "HAll", "ZRH", "dHAll", "dHFinal"], ["dX", "dW", "dR"])
+    with pytest.raises(GradirError) as err:
+        import_onnx(m)
+    msg = str(err.value)
+    assert "GRUGrad" in msg and f"operand {slot}" in msg and "shifted" in msg, msg
+
+
+def _torch_gru(X, W, R, B, H0, dHAll, dHFinal):
+    """PyTorch's nn.GRU in float64 (gates r, z, n; ONNX's z, r, h are torch's blocks [1, 0, 2]), its HAll,
+    HFinal and the gradients of sum(HAll·dHAll) + sum(HFinal·dHFinal) in ONNX's layout."""
+    torch = pytest.importorskip("torch")
+    order = [1, 0, 2]
+
+    def to_torch(M):  # ONNX [3H, ...] (z, r, h) -> torch (r, z, n)
+        return np.concatenate([M[k * H:(k + 1) * H] for k in order])
+
+    gru = torch.nn.GRU(I, H, dtype=torch.float64)
+    with torch.no_grad():
+        gru.weight_ih_l0.copy_(torch.from_numpy(to_torch(W[0])))
+        gru.weight_hh_l0.copy_(torch.from_numpy(to_torch(R[0])))
+        gru.bias_ih_l0.copy_(torch.from_numpy(to_torch(B[0, :3 * H])))
+        gru.bias_hh_l0.copy_(torch.from_numpy(to_torch(B[0, 3 * H:])))
+    x = torch.from_numpy(X).requires_grad_()
+    h0 = torch.from_numpy(H0).requires_grad_()
+    y, hn = gru(x, h0)
+    ((y * torch.from_numpy(dHAll[:, 0])).sum() + (hn * torch.from_numpy(dHFinal)).sum()).backward()
+    back = [to_torch(p.grad.numpy()) for p in (gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0)]
+    return (y.detach().numpy()[:, None], hn.detach().numpy(),
+            (x.grad.numpy(), back[0][None], back[1][None], np.concatenate([back[2], back[3]])[None], h0.grad.numpy()))
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-9), (np.float32, 1e-5)])
+def test_matches_pytorch_nn_gru(dtype, tol) -> None:
+    X, W, R, B, _, H0 = _operands(21, np.float64, "none", True, True)
+    rng = np.random.default_rng(22)
+    dHAll, dHFinal = rng.standard_normal((S, 1, NB, H)), rng.standard_normal((1, NB, H))
+    t_hall, t_hfin, t_grads = _torch_gru(X, W, R, B, H0, dHAll, dHFinal)
+    cast = [None if a is None else a.astype(dtype) for a in (X, W, R, B, H0, dHAll, dHFinal)]
+    X, W, R, B, H0, dHAll, dHFinal = cast
+    HAll, HFinal, ZRH = gru_training(X, W, R, B, None, H0, hidden_size=H, linear_before_reset=1)
+    grads = gru_grad(X, W, R, B, None, H0, HAll, ZRH, dHAll, dHFinal, hidden_size=H, linear_before_reset=1)
+    np.testing.assert_allclose(HAll, t_hall, atol=tol)
+    np.testing.assert_allclose(HFinal, t_hfin, atol=tol)
+    for name, g, t in zip(("dX", "dW", "dR", "dB", "dH0"), grads, t_grads):
+        scale = max(1.0, float(np.abs(t).max()))
+        np.testing.assert_allclose(g, t, atol=tol * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("listed", [["X", "W", "R"], ["X", "W", "R", "B", "", "H0"]])
+def test_an_onnx_gru_imports_and_differentiates(listed) -> None:
+    """ONNX's GRU (ai.onnx, as PyTorch exports nn.GRU: linear_before_reset=1) is a GRUTraining whose HAll and
+    HFinal are Y and Y_h; ``gradir grad`` derives one GRUGrad from it."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from gradir.interop.onnx import import_onnx
+    shapes = {"X": [S, NB, I], "W": [1, 3 * H, I], "R": [1, 3 * H, H], "B": [1, 6 * H], "H0": [1, NB, H]}
+    node = helper.make_node("GRU", listed, ["Y", "Y_h"], hidden_size=H, linear_before_reset=1,
+                            activations=["Sigmoid", "Tanh"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+                                            for n in listed if n],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [S, 1, NB, H]),
+                               helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, NB, H])])
+    imported = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    X, W, R, B, _, H0 = _operands(9, np.float32, "none", True, True)
+    if len(listed) == 3:
+        B = H0 = None
+    feeds = {k: v for k, v in {"X": X, "W": W, "R": R, "B": B, "H0": H0}.items() if k in listed}
+    got = gradir.compile(imported.graph).run(feeds)
+    want = ref.gru_training(X, W, R, B, None, H0, hidden_size=H, linear_before_reset=1)
+    np.testing.assert_allclose(got["Y"], want[0], rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(got["Y_h"], want[1], rtol=2e-5, atol=2e-6)
+    assert [op.op_name for op in gradir.grad(imported.graph).ops].count("GRUGrad") == 1
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-9)])
+def test_pytorchs_export_of_nn_gru_imports_and_its_gradients_match_torch_autograd(dtype, tol) -> None:
+    """``data/gru_torch_<dtype>.onnx`` (torch's export of ``nn.GRU``, weights as initializers) imported and
+    differentiated by gradir, against torch's values and autograd (``data/gru_torch.npz``, written by
+    ``data/make_gru_torch.py``), within ``tol`` of each result's largest magnitude."""
+    pytest.importorskip("onnx")
+    import os
+
+    from gradir.interop.onnx import import_onnx
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    imported = import_onnx(os.path.join(here, f"gru_torch_{dtype}.onnx"))
+    with np.load(os.path.join(here, "gru_torch.npz")) as z:
+        t = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(dtype + "/")}
+    assert [op.op_name for op in imported.graph.ops if op.op_name.startswith("GRU")] == ["GRUTraining"]
+
+    def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+        assert got.shape == want.shape, what
+        err = float(np.abs(got.astype(np.float64) - want).max())
+        assert err <= tol * max(1.0, float(np.abs(want).max())), f"{what}: off by {err:.3g}"
+
+    got = gradir.compile(imported.graph).run({"x": t["x"], "h0": t["h0"], **imported.inputs})
+    close(got["y"], t["y"], "y")
+    close(got["hn"], t["hn"], "hn")
+    back = gradir.grad(imported.graph)
+    labels = {i.label: i.name for i in back.inputs}
+    feeds = {"x": t["x"], "h0": t["h0"], "cotangent(y)": t["dy"], "cotangent(hn)": t["dhn"], **imported.inputs}
+    grads = gradir.compile(back).run({k: v for k, v in feeds.items() if k in labels})
+    close(grads["grad(x)"], t["grad_x"], "dx")
+    close(grads["grad(h0)"], t["grad_h0"], "dh0")
+    by_shape = {v.shape: k for k, v in imported.inputs.items()}  # W, R, B: distinct shapes (I != H)
+    for key in ("grad_W", "grad_R", "grad_B"):
+        close(grads[f"grad({by_shape[t[key].shape]})"], t[key], key)
+
+
+def test_sequence_lengths_out_of_range_raise() -> None:
+    X, W, R, B, _, H0 = _operands(1, np.float32, "none", True, True)
+    with pytest.raises(ValueError, match=r"sequence lengths must lie in 0\.\.5"):
+        gru_training(X, W, R, B, np.array([1, 6, 2, 3], np.int32), H0, hidden_size=H)
+    HAll, _, ZRH = gru_training(X, W, R, B, None, H0, hidden_size=H)
+    with pytest.raises(ValueError, match="sequence lengths"):
+        gru_grad(X, W, R, B, np.array([-1, 2, 2, 3], np.int32), H0, HAll, ZRH, HAll, hidden_size=H)
