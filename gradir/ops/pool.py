@@ -88,7 +88,7 @@ def _example_x(rng: Any, dtype: Any) -> np.ndarray:
     return rng.standard_normal((4, 3, 7, 6)).astype(dtype)
 
 
-_EXAMPLE_ATTRS = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1}
+_EXAMPLE_ATTRS = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 1, 1, 0], "ceil_mode": 1}
 
 
 def _full(cls: type, attrs: dict) -> dict:
