@@ -13,7 +13,8 @@ __all__: list[str] = []
 
 @rule("MaxPool")
 def _max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.MaxPoolGrad(cts[0], op.results[1], shape=_static_shape(e, op, op.operands[0]), **op.attrs)]
+    attrs = {k: v for k, v in op.attrs.items() if k != "shard_axis"}
+    return [e.MaxPoolGrad(cts[0], op.results[1], shape=_static_shape(e, op, op.operands[0]), **attrs), None]
 
 
 @rule("AveragePool")

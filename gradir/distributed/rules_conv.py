@@ -31,13 +31,12 @@ def conv(ctx: RuleContext) -> list[Placement]:
 def pool(ctx: RuleContext) -> list[Placement]:
     """The pooling ops and their gradients: each image pools on its own, so a split along the batch axis 0 or
     the channel axis 1 stays one (spatial axes mix: refused).  MaxPool's Indices are flat positions in the
-    whole X, which no shard knows: MaxPool is refused (it runs unsharded).  MaxPoolGrad reads its Indices
-    modulo the image size, so its Indices split like dY."""
+    whole X: the shard graph gives a split MaxPool its shard's rows (``shardgraph``, as for Dropout).
+    MaxPoolGrad reads its Indices modulo the image size, so its Indices split like dY."""
     op = ctx.op
-    if op.op_name == "MaxPool":
-        ctx.refuse("MaxPool's Indices are flat positions in the whole X, which a shard does not know: it runs "
-                   "unsharded", operand=0)
     p = ctx.p(0)
+    if op.op_name == "MaxPool" and p.is_split and p.axis in (0, 1):
+        return [p, p]
     if op.op_name == "MaxPoolGrad" and ctx.p(1) != p and not (p.is_partial and ctx.p(1).is_replicated):
         ctx.refuse(f"{ctx.name(1)} (Indices) is {ctx.p(1)}; it must be split like dY ({p})", operand=1)
     if p.is_partial and op.is_backward:

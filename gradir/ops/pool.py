@@ -99,19 +99,30 @@ class MaxPoolOp(Op):
     """ONNX MaxPool: Y = the maximum of each window (pads count as -inf); Indices (Int64) = where it is in X,
     flattened over all of X [N, C, D1, ...] (row-major; ``storage_order`` 1: the spatial axes column-major).
 
-The first maximum in window order wins a tie (ORT's). The gradient is ONNX Runtime's MaxPoolGrad of Indices."""
+The first maximum in window order wins a tie (ORT's). The gradient is ONNX Runtime's MaxPoolGrad of Indices.
+``shard_rows`` is set by sharding (``gradir.shard``), never by hand, as Dropout's: Int64 [n, 2], row k = (the
+global index along ``shard_axis`` (0 or 1) of X's k-th slice, the global size there), so that a shard writes
+the whole X's Indices."""
 
     ONNX = OnnxMap(attrs=_POOL_ONNX + ("storage_order",))
     SHARDING = "pool"
     NO_GRADIENT_RESULTS = (1,)
-    OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),)
+    NO_GRADIENT_OPERANDS = (1,)
+    OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),
+                Operand("shard_rows", optional=True, doc="set by sharding: Int64 [n, 2], (global index, global size) "
+                                                         "along shard_axis of each slice of X"))
     RESULTS = ("Y", "Indices")
-    ATTRS = _WINDOW + (Attr("storage_order", "int", 0, choices=(0, 1), doc="1: Indices column-major in space"),)
+    ATTRS = _WINDOW + (Attr("storage_order", "int", 0, choices=(0, 1), doc="1: Indices column-major in space"),
+                       Attr("shard_axis", "int", 0, choices=(0, 1), doc="set by sharding: the axis shard_rows indexes"))
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         ctx.dtype_in(0, FLOAT_DTYPES)
         x = ctx.type(0)
         y = x.with_shape(x.shape[:2] + _geometry(ctx, x).out)
+        if ctx.has(1):
+            ctx.dtype_in(1, (DType.Int64,))
+            axis = ctx.attrs["shard_axis"]
+            ctx.expect_shape(1, (x.shape[axis], 2), f" (one (index, size) row per slice of X along axis {axis})")
         return [y, y.with_dtype(DType.Int64)]
 
     @classmethod
@@ -120,9 +131,11 @@ The first maximum in window order wins a tie (ORT's). The gradient is ONNX Runti
         return [_example_x(rng, dtype)], dict(_EXAMPLE_ATTRS)
 
     @classmethod
-    def reference(cls, X: Any, **attrs: Any) -> Any:
+    def reference(cls, X: Any, shard_rows: Any = None, **attrs: Any) -> Any:
         x = np.asarray(X, np.float64)
         geo = window(x.shape[2:], attrs, None, bool(attrs["ceil_mode"]))
+        rows = np.asarray(shard_rows if shard_rows is not None else
+                          np.stack([np.arange(x.shape[attrs["shard_axis"]])] * 2, axis=1), np.int64)
         y = np.full(x.shape[:2] + geo.out, -np.inf)
         idx = np.zeros(y.shape, np.int64)
         sp = x.shape[2:]
@@ -135,7 +148,9 @@ The first maximum in window order wins a tie (ORT's). The gradient is ONNX Runti
                     p = [o[i] * geo.strides[i] + kk[i] * geo.dilations[i] - geo.begin[i] for i in range(len(o))]
                     if all(0 <= p[i] < sp[i] for i in range(len(p))) and x[(n, c) + tuple(p)] > y[(n, c) + o]:
                         y[(n, c) + o] = x[(n, c) + tuple(p)]
-                        idx[(n, c) + o] = (n * x.shape[1] + c) * order.size + order[tuple(p)]
+                        image = n * x.shape[1] + c if shard_rows is None else \
+                            rows[n, 0] * x.shape[1] + c if attrs["shard_axis"] == 0 else n * rows[c, 1] + rows[c, 0]
+                        idx[(n, c) + o] = image * order.size + order[tuple(p)]
         return y, idx
 
 
@@ -151,7 +166,7 @@ class MaxPoolGradOp(BackwardOp):
     NO_GRADIENT_OPERANDS = (1,)
     OPERANDS = (Operand("dY", doc="the gradient of MaxPool's Y"), Operand("Indices", doc="MaxPool's Indices"))
     RESULTS = ("dX",)
-    ATTRS = (SHAPE,) + MaxPoolOp.ATTRS
+    ATTRS = (SHAPE,) + MaxPoolOp.ATTRS[:-1]  # not shard_axis
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         ctx.dtype_in(0, FLOAT_DTYPES)

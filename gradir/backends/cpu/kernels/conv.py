@@ -101,8 +101,8 @@ def _pool_geo(shape: tuple, attrs: dict) -> Window:
 
 
 @kernel(MaxPoolOp)
-def max_pool(X: np.ndarray, *, out: Any = None, **attrs: Any) -> tuple:
-    """(Y, Indices) (docs/ops.md)."""
+def max_pool(X: np.ndarray, shard_rows: Optional[np.ndarray] = None, *, out: Any = None, **attrs: Any) -> tuple:
+    """(Y, Indices) (docs/ops.md); a shard's (``shard_rows``) Indices are the whole X's."""
     geo = _pool_geo(X.shape, attrs)
     win = pool_windows(X, geo, -np.inf)
     flat = win.reshape(win.shape[:2 + len(geo.out)] + (-1,))
@@ -115,7 +115,14 @@ def max_pool(X: np.ndarray, *, out: Any = None, **attrs: Any) -> tuple:
         coords = np.unravel_index(local, sp)
         local = np.ravel_multi_index(coords, sp, order="F")
     image = int(np.prod(sp))
-    base = (np.arange(X.shape[0] * X.shape[1], dtype=np.int64) * image).reshape(X.shape[:2] + (1,) * len(sp))
+    n, c = np.arange(X.shape[0], dtype=np.int64)[:, None], np.arange(X.shape[1], dtype=np.int64)[None, :]
+    if shard_rows is None:
+        images = n * X.shape[1] + c
+    elif attrs.get("shard_axis", 0) == 0:
+        images = shard_rows[:, :1].astype(np.int64) * X.shape[1] + c
+    else:
+        images = n * shard_rows[:, 1].astype(np.int64)[None, :] + shard_rows[:, 0].astype(np.int64)[None, :]
+    base = (images * image).reshape(X.shape[:2] + (1,) * len(sp))
     return _put(out, 0, y.astype(X.dtype, copy=False)), _put(out, 1, (local + base).astype(np.int64))
 
 
