@@ -156,7 +156,7 @@ depthwise convolution. The gradient is ONNX Runtime's ConvGrad."""
     LINEAR_IN = (0, 1)
     GRADIENT = "ConvGrad"
     GRADIENT_OPERANDS = ("X", "W")
-    OPERANDS = (Operand("X", doc="[N, C, D1, ...]"), Operand("W", doc="[M, C / group, K1, ...]", sample="weights"),
+    OPERANDS = (Operand("X", doc="[N, C, D1, ...]"), Operand("W", doc="[M, C / group, K1, ...]"),
                 Operand("B", optional=True, doc="[M]"))
     RESULTS = ("Y",)
     ATTRS = WINDOW_ATTRS + (Attr("group", "int", 1, min=1, doc="channel groups (C = M = group: depthwise)"),)
