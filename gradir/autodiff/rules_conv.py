@@ -5,10 +5,19 @@ attribute ``shape`` (ORT reads it from the graph).  ``Conv`` -> ``ConvGrad`` is 
 from __future__ import annotations
 
 from ..ir.op import Op
+from ..ir.types import format_shape
 from .gradrules import Emitter, rule
-from .rules_index import _static_shape
 
 __all__: list[str] = []
+
+
+def _static_shape(e: Emitter, op: Op, v: str) -> list[int]:
+    """The forward X's shape, which ORT's pooling gradients read from the graph: a ``?`` is an error at the op."""
+    shape = e.shape(v)
+    if None in shape:
+        e.fail(op, f"cannot differentiate {op.op_name}: its operand {v} has shape {format_shape(shape)}, and its "
+                   f"gradient needs the shape (give the '?' dimensions sizes)")
+    return list(shape)  # type: ignore[arg-type]
 
 
 @rule("MaxPool")
