@@ -109,3 +109,12 @@ def test_a_sharded_maxpool_writes_the_whole_x_indices(axis):
     got = gradir.shard(g, {"t0": axis}).run({"t0": x}, shards=2, client="inline")
     np.testing.assert_array_equal(got["t2"], want["t2"])
     np.testing.assert_array_equal(got["t1"], want["t1"])
+
+
+def test_the_gradient_of_a_same_padded_conv_writes_explicit_pads_for_ort():
+    g = gradir.parse("input t0 : Float64 [1, 2, 5, 6]\ninput t1 : Float64 [3, 2, 2, 3]\n"
+                     "t2 = Conv(t0, t1, auto_pad=\"SAME_LOWER\", strides=[2, 2])\nt3 = ReduceSum(t2, keepdims=false)\n"
+                     "output t3\n")
+    grad = next(op for op in gradir.grad(g, wrt=["t0", "t1"]).ops if op.op_name == "ConvGrad")
+    assert grad.attrs["auto_pad"] == "NOTSET" and list(grad.attrs["pads"]) == [1, 1, 0, 0]  # ORT reads pads only
+    assert gradir.gradcheck(g, ["t0", "t1"], seed=0).ok

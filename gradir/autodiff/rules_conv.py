@@ -1,11 +1,13 @@
-"""The gradient rules of the pooling ops (``ops/pool.py``), emitting ONNX Runtime's gradient ops: ``MaxPool`` ->
-``MaxPoolGrad`` of its Indices, ``AveragePool`` -> ``AveragePoolGrad``; both take the forward X's shape as the
-attribute ``shape`` (ORT reads it from the graph).  ``Conv`` -> ``ConvGrad`` is derived (``ConvOp.GRADIENT``)."""
+"""The gradient rules of the convolution and pooling ops (``ops/conv.py``, ``ops/pool.py``), emitting ONNX Runtime's
+gradient ops: ``Conv`` -> ``ConvGrad`` (``auto_pad`` resolved into ``pads``: ORT's kernel reads ``pads`` alone),
+``MaxPool`` -> ``MaxPoolGrad`` of its Indices, ``AveragePool`` -> ``AveragePoolGrad``; the pooling gradients take
+the forward X's shape as the attribute ``shape`` (ORT reads it from the graph)."""
 
 from __future__ import annotations
 
 from ..ir.op import Op
 from ..ir.types import format_shape
+from ..ops.conv import window
 from .gradrules import Emitter, rule
 
 __all__: list[str] = []
@@ -29,3 +31,16 @@ def _max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
 @rule("AveragePool")
 def _average_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [e.AveragePoolGrad(cts[0], shape=_static_shape(e, op, op.operands[0]), **op.attrs)]
+
+
+@rule("Conv")
+def _conv(e: Emitter, op: Op, cts: list, need: list) -> list:
+    x, w = op.operands[:2]
+    attrs = dict(op.attrs)
+    xs, ws = e.shape(x), e.shape(w)
+    if attrs["auto_pad"] != "NOTSET" and None not in xs[2:] and None not in ws[2:]:
+        geo = window(xs[2:], attrs, ws[2:])
+        attrs.update(auto_pad="NOTSET", pads=list(geo.begin + geo.end))
+    dx, dw, db = e.ConvGrad(cts[0], x, w, **attrs)
+    has_b = len(op.operands) > 2 and op.operands[2] is not None
+    return [dx, dw, db if has_b else None][:len(op.operands)]

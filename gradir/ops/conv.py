@@ -186,8 +186,8 @@ depthwise convolution. The gradient is ONNX Runtime's ConvGrad."""
 
 class ConvGradOp(BackwardOp):
     """ONNX Runtime ConvGrad (com.microsoft): dX, dW, dB of Conv from dY, X and W (dB = Σ dY over every axis
-    but 1), with Conv's attributes. gradir's kernel honours `auto_pad`; ORT's reads explicit `pads` only (a
-    SAME-padded Conv's ConvGrad is wrong in ORT). ORT's CPU kernel is Float32 only."""
+    but 1), with Conv's attributes. gradir's kernel honours `auto_pad`; ORT's reads explicit `pads` only, so
+    gradir's gradient rule writes a Conv's `auto_pad` resolved into `pads`. ORT's CPU kernel is Float32 only."""
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=_CONV_ONNX_ATTRS, ort_float32_only=True)
     SHARDING = "conv"

@@ -3,7 +3,8 @@
 
 X is [N, C, D1, ...]; the window geometry (``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``auto_pad``,
 ``ceil_mode``) is Conv's (``gradir/ops/conv.py``).  ORT's gradient ops take the forward X's shape from the
-graph's value info; gradir takes it as the attribute ``shape`` (its axis 0 follows dY's, as ORT's kernel does).
+graph's value info; gradir takes it as the attribute ``shape`` (its axes 0 and 1 follow dY's: ORT's kernel takes
+axis 0 from dY, and pooling keeps the channels, so a shard's dY says its own rows and channels).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__: list[str] = []
 
 KERNEL = Attr("kernel_shape", "ints", min=1, doc="the window")
 CEIL_MODE = Attr("ceil_mode", "int", 0, choices=(0, 1), doc="1: the output size rounds up (a partial last window)")
-SHAPE = Attr("shape", "ints", min=1, doc="the forward X's shape (axis 0 follows dY's)")
+SHAPE = Attr("shape", "ints", min=1, doc="the forward X's shape (axes 0 and 1 follow dY's)")
 COUNT_PAD = Attr("count_include_pad", "int", 0, choices=(0, 1), doc="1: divide by the whole window, pads included")
 _WINDOW = (AUTO_PAD, KERNEL, STRIDES, PADS, DILATIONS, CEIL_MODE)
 _POOL_ONNX = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
@@ -36,14 +37,14 @@ def _geometry(ctx: InferContext, x: TensorType) -> Window:
 
 
 def _grad_x(ctx: InferContext, dy: TensorType) -> tuple[TensorType, Window]:
-    """The forward X's type (``shape``, axis 0 dY's) and its geometry, checked against dY."""
+    """The forward X's type (``shape``, axes 0 and 1 dY's) and its geometry, checked against dY."""
     shape = list(ctx.attrs["shape"])
     if len(shape) != dy.rank:
         ctx.fail(f"shape {shape} has {len(shape)} axes, dY {dy} has {dy.rank}", attr="shape")
-    shape[0] = dy.shape[0]
+    shape[:2] = dy.shape[:2]
     x = dy.with_shape(tuple(shape))
     geo = _geometry(ctx, x)
-    ctx.expect_shape(0, (dy.shape[0], shape[1]) + geo.out, " (the pooled shape of `shape`)")
+    ctx.expect_shape(0, tuple(dy.shape[:2]) + geo.out, " (the pooled shape of `shape`)")
     return x, geo
 
 
@@ -185,7 +186,7 @@ class MaxPoolGradOp(BackwardOp):
     @classmethod
     def reference(cls, dY: Any, Indices: Any, **attrs: Any) -> Any:
         dy = np.asarray(dY, np.float64)
-        dx = np.zeros((dy.shape[0],) + tuple(attrs["shape"][1:]))
+        dx = np.zeros(tuple(dy.shape[:2]) + tuple(attrs["shape"][2:]))
         image = int(np.prod(dx.shape[2:]))
         idx = np.asarray(Indices, np.int64) % image
         for n, c in itertools.product(range(dx.shape[0]), range(dx.shape[1])):
@@ -248,7 +249,7 @@ class AveragePoolGradOp(BackwardOp):
     @classmethod
     def reference(cls, dY: Any, **attrs: Any) -> Any:
         dy = np.asarray(dY, np.float64)
-        shape = (dy.shape[0],) + tuple(attrs["shape"][1:])
+        shape = tuple(dy.shape[:2]) + tuple(attrs["shape"][2:])
         geo = window(shape[2:], attrs, None, bool(attrs["ceil_mode"]))
         g = dy / average_counts(shape, geo, attrs["count_include_pad"])
         pos = window_positions(shape, geo)  # [O..., K...]

@@ -129,7 +129,7 @@ def max_pool(X: np.ndarray, shard_rows: Optional[np.ndarray] = None, *, out: Any
 @kernel(MaxPoolGradOp)
 def max_pool_grad(dY: np.ndarray, Indices: np.ndarray, *, out: Any = None, **attrs: Any) -> np.ndarray:
     """dX (docs/ops.md): dY[n, c] added into the image dX[n, c] at Indices modulo the image size, in dY's order."""
-    shape = (dY.shape[0],) + tuple(attrs["shape"][1:])
+    shape = tuple(dY.shape[:2]) + tuple(attrs["shape"][2:])
     image = int(np.prod(shape[2:]))
     dx = np.zeros(int(np.prod(shape)), dY.dtype)
     rows = np.arange(shape[0] * shape[1], dtype=np.int64).reshape(shape[:2] + (1,) * (dY.ndim - 2)) * image
@@ -151,7 +151,7 @@ def average_pool(X: np.ndarray, *, out: Any = None, **attrs: Any) -> np.ndarray:
 @kernel(AveragePoolGradOp)
 def average_pool_grad(dY: np.ndarray, *, out: Any = None, **attrs: Any) -> np.ndarray:
     """dX (docs/ops.md)."""
-    shape = (dY.shape[0],) + tuple(attrs["shape"][1:])
+    shape = tuple(dY.shape[:2]) + tuple(attrs["shape"][2:])
     geo = _pool_geo(shape, attrs)
     counts = average_counts(shape, geo, attrs.get("count_include_pad", 0)).astype(dY.dtype)
     g = dY / counts
