@@ -14,12 +14,14 @@ _WINDOW = {"auto_pad", "kernel_shape", "strides", "pads", "dilations", "ceil_mod
 
 
 def _declared(ctx: Any, name: str) -> Optional[list[int]]:
+    """The shape the model declares for ``name``, its spatial axes known (axes 0 and 1 are dY's: 1 stands in
+    for a symbolic one)."""
     g = ctx.proto.graph
     for vi in list(g.value_info) + list(g.output):
         if vi.name == name and vi.type.tensor_type.HasField("shape"):
             dims = vi.type.tensor_type.shape.dim
-            if dims and all(d.HasField("dim_value") for d in dims):
-                return [int(d.dim_value) for d in dims]
+            if len(dims) > 2 and all(d.HasField("dim_value") for d in dims[2:]):
+                return [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims]
     return None
 
 
@@ -27,9 +29,9 @@ def _forward_x(ctx: Any, node: Any) -> Optional[list[int]]:
     """The shape of the input of the MaxPool whose Indices ``node`` reads."""
     for n in ctx.proto.graph.node:
         if n.op_type == "MaxPool" and len(n.output) > 1 and n.output[1] == node.input[1] and n.input[0] in ctx.values:
-            shape = ctx.values[n.input[0]].shape
-            if None not in shape:
-                return list(shape)
+            shape = list(ctx.values[n.input[0]].shape)
+            if len(shape) > 2 and None not in shape[2:]:
+                return [d or 1 for d in shape[:2]] + shape[2:]
     return None
 
 
