@@ -118,3 +118,10 @@ def test_the_gradient_of_a_same_padded_conv_writes_explicit_pads_for_ort():
     grad = next(op for op in gradir.grad(g, wrt=["t0", "t1"]).ops if op.op_name == "ConvGrad")
     assert grad.attrs["auto_pad"] == "NOTSET" and list(grad.attrs["pads"]) == [1, 1, 0, 0]  # ORT reads pads only
     assert gradir.gradcheck(g, ["t0", "t1"], seed=0).ok
+
+
+def test_a_pool_pad_as_large_as_the_window_is_a_located_error():
+    with pytest.raises(VerifyError) as e:
+        gradir.parse("input t0 : Float32 [1, 1, 5, 5]\nt1 = AveragePool(t0, kernel_shape=[2, 2], pads=[2, 0, 0, 0])\n"
+                     "output t1\n")
+    assert ":2:" in str(e.value) and "pads" in str(e.value)

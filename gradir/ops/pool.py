@@ -32,8 +32,12 @@ _POOL_ONNX = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "str
 def _geometry(ctx: InferContext, x: TensorType) -> Window:
     if x.rank < 3:
         ctx.fail(f"X must be [N, C, D1, ...] (rank 3 or more), got {x}", operand=0)
-    return window(x.shape[2:], ctx.attrs, None, bool(ctx.attrs["ceil_mode"]),
-                  fail=lambda msg, attr: ctx.fail(msg, attr=attr))
+    geo = window(x.shape[2:], ctx.attrs, None, bool(ctx.attrs["ceil_mode"]),
+                 fail=lambda msg, attr: ctx.fail(msg, attr=attr))
+    if any(p >= k for p, k in zip(geo.begin + geo.end, geo.kernel * 2)):
+        ctx.fail(f"pads {list(geo.begin + geo.end)} must be smaller than kernel_shape {list(geo.kernel)} (a window "
+                 f"all in the padding has no element; ONNX and ORT refuse it too)", attr="pads")
+    return geo
 
 
 def _grad_x(ctx: InferContext, dy: TensorType) -> tuple[TensorType, Window]:
