@@ -114,12 +114,12 @@ def unsupported_model() -> Any:
     """Three nodes gradir cannot import, for the one-listing error."""
     inits = {"k": np.ones((1, 1, 2, 2), np.float32)}
     nodes = [h.make_node("Floor", ["x"], ["p"], name="floor"),
-             h.make_node("Conv", ["x4", "k"], ["c"], name="conv"),
+             h.make_node("ConvTranspose", ["x4", "k"], ["c"], name="conv"),
              h.make_node("Gemm", ["x", "x"], ["g"], name="gemm_bad", transA=1),
              h.make_node("Softmax", ["x"], ["s"], name="fine"),
              h.make_node("Relu", ["p"], ["rp"], name="after_floor")]
     return make(nodes, [vi("x", [3, 3]), vi("x4", [1, 1, 3, 3])],
-                [vi("rp", [3, 3]), vi("c", [1, 1, 2, 2]), vi("g", [3, 3]), vi("s", [3, 3])], inits)
+                [vi("rp", [3, 3]), vi("c", [1, 1, 4, 4]), vi("g", [3, 3]), vi("s", [3, 3])], inits)
 
 
 def reference_outputs(m: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

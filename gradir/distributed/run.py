@@ -104,7 +104,7 @@ class Sharded:
         self.batch = batch  # input value name -> its batch axis
         self.placements = placements  # value name -> Placement
         self.shard_graph = shard_graph
-        # the input that tells a shard's Dropouts where its rows are (``shardgraph.ROWS_LABEL``), if one needs it
+        # the input that tells a shard's Dropouts and MaxPools where its rows are (``shardgraph.ROWS_LABEL``), if any
         self.rows_input = next((i.name for i in shard_graph.inputs if i.label == ROWS_LABEL), None)
         self.text = shard_graph.to_text()
         self.key = digest(self.text)
@@ -258,9 +258,10 @@ class Sharded:
         if paths is None:
             parts = self.split_inputs(inputs or {}, shards, self._pool)
         elif self.rows_input is not None:
-            raise ShardError(setup_error("the graph has a Dropout that draws its mask on split values: each shard "
-                                         "draws at its rows' global indices, which gradir knows only when it "
-                                         "splits the inputs itself; give the inputs, not shard files"))
+            raise ShardError(setup_error("the graph has a Dropout that draws its mask (or a MaxPool that writes "
+                                         "Indices) on split values: each shard works at its rows' global indices, "
+                                         "which gradir knows only when it splits the inputs itself; give the "
+                                         "inputs, not shard files"))
         else:
             parts = [dict(inputs or {})] * shards
         if progress is None:

@@ -47,7 +47,8 @@ class Case:
     optional input, written as an empty name); ``outputs`` are the node's output names (``""`` for an
     omitted optional one).  ``static`` names inputs written as initializers.  ``output_types`` gives the
     dtype of outputs whose type ORT cannot infer (InvertibleLayerNormalizationGrad's X_grad): they are declared
-    with it (shape left open); the others are typed by ORT's inference."""
+    with it (shape left open); ``output_shapes`` gives the shape of outputs whose shape ORT's kernel reads from the
+    graph (MaxPoolGrad's and AveragePoolGrad's dX); the others are typed by ORT's inference."""
 
     name: str
     op_type: str
@@ -58,6 +59,7 @@ class Case:
     static: tuple[str, ...] = ()
     opset: int = 17
     output_types: dict[str, Any] = field(default_factory=dict)
+    output_shapes: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _elem_type(a: np.ndarray) -> int:
@@ -78,7 +80,8 @@ def build_model(case: Case) -> onnx.ModelProto:
             graph_inputs.append(helper.make_tensor_value_info(name, _elem_type(arr), list(arr.shape)))
     node = helper.make_node(case.op_type, node_inputs, list(case.outputs), name=case.name,
                             domain=case.domain or None, **case.attrs)
-    outputs = [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(np.dtype(case.output_types[o])), None)
+    outputs = [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(np.dtype(case.output_types[o])),
+                                             case.output_shapes.get(o))
                if o in case.output_types else onnx.ValueInfoProto(name=o)  # typed by ORT's inference
                for o in case.outputs if o]
     graph = helper.make_graph([node], case.name, graph_inputs, outputs, inits)

@@ -109,6 +109,7 @@ class Export:
         self.node_names: set[str] = set()
         self.bytes = 0  # the tensors' bytes so far (protobuf's 2 GB limit)
         self._n = 0
+        self.value_infos: dict[str, Any] = {}  # ONNX name -> the type of a value an ORT kernel reads from the graph
 
     # -- what exporters use ------------------------------------------------------------------------------
     def name(self, v: Optional[str]) -> str:
@@ -138,6 +139,11 @@ class Export:
         name = self.fresh(hint)
         self.inits.append(self.tensor(np.asarray(a), name))
         return name
+
+    def declare(self, v: str) -> None:
+        """Write gradir value ``v``'s type to the graph's value_info: ORT's MaxPoolGrad and AveragePoolGrad take
+        their result's shape from there."""
+        self.value_infos[self.name(v)] = self.type(v)
 
     def ints(self, values: Any, hint: str = "shape") -> str:
         return self.init(np.array(list(values), np.int64), hint)
@@ -227,7 +233,9 @@ class Export:
                 name = self.name(o)
             outputs.append(self._info(name, g.types[o]))
         graph = h.make_graph(self.nodes, g.name or "gradir", [self._info(self.name(i.name), i.type) for i in g.inputs],
-                             outputs, initializer=self.inits)
+                             outputs, initializer=self.inits,
+                             value_info=[self._info(n, t) for n, t in self.value_infos.items()
+                                         if n not in {o.name for o in outputs}])
         opsets = [h.make_opsetid("", self.opset)] + [h.make_opsetid(d, 1) for d in sorted(self.domains)]
         model = h.make_model(graph, opset_imports=opsets, producer_name="gradir")
         model.ir_version = min(model.ir_version, 10)  # ORT 1.19 reads IR 10 at most

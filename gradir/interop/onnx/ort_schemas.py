@@ -1,7 +1,8 @@
 """ONNX Runtime's ops that live in the ai.onnx domain without being ONNX ops, made known to the ``onnx`` package.
 
 ORT registers ``SimplifiedLayerNormalization`` (its RMSNorm contrib op, opset 1) and the training ops
-``SparseSoftmaxCrossEntropy`` and ``SparseSoftmaxCrossEntropyGrad`` (opset 9) in the ai.onnx domain, not in
+``SparseSoftmaxCrossEntropy``, ``SparseSoftmaxCrossEntropyGrad``, ``MaxPoolGrad`` and ``AveragePoolGrad`` (opset
+9) in the ai.onnx domain, not in
 ``com.microsoft``; ``onnx.checker`` knows no such ops there and refuses any model that has them ("No Op
 registered"), so gradir could neither import ORT's models with them nor export them.  ``register`` adds
 their schemas (ORT's inputs, outputs, type constraints and attributes) to the ``onnx`` package's registry,
@@ -16,6 +17,10 @@ __all__ = ["register", "ORT_ONNX_DOMAIN_OPS"]
 
 _FLOATS = ["tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"]
 _REDUCTION = ("reduction", "STRING", None, 'reduction: "mean", "sum" or "none"')
+OPTIONAL = "optional"  # an attribute's default: an optional attribute without a default value
+# the pooling gradients carry their forward node's attributes (ORT's gradient builders copy them)
+_POOL = [(a, kind, OPTIONAL, "") for a, kind in (("auto_pad", "STRING"), ("ceil_mode", "INT"), ("dilations", "INTS"),
+                                                 ("kernel_shape", "INTS"), ("pads", "INTS"), ("strides", "INTS"))]
 
 ORT_ONNX_DOMAIN_OPS = {
     # name: (opset, inputs as (name, type, optional), outputs likewise, type constraints, attributes)
@@ -31,6 +36,12 @@ ORT_ONNX_DOMAIN_OPS = {
         9, [("dY", "T", False), ("log_prob", "T", False), ("label", "Tind", False), ("weight", "T", True)],
         [("d_logits", "T", False)],
         [("T", _FLOATS), ("Tind", ["tensor(int32)", "tensor(int64)"])], [_REDUCTION]),
+    "MaxPoolGrad": (
+        9, [("dY", "T", False), ("Indices", "I", False)], [("dX", "T", False)],
+        [("T", _FLOATS), ("I", ["tensor(int64)"])], _POOL + [("storage_order", "INT", OPTIONAL, "")]),
+    "AveragePoolGrad": (
+        9, [("dY", "T", False)], [("dX", "T", False)], [("T", _FLOATS)],
+        _POOL + [("count_include_pad", "INT", OPTIONAL, "")]),
 }
 
 _done: set[int] = set()
@@ -52,7 +63,9 @@ def register(onnx: Any) -> None:
         if defs.has(name, ""):
             continue
         attributes = [schema.Attribute(a, getattr(schema.AttrType, kind), doc) if default is None
-                      else schema.Attribute(a, h.make_attribute(a, default), doc) for a, kind, default, doc in attrs]
+                      else schema.Attribute(a, getattr(schema.AttrType, kind), doc, required=False)
+                      if default == OPTIONAL else schema.Attribute(a, h.make_attribute(a, default), doc)
+                      for a, kind, default, doc in attrs]
         defs.register_schema(schema(
             name, "", opset, doc=f"ONNX Runtime's op {name} (registered by gradir for onnx.checker)",
             inputs=[param(n, t, param_option=optional if o else single) for n, t, o in ins],

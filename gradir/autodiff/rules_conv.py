@@ -1,0 +1,46 @@
+"""The gradient rules of the convolution and pooling ops (``ops/conv.py``, ``ops/pool.py``), emitting ONNX Runtime's
+gradient ops: ``Conv`` -> ``ConvGrad`` (``auto_pad`` resolved into ``pads``: ORT's kernel reads ``pads`` alone),
+``MaxPool`` -> ``MaxPoolGrad`` of its Indices, ``AveragePool`` -> ``AveragePoolGrad``; the pooling gradients take
+the forward X's shape as the attribute ``shape`` (ORT reads it from the graph)."""
+
+from __future__ import annotations
+
+from ..ir.op import Op
+from ..ir.types import format_shape
+from ..ops.conv import window
+from .gradrules import Emitter, rule
+
+__all__: list[str] = []
+
+
+def _static_shape(e: Emitter, op: Op, v: str) -> list[int]:
+    """The forward X's shape, which ORT's pooling gradients read from the graph: a ``?`` is an error at the op."""
+    shape = e.shape(v)
+    if None in shape:
+        e.fail(op, f"cannot differentiate {op.op_name}: its operand {v} has shape {format_shape(shape)}, and its "
+                   f"gradient needs the shape (give the '?' dimensions sizes)")
+    return list(shape)  # type: ignore[arg-type]
+
+
+@rule("MaxPool")
+def _max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
+    attrs = {k: v for k, v in op.attrs.items() if k != "shard_axis"}
+    return [e.MaxPoolGrad(cts[0], op.results[1], shape=_static_shape(e, op, op.operands[0]), **attrs), None]
+
+
+@rule("AveragePool")
+def _average_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
+    return [e.AveragePoolGrad(cts[0], shape=_static_shape(e, op, op.operands[0]), **op.attrs)]
+
+
+@rule("Conv")
+def _conv(e: Emitter, op: Op, cts: list, need: list) -> list:
+    x, w = op.operands[:2]
+    attrs = dict(op.attrs)
+    xs, ws = e.shape(x), e.shape(w)
+    if attrs["auto_pad"] != "NOTSET" and None not in xs[2:] and None not in ws[2:]:
+        geo = window(xs[2:], attrs, ws[2:])
+        attrs.update(auto_pad="NOTSET", pads=list(geo.begin + geo.end))
+    dx, dw, db = e.ConvGrad(cts[0], x, w, **attrs)
+    has_b = len(op.operands) > 2 and op.operands[2] is not None
+    return [dx, dw, db if has_b else None][:len(op.operands)]
