@@ -40,6 +40,11 @@ def _feeds(entry: dict) -> dict[str, np.ndarray]:
 
 def _onnx():
     import onnx  # in the test extra: a missing onnx fails these tests, it does not skip them
+
+    from gradir.interop.onnx import ort_schemas
+
+    # ORT writes MaxPoolGrad and AveragePoolGrad in the ai.onnx domain: the checker knows them by gradir's schemas
+    ort_schemas.register(onnx)
     return onnx
 
 
@@ -108,7 +113,7 @@ def test_inputs_params_and_reference_are_keyed_by_onnx_names(case: str) -> None:
 def test_the_fixture_set_stays_small() -> None:
     total = sum(p.stat().st_size for p in DATA.rglob("*")
                 if p.is_file() and "exported" not in p.parts and "kernels" not in p.parts)
-    assert total < 2 * 1024 * 1024, total
+    assert total < 2.5 * 1024 * 1024, total  # 2 MB until issue #32's 19 GRU and CNN cases (0.6 MB)
     kernels = sum(p.stat().st_size for p in (DATA / "kernels").rglob("*") if p.is_file())
     assert kernels < 1024 * 1024, kernels
     exported = sum(p.stat().st_size for p in (DATA / "exported").rglob("*") if p.is_file())

@@ -30,6 +30,7 @@ OUT/ops.json).  Deterministic: fixed seeds, single-threaded sessions.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import shutil
@@ -54,6 +55,14 @@ from onnxruntime.training.onnxblock import _graph_utils, _training_graph_utils  
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models  # noqa: E402
 import readme  # noqa: E402
+
+# ORT writes MaxPoolGrad and AveragePoolGrad in the ai.onnx domain, where onnx's checker knows no such op: gradir's
+# schemas of them (loaded by path: ort_schemas.py imports nothing of gradir) let it check the rest of the model
+_spec = importlib.util.spec_from_file_location(
+    "_gradir_ort_schemas", Path(__file__).resolve().parents[2] / "gradir" / "interop" / "onnx" / "ort_schemas.py")
+_schemas = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_schemas)
+_schemas.register(onnx)
 
 ort.set_default_logger_severity(3)
 MAX_IR = 10  # ORT 1.19.2 refuses models above IR version 10
@@ -178,7 +187,8 @@ def _ops(model: onnx.ModelProto) -> list[dict]:
     kinds = _input_kinds(model)
     for node in model.graph.node:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
+        attrs = {k: (v.decode() if isinstance(v, bytes) else [x.decode() if isinstance(x, bytes) else x for x in v]
+                     if isinstance(v, list) else v) for k, v in attrs.items()}  # a GRU's activations: strings
         out.append({"domain": node.domain or "ai.onnx", "op_type": node.op_type, "attrs": attrs,
                     "inputs": list(node.input), "outputs": list(node.output),
                     "input_kinds": [kinds.get(i, "computed") if i else "absent" for i in node.input]})

@@ -325,6 +325,20 @@ TORCH_CASES = [  # name, what, loss, extra user inputs
      "dynamo exporter in training mode (opset 18, seeded Dropouts), MSE loss", ("mse", "mean")),
     ("torch_embed_ln_bn_dropout_dynamo", "torch_embed_ln_bn_dropout by the dynamo exporter (opset 18), "
      "CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
+    # issue #32 (export_torch_gru_cnn.py)
+    ("torch_gru", "PyTorch nn.GRU(4, 6, num_layers=2) (zero initial state from Shape/Gather/Concat/Expand) + Linear "
+     "on the last step, eval-mode export (the weights' gate reordering constant-folded), CrossEntropyLoss by "
+     "onnxblock", ("ce", "mean", None)),
+    ("torch_gru_unfolded", "torch_gru exported without constant folding: each GRU's W, R, B are Slice/Concat/"
+     "Unsqueeze of torch's weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, CrossEntropyLoss by onnxblock",
+     ("ce", "mean", None)),
+    ("torch_gru_dynamo", "torch_gru by the dynamo exporter (opset 18, optimize=False), CrossEntropyLoss by onnxblock",
+     ("ce", "mean", None)),
+    ("torch_cnn", "PyTorch nn.Conv2d(3, 8, 3, no bias)-nn.BatchNorm2d (training mode, running stats frozen)-ReLU-"
+     "nn.MaxPool2d(2) -> nn.Conv2d(8, 8, 3)-ReLU -> nn.AdaptiveAvgPool2d(1) -> nn.Flatten -> "
+     "nn.Linear(8, 5), CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
+    ("torch_cnn_dynamo", "torch_cnn by the dynamo exporter (opset 18, training mode; AdaptiveAvgPool2d written as "
+     "ReduceMean), CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
 ]
 
 
@@ -444,9 +458,10 @@ def cases() -> list[Case]:
     out.append(Case("elementwise_misc", "Abs/Reciprocal/Sin/Cos/Erf chain (ORT differentiates them; gradir "
                     "has no such ops: for the unsupported-node error), loss in the model", 17, m, ("own",),
                     {"X": _rng(1097).standard_normal((2, 3)).astype(np.float32)}, params))
+    import models_gru_cnn  # the GRU and convolutional networks of issue #32 (it imports this module)
     import models_nets  # the whole networks of issue #31 (it imports this module)
 
-    return out + torch_cases() + models_nets.cases()
+    return out + torch_cases() + models_nets.cases() + models_gru_cnn.cases()
 
 
 CaseFn = Callable[[], list[Case]]

@@ -16,11 +16,13 @@ is written by the same run). Regenerate with:
 scripts/ort_fixtures/setup_venv.sh ../venv-ort          # once: onnxruntime-training-cpu 1.19.2, numpy<2, onnx 1.16.2, no torch
 ../venv-ort/bin/python scripts/ort_fixtures/generate.py     # writes tests/data/onnx/
 # only to re-export the PyTorch sources in scripts/ort_fixtures/torch_models/ (needs torch and, for the
-# dynamo exports, onnxscript; not ORT; torch 2.13.0 + onnxscript 0.7.2 wrote the issue #31 ones):
+# dynamo exports, onnxscript; not ORT; torch 2.13.0 + onnxscript 0.7.2 wrote the issue #31 and #32 ones):
 python scripts/ort_fixtures/export_torch.py
+python scripts/ort_fixtures/export_torch_gru_cnn.py     # issue #32: nn.GRU, a small nn.Conv2d CNN
 ```
 
-`scripts/ort_fixtures/models.py` and `models_nets.py` (the whole networks) hold the
+`scripts/ort_fixtures/models.py`, `models_nets.py` (the whole networks) and `models_gru_cnn.py` (GRU and
+convolutional networks) hold the
 forward models (onnx.helper, no PyTorch, so no torch is needed), `generate.py` the pipeline. For models of your own
 (e.g. checking what `gradir export` writes), `scripts/ort_fixtures/ort_tool.py run
 MODEL.onnx --inputs a.npz --inputs b.npz -o out.npz` runs any model with the
@@ -238,6 +240,41 @@ NOTES = """\
   models are exported with `optimize=False`; its `CastLike` (scaling attention by
   `1/sqrt(head_dim)`) has no gradient builder in ORT 1.19.2 and is written as the
   equivalent `Cast`.
+
+### GRU and convolutional networks (issue #32: `gru_*`, `cnn*`, `small_cnn`, `torch_gru*`, `torch_cnn*`)
+
+- **GRU** becomes `com.microsoft` `GRUTraining(X, W, R, B, SL, h0) -> (Y, Y_h, zrh)` (`direction="forward"`,
+  `hidden_size`, `linear_before_reset` written out; `zrh` holds the gates after their activations; a `Y` the
+  source leaves `''` is named `all_hidden_states`, which the gradient reads) and `GRUGrad(X, W, R, B, SL, h0, Y,
+  zrh, dY, dY_h) -> (dX, dW, dR, dB, dh0)` (10 inputs, **B included**, unlike `LSTMGrad`; absent ones `''`).
+  The source GRU nodes spell out all 6 input slots: with fewer ORT 1.19.2 copies the inputs positionally and
+  builds a wrong `GRUGrad` (a GRU cut to 4 slots: `Type 'tensor(float)' of input parameter (all_hidden_states)
+  of operator (GRUGrad) ... is invalid`). ORT's GRUGrad is forward-only, float32, without sequence lengths or
+  clip: the fixtures stay inside that.
+- **PyTorch's nn.GRU** (TorchScript, eval mode) has its weights reordered (torch's gates r, z, n to ONNX's
+  z, r, h) and constant-folded into `onnx::GRU_<n>` initializers, one W, R, B per layer, and a zero initial
+  state from `Shape`/`Gather`/`Concat`/`Expand` that ORT folds into an initializer. Exported without constant
+  folding (`torch_gru_unfolded`) and by the dynamo exporter (`torch_gru_dynamo`, opset 18) the GRUs read
+  `Slice`s/`Concat`s/`Unsqueeze`s of torch's own `gru.weight_ih_l0`, ...: ORT turns the `Slice`s into `Split`s
+  and the `Concat`s into `com.microsoft` `ConcatTraining`, whose gradients are `SplitTraining` and `Concat`.
+- **Conv** stays `ai.onnx` `Conv`; its gradient is `com.microsoft` `ConvGrad(dY, X, W) -> (dX, dW, dB)`
+  with the forward's attributes (`dX` `''` when X is a user input, `dB` absent without a bias). **ORT 1.19.2's
+  ConvGrad is wrong with `auto_pad=SAME_UPPER`**: the weight gradient is off by more than 100% against float64
+  finite differences and differs from run to run (it reads memory it did not write); `cnn_autopad_ceil` writes
+  that padding as explicit `pads` (its last Conv keeps `auto_pad=VALID`, which ORT gets right).
+- **MaxPool** gets `MaxPoolGrad(dY, Indices)` and **AveragePool** `AveragePoolGrad(dY)`, both in the
+  **`ai.onnx` domain** (opset 9) with the forward's attributes: `onnx.checker` knows no such ops, so generate.py
+  registers gradir's schemas of them (`gradir/interop/onnx/ort_schemas.py`) before checking. A MaxPool without
+  an Indices output (PyTorch writes Y only; `small_cnn`) gets one from ORT, named `<Y>_mask`.
+- **GlobalAveragePool**'s gradient is `com.microsoft` `Scale(dY, [H*W], scale_down=1)` (dY divided by the
+  float32 count) then `Expand(., Shape(X))`;
+  the dynamo exporter writes `nn.AdaptiveAvgPool2d(1)` as `ReduceMean` (the ReduceMean gradient above).
+  **Flatten**'s is `Reshape(dY, Shape(X))`.
+- **Pad**: `mode="constant"` gets a `Pad` of dY by the negated pads (`Neg` of the pads input). ORT 1.19.2 has
+  **no gradient of a reflect or edge Pad** (`Pad gradient currently supports constant mode only`): in
+  `cnn_pad_reflect_avgpool` the reflect Pad is on the input X, which needs none.
+- **BatchNormalization** on 4-D inputs is as on 2-D (`BatchNormInternal`, `BatchNormalizationGrad`), the
+  statistics over N, H, W per channel.
 
 """
 
