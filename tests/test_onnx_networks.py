@@ -27,7 +27,7 @@ NETWORKS = ["gpt_block", "gpt_block_opset18", "gpt_block_slice_trilu", "mlp_bn_d
             "gru_classifier", "gru_classifier_lbr1", "gru_classifier_minimal", "gru_lm", "gru_lm_nobias",
             "torch_gru", "torch_gru_unfolded", "torch_gru_dynamo", "small_cnn", "cnn_bn", "cnn_dwsep",
             "cnn_pad_reflect_avgpool", "cnn_pad_constant_avgpool", "cnn_autopad_ceil", "cnn3d", "cnn1d", "torch_cnn",
-            "torch_cnn_dynamo"]
+            "torch_cnn_dynamo", "cnn_maxpool_storage_order"]
 
 
 def test_the_networks_are_in_the_manifest() -> None:

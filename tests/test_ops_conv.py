@@ -125,3 +125,14 @@ def test_a_pool_pad_as_large_as_the_window_is_a_located_error():
         gradir.parse("input t0 : Float32 [1, 1, 5, 5]\nt1 = AveragePool(t0, kernel_shape=[2, 2], pads=[2, 0, 0, 0])\n"
                      "output t1\n")
     assert ":2:" in str(e.value) and "pads" in str(e.value)
+
+
+def test_the_gradient_of_a_column_major_maxpool_is_the_derivative():
+    """ORT's MaxPoolGrad scatters dY at the Indices read row-major whatever ``storage_order`` says, so of a
+    MaxPool with storage_order=1 (column-major Indices) it is not the derivative (ORT 1.19.2's own training graphs
+    get it wrong: tests/data/onnx/cnn_maxpool_storage_order). gradir grad scatters by row-major Indices."""
+    g = gradir.parse("input t0 : Float64 [2, 2, 5, 6]\n"
+                     "t1, t2 = MaxPool(t0, kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], storage_order=1)\n"
+                     "t3 = ReduceSum(t1, keepdims=false)\noutput t3\n")
+    report = gradir.gradcheck(g, ["t0"], seed=0)
+    assert report.ok, report.table()

@@ -24,8 +24,15 @@ def _static_shape(e: Emitter, op: Op, v: str) -> list[int]:
 
 @rule("MaxPool")
 def _max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """ORT's MaxPoolGrad reads Indices row-major whatever ``storage_order`` says (ORT 1.19.2's own gradient of a
+    ``storage_order=1`` MaxPool is not the derivative): of such a MaxPool gradir scatters by the Indices of a
+    row-major MaxPool of the same X, which is exact."""
     attrs = {k: v for k, v in op.attrs.items() if k != "shard_axis"}
-    return [e.MaxPoolGrad(cts[0], op.results[1], shape=_static_shape(e, op, op.operands[0]), **attrs), None]
+    indices = op.results[1]
+    if attrs.get("storage_order", 0):
+        attrs["storage_order"] = 0
+        indices = e.MaxPool(op.operands[0], **attrs)[1]
+    return [e.MaxPoolGrad(cts[0], indices, shape=_static_shape(e, op, op.operands[0]), **attrs), None]
 
 
 @rule("AveragePool")

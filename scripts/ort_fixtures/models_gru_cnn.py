@@ -281,6 +281,30 @@ def cnn3d(seed: int) -> tuple[onnx.ModelProto, list[str]]:
     return m, [t.name for t in inits]
 
 
+def cnn_maxpool_storage_order(seed: int) -> tuple[onnx.ModelProto, list[str]]:
+    """X [2, 2, 9, 10] -> Conv(2->4, 3x3, dilations [1, 2], pads [0, 2, 1, 0])-Sigmoid -> MaxPool(2x2, dilations
+    [2, 1], pads [0, 0, 1, 1], storage_order=1) -> Conv(4->4, 2x2, strides [1, 2])-Tanh -> AveragePool(2x2, strides
+    2, ceil_mode=1) -> [2, 4, 3, 2] -> Flatten -> Gemm(no bias) -> logits [2, 3].
+
+    ORT 1.19.2's MaxPoolGrad reads the Indices row-major whatever storage_order says: its gradients of the first
+    Conv are not the derivative (tests/test_onnx_ort.py checks gradir's against finite differences there)."""
+    rng = _rng(seed)
+    inits = _conv(rng, "conv1", 4, 2, [3, 3]) + _conv(rng, "conv2", 4, 4, [2, 2], scale=0.3)
+    nodes = [mk("Conv", ["X", "conv1.weight", "conv1.bias"], ["c1"], name="conv1", kernel_shape=[3, 3],
+                dilations=[1, 2], pads=[0, 2, 1, 0]),
+             mk("Sigmoid", ["c1"], ["s1"], name="sigmoid1"),
+             _max_pool("s1", "p1", "pool1", kernel_shape=[2, 2], dilations=[2, 1], pads=[0, 0, 1, 1], storage_order=1),
+             mk("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], name="conv2", kernel_shape=[2, 2],
+                strides=[1, 2]),
+             mk("Tanh", ["c2"], ["t2"], name="tanh2"),
+             mk("AveragePool", ["t2"], ["a2"], name="avgpool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)]
+    inits.append(_init(rng, "fc.weight", [4 * 3 * 2, 3], 0.3))
+    nodes += [mk("Flatten", ["a2"], ["flat"], name="flatten", axis=1),
+              mk("Gemm", ["flat", "fc.weight"], ["logits"], name="fc")]
+    m = _model(nodes, [_vi("X", [2, 2, 9, 10])], [_vi("logits", [2, 3])], inits, 17)
+    return m, [t.name for t in inits]
+
+
 def _cnn_inputs(seed: int, shape) -> dict[str, np.ndarray]:
     rng = _rng(1000 + seed)
     return {"X": rng.standard_normal(shape).astype(np.float32),
@@ -340,6 +364,14 @@ def cases() -> list[Case]:
     out.append(Case("cnn3d", "3-D CNN: X [2, 2, 4, 4, 4] -> Conv(3x3x3, pad 1)-Relu-MaxPool(2x2x2) -> Flatten -> "
                     "Gemm, CrossEntropyLoss (mean) by onnxblock", 17, m, CE, _cnn_inputs(427, (2, 2, 4, 4, 4)),
                     params))
+    m, params = cnn_maxpool_storage_order(428)
+    inputs = _cnn_inputs(428, (2, 2, 9, 10))
+    inputs["labels"] %= 3
+    out.append(Case("cnn_maxpool_storage_order", "CNN: Conv(3x3, dilations [1, 2], asymmetric pads)-Sigmoid -> "
+                    "MaxPool(2x2, dilations [2, 1], pads, storage_order=1) -> Conv(2x2, strides [1, 2])-Tanh -> "
+                    "AveragePool(2x2, strides 2, ceil_mode=1) -> Flatten -> Gemm (no bias), CrossEntropyLoss (mean) by "
+                    "onnxblock; ORT's gradients of the first Conv are not the derivative (its MaxPoolGrad ignores "
+                    "storage_order)", 17, m, CE, inputs, params))
     m, params = cnn1d(425)
     out.append(Case("cnn1d", "1-D CNN over a sequence: X [4, 3, 16] -> Conv(k 3, pad 1)-Relu-MaxPool(2) -> "
                     "Conv(k 3, strides 2, pads [1, 0])-Relu -> Flatten -> Gemm, CrossEntropyLoss (mean) by onnxblock",

@@ -265,7 +265,10 @@ NOTES = """\
 - **MaxPool** gets `MaxPoolGrad(dY, Indices)` and **AveragePool** `AveragePoolGrad(dY)`, both in the
   **`ai.onnx` domain** (opset 9) with the forward's attributes: `onnx.checker` knows no such ops, so generate.py
   registers gradir's schemas of them (`gradir/interop/onnx/ort_schemas.py`) before checking. A MaxPool without
-  an Indices output (PyTorch writes Y only; `small_cnn`) gets one from ORT, named `<Y>_mask`.
+  an Indices output (PyTorch writes Y only; `small_cnn`) gets one from ORT, named `<Y>_mask`. **ORT 1.19.2's
+  MaxPoolGrad reads the Indices row-major whatever `storage_order` says**, so with `storage_order=1`
+  (`cnn_maxpool_storage_order`) the gradients upstream of the MaxPool are not the derivative (the forward
+  model's `gradir grad` is checked against finite differences there instead).
 - **GlobalAveragePool**'s gradient is `com.microsoft` `Scale(dY, [H*W], scale_down=1)` (dY divided by the
   float32 count) then `Expand(., Shape(X))`;
   the dynamo exporter writes `nn.AdaptiveAvgPool2d(1)` as `ReduceMean` (the ReduceMean gradient above).
