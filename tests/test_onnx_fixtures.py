@@ -138,8 +138,10 @@ def test_models_load_pass_the_checker_and_match_their_manifest_entry() -> None:
         assert e["opset"] == [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")][0]
 
 
-def _value_infos(graph) -> dict[str, tuple[int, list[int]]]:
-    return {v.name: (v.type.tensor_type.elem_type, [d.dim_value for d in v.type.tensor_type.shape.dim])
+def _value_infos(graph) -> dict[str, tuple[int, list]]:
+    """Each graph input's dtype and shape; a symbolic dimension (torch_cnn1d's batch) is None."""
+    return {v.name: (v.type.tensor_type.elem_type, [d.dim_value if d.HasField("dim_value") else None
+                                                    for d in v.type.tensor_type.shape.dim])
             for v in graph.input}
 
 
@@ -171,7 +173,7 @@ def test_graph_interfaces_match_the_npz_files(case: str) -> None:
         for name, arr in feeds.items():
             dtype, shape = inputs[name]
             assert helper.tensor_dtype_to_np_dtype(dtype) == arr.dtype, (case, form, name)
-            assert shape == list(arr.shape), (case, form, name)
+            assert len(shape) == arr.ndim and all(d in (None, n) for d, n in zip(shape, arr.shape)), (case, form, name)
 
 
 # --- a few references recomputed in numpy (float64), so the harness is checked too ---

@@ -27,7 +27,8 @@ NETWORKS = ["gpt_block", "gpt_block_opset18", "gpt_block_slice_trilu", "mlp_bn_d
             "gru_classifier", "gru_classifier_lbr1", "gru_classifier_minimal", "gru_lm", "gru_lm_nobias",
             "torch_gru", "torch_gru_unfolded", "torch_gru_dynamo", "small_cnn", "cnn_bn", "cnn_dwsep",
             "cnn_pad_reflect_avgpool", "cnn_pad_constant_avgpool", "cnn_autopad_ceil", "cnn3d", "cnn1d", "torch_cnn",
-            "torch_cnn_dynamo", "cnn_maxpool_storage_order"]
+            "torch_cnn_dynamo", "cnn_maxpool_storage_order", "torch_gru_batch_first", "torch_cnn1d",
+            "torch_cnn1d_dynamo"]
 
 
 def test_the_networks_are_in_the_manifest() -> None:
@@ -44,7 +45,8 @@ def test_forward_network_differentiates_and_passes_gradcheck(case: str) -> None:
     assert report.ok, report.table()
 
 
-@pytest.mark.parametrize("case", ["cnn_pad_reflect_avgpool", "cnn_pad_constant_avgpool", "gru_classifier_lbr1"])
+@pytest.mark.parametrize("case", ["cnn_pad_reflect_avgpool", "cnn_pad_constant_avgpool", "gru_classifier_lbr1",
+                                  "torch_cnn1d"])
 def test_forward_network_gradient_with_respect_to_its_input_passes_gradcheck(case: str) -> None:
     """ORT trains no input, so its references never reach a reflect Pad on X (ORT 1.19.2 has no gradient of one)
     nor a GRU's dX: gradir's, checked here against finite differences."""

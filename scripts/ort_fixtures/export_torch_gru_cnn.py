@@ -1,6 +1,8 @@
-"""Export issue #32's PyTorch models to ONNX: a two-layer nn.GRU with a Linear head and a small CNN (nn.Conv2d,
-nn.BatchNorm2d, nn.MaxPool2d, nn.AdaptiveAvgPool2d, nn.Flatten, nn.Linear), by the TorchScript exporter and by
-the dynamo one.  Like export_torch.py (whose `_export` it uses) it needs torch and onnxscript, not onnxruntime:
+"""Export issue #32's PyTorch models to ONNX: a two-layer nn.GRU with a Linear head, a batch-first nn.GRU with
+its initial state an input, a 1-D CNN (nn.ReflectionPad1d, nn.Conv1d, nn.AvgPool1d, nn.AdaptiveAvgPool1d) and a
+small 2-D CNN (nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d, nn.AdaptiveAvgPool2d, nn.Flatten, nn.Linear), by the
+TorchScript exporter and by the dynamo one.  Like export_torch.py (whose `_export` it uses) it needs torch and
+onnxscript, not onnxruntime:
 
     python scripts/ort_fixtures/export_torch_gru_cnn.py
 
@@ -27,6 +29,38 @@ class GRUHead(nn.Module):
     def forward(self, x):
         y, _ = self.gru(x)
         return self.head(y[-1])
+
+
+class GRUBatchFirst(nn.Module):
+    """nn.GRU(4, 5, batch_first=True) with the initial state a model input, its whole output (mean over time) and
+    its last state both reaching a Linear head: x [3, 6, 4], h0 [1, 3, 5] -> logits [3, 3]."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(4, 5, batch_first=True)
+        self.head = nn.Linear(5, 3)
+
+    def forward(self, x, h0):
+        y, hn = self.gru(x, h0)
+        return self.head(y.mean(1) + hn[0])
+
+
+class CNN1d(nn.Module):
+    """x [4, 3, 20] -> ReflectionPad1d(2) -> Conv1d(3, 6, 5, stride 2)-ReLU -> AvgPool1d(3, stride 2, padding 1)
+    -> Conv1d(6, 4, 3, groups 2, dilation 2)-ReLU -> AdaptiveAvgPool1d(1) -> flatten -> Linear(4, 5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pad = nn.ReflectionPad1d(2)
+        self.conv1 = nn.Conv1d(3, 6, 5, stride=2)
+        self.pool = nn.AvgPool1d(3, stride=2, padding=1)
+        self.conv2 = nn.Conv1d(6, 4, 3, groups=2, dilation=2)
+        self.gap = nn.AdaptiveAvgPool1d(1)
+        self.fc = nn.Linear(4, 5)
+
+    def forward(self, x):
+        h = self.pool(torch.relu(self.conv1(self.pad(x))))
+        return self.fc(self.gap(torch.relu(self.conv2(h))).flatten(1))
 
 
 class SmallCNN(nn.Module):
@@ -61,6 +95,11 @@ def main() -> None:
     for name, dynamo in (("torch_cnn", False), ("torch_cnn_dynamo", True)):
         # MaxPool as PyTorch writes it, Y only: ORT adds the Indices output (`<Y>_mask`) its MaxPoolGrad reads
         _export(name, SmallCNN(), (xc,), ["X"], opset=18 if dynamo else 17, std=0.3, training=True, dynamo=dynamo)
+    _export("torch_gru_batch_first", GRUBatchFirst(), (torch.randn(3, 6, 4), torch.randn(1, 3, 5)), ["X", "h0"],
+            std=0.4)
+    x1 = torch.randn(4, 3, 20)
+    _export("torch_cnn1d", CNN1d(), (x1,), ["X"], std=0.3)
+    _export("torch_cnn1d_dynamo", CNN1d(), (x1,), ["X"], opset=18, std=0.3, dynamo=True)
 
 
 if __name__ == "__main__":

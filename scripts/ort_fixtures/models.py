@@ -339,6 +339,15 @@ TORCH_CASES = [  # name, what, loss, extra user inputs
      "nn.Linear(8, 5), CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
     ("torch_cnn_dynamo", "torch_cnn by the dynamo exporter (opset 18, training mode; AdaptiveAvgPool2d written as "
      "ReduceMean), CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
+    ("torch_gru_batch_first", "PyTorch nn.GRU(4, 5, batch_first=True) (Transposes around the GRU), initial state "
+     "h0 a model input, mean over time of its output plus its last state -> Linear, CrossEntropyLoss by onnxblock",
+     ("ce", "mean", None)),
+    ("torch_cnn1d", "PyTorch nn.ReflectionPad1d(2) (a reflect Pad on X, its pads computed by a Slice/Transpose/Cast "
+     "subgraph) -> nn.Conv1d(3, 6, 5, stride 2)-ReLU -> nn.AvgPool1d(3, 2, padding 1) -> nn.Conv1d(6, 4, 3, groups 2, "
+     "dilation 2)-ReLU -> nn.AdaptiveAvgPool1d(1) -> flatten -> Linear; the batch dimension of the output symbolic, "
+     "CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
+    ("torch_cnn1d_dynamo", "torch_cnn1d by the dynamo exporter (opset 18; AdaptiveAvgPool1d written as ReduceMean), "
+     "CrossEntropyLoss by onnxblock", ("ce", "mean", None)),
 ]
 
 
@@ -377,6 +386,8 @@ def torch_cases() -> list[Case]:
             inputs["target"] = _random_like(rng, out_vi)
         elif loss[0] == "ce":
             shape = [d.dim_value for d in out_vi.type.tensor_type.shape.dim]
+            if shape[0] == 0:  # a symbolic batch (torch_cnn1d): the first input's
+                shape[0] = next(iter(inputs.values())).shape[0]
             inputs["labels"] = rng.integers(0, shape[-1], size=shape[:-1]).astype(np.int64)
         out.append(Case(name, what, opset, m, loss, inputs, params, frozen))
     return out
