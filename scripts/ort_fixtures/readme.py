@@ -272,7 +272,9 @@ NOTES = """\
 - **GlobalAveragePool**'s gradient is `com.microsoft` `Scale(dY, [H*W], scale_down=1)` (dY divided by the
   float32 count) then `Expand(., Shape(X))`;
   the dynamo exporter writes `nn.AdaptiveAvgPool2d(1)` as `ReduceMean` (the ReduceMean gradient above).
-  **Flatten**'s is `Reshape(dY, Shape(X))`.
+  **Flatten**'s is `Reshape(dY, Shape(X))`. ORT 1.19.2 has **no gradient of `GlobalMaxPool` or `ReduceMax`**
+  (`The gradient builder has not been registered: GlobalMaxPool`; PyTorch writes `nn.AdaptiveMaxPool1d(1)` as
+  the one (TorchScript) or the other (dynamo)), so no fixture has them.
 - **Pad**: `mode="constant"` gets a `Pad` of dY by the negated pads (`Neg` of the pads input). ORT 1.19.2 has
   **no gradient of a reflect or edge Pad** (`Pad gradient currently supports constant mode only`): in
   `cnn_pad_reflect_avgpool` the reflect Pad is on the input X, which needs none.
