@@ -165,3 +165,13 @@ def test_a_flatten_shards_along_its_batch_axis():
     x = np.random.default_rng(4).standard_normal((4, 3, 2))
     got = gradir.shard(g, {"t0": 0}).run({"t0": x}, shards=2, client="inline")["t2"]
     np.testing.assert_array_equal(got, np.tanh(x.reshape(4, 6)))
+
+
+def test_3d_average_pool_gradient_is_exact_where_ort_3d_kernel_is_not():
+    """ORT 1.19.2's 3-D AveragePoolGrad breaks <AveragePool(x), dY> = <x, AveragePoolGrad(dY)> for overlapping,
+    padded windows (scripts/ort_fixtures/kernel_cases_pool.py); gradir's holds it and passes gradcheck."""
+    g = gradir.parse("input t0 : Float64 [1, 2, 4, 5, 4]\n"
+                     "t1 = AveragePool(t0, kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 0])\n"
+                     "t2 = Tanh(t1)\nt3 = ReduceSum(t2, keepdims=false)\noutput t3\n")
+    assert "AveragePoolGrad" in {op.op_name for op in gradir.grad(g, wrt=["t0"]).ops}
+    assert gradir.gradcheck(g, ["t0"], seed=0).ok

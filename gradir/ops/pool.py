@@ -229,7 +229,10 @@ class AveragePoolOp(Op):
 
 class AveragePoolGradOp(BackwardOp):
     """ONNX Runtime AveragePoolGrad (ai.onnx domain, opset 9): each dY spread evenly over its window
-    (AveragePool's divisor). ORT's CPU kernel is Float32 only and has no ``dilations``."""
+    (AveragePool's divisor). ORT's CPU kernel is Float32 only and has no ``dilations``.
+
+ORT 1.19.2's 3-D kernel is not the gradient of its AveragePool where windows overlap, leave gaps or are padded
+(1-D and 2-D are right); gradir's is exact in every rank (the adjoint of AveragePool)."""
 
     ONNX = None  # import_conv.py / export_conv.py: the shape comes from the graph's value info
     SHARDING = "pool"
