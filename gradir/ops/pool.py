@@ -111,6 +111,7 @@ the whole X's Indices."""
 
     ONNX = OnnxMap(attrs=_POOL_ONNX + ("storage_order",))
     SHARDING = "pool"
+    SHARD_ROWS = True
     NO_GRADIENT_RESULTS = (1,)
     NO_GRADIENT_OPERANDS = (1,)
     OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),
