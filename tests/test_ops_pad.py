@@ -175,3 +175,12 @@ def test_3d_average_pool_gradient_is_exact_where_ort_3d_kernel_is_not():
                      "t2 = Tanh(t1)\nt3 = ReduceSum(t2, keepdims=false)\noutput t3\n")
     assert "AveragePoolGrad" in {op.op_name for op in gradir.grad(g, wrt=["t0"]).ops}
     assert gradir.gradcheck(g, ["t0"], seed=0).ok
+
+
+def test_global_average_pool_differentiates_with_a_symbolic_batch_and_refuses_a_symbolic_image_located():
+    text = "input t0 : Float64 [?, 3, {h}, 4]\nt1 = GlobalAveragePool(t0)\nt2 = ReduceSum(t1, keepdims=false)\noutput t2\n"
+    dg = gradir.grad(gradir.parse(text.format(h=5)), wrt=["t0"])
+    assert any(op.op_name == "Scale" and op.attrs["factor"] == 1 / 20 for op in dg.ops)
+    with pytest.raises(gradir.GradirError) as e:
+        gradir.grad(gradir.parse(text.format(h="?")), wrt=["t0"])
+    assert ":2:" in str(e.value) and "spatial sizes" in str(e.value)

@@ -51,8 +51,12 @@ def _global_average_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
     """dY broadcast to X's shape times 1 / (D1 * D2 * ...) (ONNX Runtime's builder: Expand, then Div by the
     count)."""
     x = op.operands[0]
+    shape = e.shape(x)
+    if None in shape[2:]:
+        e.fail(op, f"cannot differentiate GlobalAveragePool: its operand {x} has shape {format_shape(shape)}, and "
+                   "the 1/n of its mean needs the spatial sizes (give the '?' dimensions sizes)")
     n = 1
-    for d in _static_shape(e, op, x)[2:]:
+    for d in shape[2:]:
         n *= d
     dx = e.BroadcastTo(cts[0], x)
     return [dx if n == 1 else e.Scale(dx, factor=1.0 / n)]
