@@ -202,6 +202,26 @@ def test_gradir_grad_of_batch_norm_passes_gradcheck_in_both_modes(mode):
     assert report.ok, report.table()
 
 
+def test_batch_norm_training_on_4d_images_normalizes_per_channel_over_batch_and_space_and_passes_gradcheck():
+    """[N, C, H, W] (a CNN's): the statistics of channel c over X[:, c, :, :], the gradient through
+    BatchNormalizationGrad checked against finite differences, a channel split the same bits."""
+    text = _bn().replace("[4, 3, 5]", "[2, 3, 4, 5]")
+    f = _bn_feeds(shape=(2, 3, 4, 5))
+    out = gradir.compile(gradir.parse(text)).run(f)
+    x, c4 = f["t0"], (lambda v: np.asarray(v)[None, :, None, None])
+    mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    y = (x - c4(mean)) / np.sqrt(c4(var) + 1e-3) * c4(f["t1"]) + c4(f["t2"])
+    np.testing.assert_allclose(out["t5"], y, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(out["t7"], f["t4"] * 0.8 + var * 0.2, rtol=1e-13)
+    g = gradir.parse(text.replace("output t5, t6, t7", "t8 = Mul(t5, t0)\noutput t8"))
+    assert "BatchNormalizationGrad" in {op.op_name for op in gradir.grad(g, wrt=["t0", "t1", "t2"]).ops}
+    report = gradir.gradcheck(g, ["t0", "t1", "t2"], inputs=f, seed=0)
+    assert report.ok, report.table()
+    sharded = gradir.shard(g, {"t0": 1, "t1": 0, "t2": 0, "t3": 0, "t4": 0})
+    want = gradir.compile(g).run(f)["t8"]
+    assert sharded.run(f, shards=3, client="inline")["t8"].tobytes() == want.tobytes()
+
+
 def test_an_imported_batch_norm_internal_differentiates_with_its_own_saved_statistics():
     """ORT's training graphs hold BatchNormInternal: its gradient reads results 3 and 4, recomputing nothing."""
     text = ("input t0 : Float64 [6, 2]\ninput t1 : Float64 [2]\ninput t2 : Float64 [2]\ninput t3 : Float64 [2]\n"

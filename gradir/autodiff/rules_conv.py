@@ -51,3 +51,39 @@ def _conv(e: Emitter, op: Op, cts: list, need: list) -> list:
     dx, dw, db = e.ConvGrad(cts[0], x, w, **attrs)
     has_b = len(op.operands) > 2 and op.operands[2] is not None
     return [dx, dw, db if has_b else None][:len(op.operands)]
+
+
+@rule("GlobalAveragePool")
+def _global_average_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """dY broadcast to X's shape times 1 / (D1 * D2 * ...) (ONNX Runtime's builder: Expand, then Div by the
+    count)."""
+    x = op.operands[0]
+    shape = e.shape(x)
+    if None in shape[2:]:
+        e.fail(op, f"cannot differentiate GlobalAveragePool: its operand {x} has shape {format_shape(shape)}, and "
+                   "the 1/n of its mean needs the spatial sizes (give the '?' dimensions sizes)")
+    n = 1
+    for d in shape[2:]:
+        n *= d
+    dx = e.BroadcastTo(cts[0], x)
+    return [dx if n == 1 else e.Scale(dx, factor=1.0 / n)]
+
+
+@rule("GlobalMaxPool")
+def _global_max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """ONNX Runtime's builder: dY times Cast(Equal(X, Y)) (Y and dY broadcast over the spatial axes): every
+    element tied for the maximum gets dY whole."""
+    x = op.operands[0]
+    mask = e.Cast(e.Equal(x, op.results[0]), to=e.type(x).dtype.value)
+    return [e.Mul(cts[0], mask)]
+
+
+@rule("Flatten")
+def _flatten(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """dY reshaped back to X's shape (ONNX Runtime's builder: Reshape to Shape(X)); one '?' dimension of X
+    becomes Reshape's -1."""
+    shape = e.shape(op.operands[0])
+    if sum(d is None for d in shape) > 1:
+        e.fail(op, f"cannot differentiate Flatten: its operand {op.operands[0]} has shape {format_shape(shape)} "
+                   "with more than one unknown dimension, so the gradient cannot be reshaped back")
+    return [e.Reshape(cts[0], shape=[-1 if d is None else d for d in shape])]

@@ -1,12 +1,15 @@
-"""The placement rules of the convolution and pooling ops (``gradir/ops/conv.py``, ``gradir/ops/pool.py``),
-registered in ``RULES`` when ``gradir.distributed`` is imported."""
+"""The placement rules of the convolution, pooling and padding ops and Flatten (``gradir/ops/conv.py``,
+``gradir/ops/pool.py``, ``gradir/ops/pad.py``, ``gradir/ops/shape.py``), registered in ``RULES`` when
+``gradir.distributed`` is imported."""
 
 from __future__ import annotations
 
+from ..ops.pad import resolve_pads
+from ..ops.shape import flatten_axis
 from .placement import PARTIAL, Placement, RuleContext, split
-from .rules import rule
+from .rules import linear_partial, rule
 
-__all__ = ["conv", "pool"]
+__all__ = ["conv", "pool", "pad", "flatten"]
 
 
 @rule("conv")
@@ -45,3 +48,39 @@ def pool(ctx: RuleContext) -> list[Placement]:
         ctx.refuse(f"{ctx.name(0)} is {p}; {op.op_name} splits only along the batch or channel axis (0 or 1)",
                    operand=0)
     return [p]
+
+
+@rule("pad")
+def pad(ctx: RuleContext) -> list[Placement]:
+    """``Pad`` and ``PadGrad``: a split along an axis they do not pad stays one; a partial sum stays one where
+    the op is linear (``PadGrad``, and ``Pad`` but in constant mode with a constant other than 0)."""
+    op, p = ctx.op, ctx.p(0)
+    if p.is_partial:
+        if op.op_name == "Pad" and op.attrs.get("mode", "constant") == "constant" and \
+                op.attrs.get("constant_value", 0.0) != 0.0:
+            ctx.refuse(f"{ctx.name(0)} is a partial sum and Pad fills with constant_value "
+                       f"{op.attrs['constant_value']}: every shard would add it", operand=0)
+        return [PARTIAL]
+    begin, end = resolve_pads(ctx.rank(0), op.attrs["pads"], op.attrs.get("axes"))
+    if begin[p.axis] or end[p.axis]:
+        ctx.refuse(f"{ctx.name(0)} is {p} and {op.op_name} pads axis {p.axis}: split an axis it does not pad",
+                   operand=0)
+    return [p]
+
+
+@rule("flatten")
+def flatten(ctx: RuleContext) -> list[Placement]:
+    """``Flatten``: a split along axis 0 stays one along the result's axis 0 (along 1 when ``axis`` is 0), and
+    along ``axis`` itself one along the result's axis 1: the leading axis of each group keeps its slices
+    contiguous.  Another axis would interleave."""
+    p = ctx.p(0)
+    if p.is_partial:
+        return [linear_partial(ctx)]
+    a = flatten_axis(ctx.op.attrs.get("axis", 1), ctx.rank(0))
+    if p.axis == a:
+        return [split(1)]
+    if p.axis == 0:
+        return [split(0)]
+    ctx.refuse(f"{ctx.name(0)} is {p}; Flatten(axis={a}) merges axis {p.axis} with the axes before it, so a "
+               f"shard's slice would not be a slice of the result: split axis 0 or {a}", operand=0)
+    raise AssertionError

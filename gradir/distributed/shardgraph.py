@@ -8,8 +8,8 @@ dimension that follows from it) as ``?``.  Two rewrites keep the global meaning:
   dimension of its ``shape`` (its other dims are the global ones, known);
 * an averaging reduction (``AVERAGES``: ``ReduceMean``) over the split axis becomes ``ReduceSum`` then
   ``Scale(1/n)`` with the global count ``n``: a partial sum whose shards add up to the global mean;
-* a ``Dropout`` that draws its mask from a split value (and a ``MaxPool``, whose Indices are positions in the
-  whole X) gets the shard's rows (``shard_rows``: an input
+* an op with ``SHARD_ROWS`` (a ``Dropout`` that draws its mask, a ``MaxPool``, whose Indices are positions in
+  the whole X) on a split value gets the shard's rows (``shard_rows``: an input
   ``ROWS_LABEL``, Int64 ``[B, 2]`` of (global row, B), which the run splits along axis 0 like the batch)
   and the split axis (``shard_axis``), so that each shard draws its slice at the whole tensor's indices.
 """
@@ -69,11 +69,12 @@ def build_shard_graph(graph: Graph, batch: Mapping[str, int], place: Mapping[str
             shape[p.axis] = -1
             ops.append(op.copy(attrs=dict(op.attrs, shape=tuple(shape)), result_types=None))
             continue
-        if p.is_split and (op.op_name == "Dropout" and _draws(op) or op.op_name == "MaxPool"):
+        if p.is_split and op.SHARD_ROWS and op.needs_shard_rows():
             if not rows:
                 rows.append(next(fresh))
                 inputs.append(GraphInput(rows[0], TensorType(DType.Int64, (None, 2)), label=ROWS_LABEL))
-            where = [op.operands[0], None, rows[0]] if op.op_name == "Dropout" else [op.operands[0], rows[0]]
+            at = [o.name for o in op.OPERANDS].index("shard_rows")
+            where = (list(op.operands) + [None] * at)[:at] + [rows[0]]
             ops.append(op.copy(operands=where, attrs=dict(op.attrs, shard_axis=p.axis), result_types=None))
             continue
         ops.append(op.untyped())
@@ -94,8 +95,3 @@ def build_shard_graph(graph: Graph, batch: Mapping[str, int], place: Mapping[str
             raise ShardError(f"internal error: {v} is {p} but its shard type is {got} (global {want})")
     return g
 
-
-def _draws(op) -> bool:
-    """Whether a Dropout draws its mask (else its shards need not know where they are)."""
-    from ..ops.dropout import draws
-    return draws(op.attrs, len(op.operands) > 1 and op.operands[1] is not None)

@@ -140,6 +140,10 @@ class Op:
     # (replicated, split along an axis, partial sums) given its operands' placements, or refuses.  Only
     # where it is not derived (``gradir.distributed.rules.placement_rule``: element-wise ops and reductions).
     SHARDING: ClassVar[Optional[str]] = None
+    # Split along axis ``shard_axis``, the op must know its slice's global rows (Dropout's mask, MaxPool's Indices
+    # are positions in the whole tensor): the shard graph sets its optional operand ``shard_rows`` and its
+    # attribute ``shard_axis`` (``gradir.distributed.shardgraph``) where ``needs_shard_rows()``.
+    SHARD_ROWS: ClassVar[bool] = False
     # The op's ONNX counterpart as data (``gradir.ir.onnxmap.OnnxMap``: name, domain, attribute renames, operand
     # order), from which export and import derive their handlers.  Read from the class itself, never
     # inherited (``onnxmap.onnx_map``): a subclass is another op, with another name.  ``None``: no
@@ -195,6 +199,10 @@ class Op:
         self.result_types: Optional[list[Optional[TensorType]]] = (
             list(result_types) if result_types is not None else None)
         self.loc = loc
+
+    def needs_shard_rows(self) -> bool:
+        """Whether this op, split, needs its shard's rows (``SHARD_ROWS``; a Dropout only when it draws)."""
+        return self.SHARD_ROWS
 
     # -- signature helpers -------------------------------------------------
     @classmethod

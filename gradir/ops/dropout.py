@@ -69,6 +69,7 @@ class DropoutOp(Op):
     """
 
     SHARDING = "elementwise"
+    SHARD_ROWS = True
     OPERANDS = (Operand("data", doc="the input"),
                 Operand("mask", optional=True, doc="Bool, data's shape: the mask to apply instead of drawing one"),
                 Operand("shard_rows", optional=True, doc="set by sharding: Int64 [n, 2], (global index, global "
@@ -84,6 +85,11 @@ class DropoutOp(Op):
     NO_GRADIENT_RESULTS = (1,)
     NO_GRADIENT_OPERANDS = (1, 2)
     ONNX = None  # hand handlers: ratio and training_mode are ONNX inputs (interop/onnx/*_dropout.py)
+
+    def needs_shard_rows(self) -> bool:
+        """Only a Dropout that draws its mask needs its shard's rows (a given mask, or none drawn, is the same
+        on every shard)."""
+        return draws(self.resolved_attrs(), len(self.operands) > 1 and self.operands[1] is not None)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         ctx.dtype_in(0, FLOAT_DTYPES)

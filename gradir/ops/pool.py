@@ -111,6 +111,7 @@ the whole X's Indices."""
 
     ONNX = OnnxMap(attrs=_POOL_ONNX + ("storage_order",))
     SHARDING = "pool"
+    SHARD_ROWS = True
     NO_GRADIENT_RESULTS = (1,)
     NO_GRADIENT_OPERANDS = (1,)
     OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),
@@ -229,7 +230,10 @@ class AveragePoolOp(Op):
 
 class AveragePoolGradOp(BackwardOp):
     """ONNX Runtime AveragePoolGrad (ai.onnx domain, opset 9): each dY spread evenly over its window
-    (AveragePool's divisor). ORT's CPU kernel is Float32 only and has no ``dilations``."""
+    (AveragePool's divisor). ORT's CPU kernel is Float32 only and has no ``dilations``.
+
+ORT 1.19.2's 3-D kernel is not the gradient of its AveragePool where windows overlap, leave gaps or are padded
+(1-D and 2-D are right); gradir's is exact in every rank (the adjoint of AveragePool)."""
 
     ONNX = None  # import_conv.py / export_conv.py: the shape comes from the graph's value info
     SHARDING = "pool"
@@ -264,3 +268,66 @@ class AveragePoolGradOp(BackwardOp):
             vals = np.broadcast_to(g[n, c][(Ellipsis,) + (None,) * len(geo.kernel)], pos.shape).reshape(-1)
             np.add.at(dx[n, c], flat[ok], vals[ok])
         return dx.reshape(shape)
+
+
+def _global_x(ctx: InferContext) -> TensorType:
+    ctx.dtype_in(0, FLOAT_DTYPES)
+    x = ctx.type(0)
+    if x.rank < 3:
+        ctx.fail(f"X must be [N, C, D1, ...] (rank 3 or more), got {x}", operand=0)
+    return x.with_shape(x.shape[:2] + (1,) * (x.rank - 2))
+
+
+def _global_example(rng: Any, dtype: Any) -> np.ndarray:
+    """X [4, 3, 5, 6] of distinct values (a unique maximum per image: finite differences see one slope)."""
+    return (rng.permutation(360).reshape(4, 3, 5, 6) / 64).astype(dtype)
+
+
+class GlobalAveragePoolOp(Op):
+    """ONNX GlobalAveragePool: Y [N, C, 1, ...] = the mean of each image X[n, c] over its spatial axes.
+
+The gradient (ONNX Runtime's builder: dY expanded to X's shape, divided by the count) is dY broadcast to X's
+shape times 1 / (D1 * D2 * ...), exactly; it needs X's spatial sizes."""
+
+    ONNX = OnnxMap()
+    SHARDING = "pool"
+    LINEAR_IN = (0,)
+    OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),)
+    RESULTS = ("Y",)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        return [_global_x(ctx)]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [_global_example(rng, dtype)], {}
+
+    @classmethod
+    def reference(cls, X: Any) -> Any:
+        x = np.asarray(X, np.float64)
+        return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+class GlobalMaxPoolOp(Op):
+    """ONNX GlobalMaxPool: Y [N, C, 1, ...] = the maximum of each image X[n, c] over its spatial axes (NaN if
+    the image has one).
+
+The gradient is ONNX Runtime's builder's: dY times Cast(Equal(X, Y)), so every element tied for the maximum
+gets dY whole (ties are not split, unlike MaxPool's gradient, which gives it to the first)."""
+
+    ONNX = OnnxMap()
+    SHARDING = "pool"
+    OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),)
+    RESULTS = ("Y",)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        return [_global_x(ctx)]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [_global_example(rng, dtype)], {}
+
+    @classmethod
+    def reference(cls, X: Any) -> Any:
+        x = np.asarray(X, np.float64)
+        return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)

@@ -5,6 +5,8 @@ a backward derivation needs them").
   shape of ``Like``.  ``autodiff`` inserts it centrally, once per broadcast operand.
 * ``BroadcastTo(X, Like)`` is its transpose (the backward of ``ReduceSum``/``ReduceMean``).
 * ``Unsqueeze(X, axes)`` re-inserts reduced axes (and promotes MatMul vectors); ``Squeeze`` removes them.
+* ``Flatten(X, axis)``: ONNX's Flatten, a matrix view of X (an op of its own, not a ``Reshape``: its result's
+  shape follows X's, ``?`` dimensions included).
 * ``Expand(X, shape)``: ONNX's Expand, ``BroadcastTo`` with a static shape (both ways: NumPy rules).
 * ``Scale(X, factor)`` multiplies by a constant (the ``1/n`` of ``ReduceMean``).
 * ``ZerosLike(X)`` is a materialised zero (a gradient that no path reaches).
@@ -20,13 +22,14 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..ir.onnxmap import OnnxMap
 from ..ir.op import Attr, InferContext, Op, Operand, unify_shapes
 from ..ir.types import FLOAT_DTYPES, NUMERIC_DTYPES, TensorType, format_shape
 from . import references
 from .common import UnaryOp
 from .math import broadcast_shapes
 
-__all__ = ["sum_to_axes"]
+__all__ = ["sum_to_axes", "flatten_axis"]
 
 
 def sum_to_axes(shape: tuple, target: tuple) -> tuple[tuple[int, ...], int]:
@@ -187,6 +190,56 @@ axis) imports with them listed, from the static shape."""
     def reference(cls, X: Any, *, axes: Sequence[int]) -> Any:
         x = np.asarray(X, np.float64)
         return np.squeeze(x, tuple(a % x.ndim for a in axes)).copy()
+
+
+class FlattenOp(Op):
+    """ONNX Flatten: X as a matrix [D0 * ... * D(axis-1), D(axis) * ... * Dn] (the same elements in the same
+    order: a view); `axis` 0 gives [1, all].
+
+The gradient is dY reshaped back to X's shape (ONNX Runtime's builder: Reshape to Shape(X))."""
+
+    ONNX = OnnxMap(attrs=("axis",))
+    SHARDING = "flatten"
+    SHAPE_ONLY = True
+    VIEW = True
+    LINEAR_IN = (0,)
+
+    OPERANDS = (Operand("X"),)
+    RESULTS = ("Y",)
+    ATTRS = (Attr("axis", "int", 1, doc="the first axis of the second dimension; negative counts from the end"),)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        t = ctx.type(0)
+        axis = ctx.attrs["axis"]
+        if not -t.rank <= axis <= t.rank:
+            ctx.fail(f"axis {axis} is out of range for rank {t.rank} (-{t.rank}..{t.rank})", attr="axis")
+        a = flatten_axis(axis, t.rank)
+        return [t.with_shape([_product(t.shape[:a]), _product(t.shape[a:])])]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """X [4, 3, 2, 5] flattened from axis 2: [12, 10]."""
+        return [rng.standard_normal((4, 3, 2, 5)).astype(dtype)], {"axis": 2}
+
+    @classmethod
+    def reference(cls, X: Any, *, axis: int) -> Any:
+        x = np.asarray(X, np.float64)
+        a = flatten_axis(axis, x.ndim)
+        return x.reshape(int(np.prod(x.shape[:a])), -1).copy()
+
+
+def flatten_axis(axis: int, rank: int) -> int:
+    """Flatten's ``axis`` as 0..rank (ONNX: a negative one counts from the end)."""
+    return axis + rank if axis < 0 else axis
+
+
+def _product(dims: Sequence[Optional[int]]) -> Optional[int]:
+    n = 1
+    for d in dims:
+        if d is None:
+            return None
+        n *= d
+    return n
 
 
 def _check_expand(s: tuple) -> Optional[str]:

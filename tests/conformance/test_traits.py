@@ -36,6 +36,10 @@ def check_traits(cls: type[Op]) -> None:
             fail(cls, "traits", f"its FORMULA uses unknown names {sorted(unknown)}")
     if cls.BROADCASTS is False and cls.ELEMENTWISE == "broadcast":
         fail(cls, "traits", "an element-wise op with broadcasting must say BROADCASTS")
+    if cls.SHARD_ROWS and not (any(o.name == "shard_rows" and o.optional for o in cls.OPERANDS)
+                               and cls.attr_spec("shard_axis") is not None):
+        fail(cls, "traits", "SHARD_ROWS needs an optional operand shard_rows and an attribute shard_axis (what "
+                            "the shard graph sets)")
     for o in cls.OPERANDS:  # Operand.sample: how ``gradir run`` draws example values, data the CLI reads
         if o.sample not in SAMPLES:
             fail(cls, "traits", f"operand {o.name}: unknown sample kind {o.sample!r}")
@@ -83,3 +87,11 @@ def test_a_trait_naming_nothing_is_named(monkeypatch: Any) -> None:
     monkeypatch.setattr(OPS["Relu"], "GRADIENT", "NoSuchGrad")
     with pytest.raises(pytest.fail.Exception, match="^Relu: traits: GRADIENT names 'NoSuchGrad'"):
         check_traits(OPS["Relu"])
+
+
+def test_shard_rows_is_a_trait_the_ops_declare_and_is_checked(monkeypatch: Any) -> None:
+    """The shard graph gives a split op its rows by the SHARD_ROWS trait, not by the op's name."""
+    assert {n for n in OPS if OPS[n].SHARD_ROWS} >= {"Dropout", "MaxPool"}
+    monkeypatch.setattr(OPS["AveragePool"], "SHARD_ROWS", True)
+    with pytest.raises(pytest.fail.Exception, match="^AveragePool: traits: SHARD_ROWS needs"):
+        check_traits(OPS["AveragePool"])

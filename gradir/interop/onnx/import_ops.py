@@ -214,15 +214,6 @@ def _axes(ctx: Any, node: Any, attrs: dict, index: int) -> Optional[list[int]]:
     return None
 
 
-@handler("Flatten")
-def _flatten(ctx: Any, node: Any, attrs: dict) -> list:
-    x = ctx.x(node, 0)
-    axis = int(attrs.get("axis", 1)) % (x.rank + 1) if x.rank else 0
-    shape = _static(x, "Flatten")
-    rows = int(np.prod(shape[:axis], dtype=np.int64))
-    return [ctx.b.Reshape(x, shape=[rows, int(np.prod(shape[axis:], dtype=np.int64))])]
-
-
 @handler("Unsqueeze")
 def _unsqueeze(ctx: Any, node: Any, attrs: dict) -> list:
     axes = _axes(ctx, node, attrs, 1)

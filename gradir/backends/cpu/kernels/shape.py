@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....ops.shape import BroadcastToOp, ReduceSumToOp, ScaleOp, UnsqueezeOp, ZerosLikeOp
+from ....ops.shape import BroadcastToOp, FlattenOp, ReduceSumToOp, ScaleOp, UnsqueezeOp, ZerosLikeOp
 from ....ops.shape import sum_to_axes
 from .registry import kernel
 
@@ -39,6 +39,13 @@ def broadcast_to(x: np.ndarray, like: np.ndarray, *, out: Optional[np.ndarray] =
 @kernel(UnsqueezeOp)
 def unsqueeze(x: np.ndarray, *, axes, out: Optional[np.ndarray] = None) -> np.ndarray:
     return _result(np.expand_dims(x, tuple(axes)), out)
+
+
+@kernel(FlattenOp)
+def flatten(x: np.ndarray, *, axis: int, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Y (docs/ops.md); a copy here (the schedule runs a static Flatten as a view instead: ``Op.VIEW``)."""
+    a = axis + x.ndim if axis < 0 else axis
+    return _result(x.reshape(int(np.prod(x.shape[:a], dtype=np.int64)), -1), out)
 
 
 @kernel(ScaleOp, inplace=True)
