@@ -27,7 +27,7 @@ NETWORKS = ["gpt_block", "gpt_block_opset18", "gpt_block_slice_trilu", "mlp_bn_d
             "gru_classifier", "gru_classifier_lbr1", "gru_classifier_minimal", "gru_lm", "gru_lm_nobias",
             "torch_gru", "torch_gru_unfolded", "torch_gru_dynamo", "small_cnn", "cnn_bn", "cnn_dwsep",
             "cnn_pad_reflect_avgpool", "cnn_pad_constant_avgpool", "cnn_autopad_ceil", "cnn3d", "cnn1d", "torch_cnn",
-            "torch_cnn_dynamo", "cnn_maxpool_storage_order", "torch_gru_batch_first", "torch_cnn1d",
+            "torch_cnn_dynamo", "cnn_maxpool_storage_order", "cnn_resnet_block", "torch_gru_batch_first", "torch_cnn1d",
             "torch_cnn1d_dynamo"]
 
 

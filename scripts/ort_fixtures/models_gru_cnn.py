@@ -305,6 +305,44 @@ def cnn_maxpool_storage_order(seed: int) -> tuple[onnx.ModelProto, list[str]]:
     return m, [t.name for t in inits]
 
 
+def cnn_resnet_block(seed: int) -> tuple[onnx.ModelProto, list[str], list[str]]:
+    """X [2, 3, 8, 8] -> stem Conv(3->4)-Relu -> a residual block: Conv(no bias)-BatchNormalization(training)-Relu-
+    Conv(no bias), Add of the stem, Relu -> 1x1 Conv(4->8, strides 2, no bias) -> grouped Conv(group=2, pad 1)-
+    LeakyRelu -> MaxPool(3x3, strides 2, pads 1: overlapping windows, Y only) -> Concat of it with itself (channel
+    axis) -> Reshape [0, -1] -> MatMul-Add -> logits [2, 5]."""
+    rng = _rng(seed)
+    inits = _conv(rng, "stem", 4, 3, [3, 3]) + _conv(rng, "block.conv1", 4, 4, [3, 3], bias=False)
+    inits += [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(4)).astype(np.float32), "block.bn.weight"),
+              _init(rng, "block.bn.bias", [4], 0.1), _init(rng, "block.bn.running_mean", [4], 0.1),
+              numpy_helper.from_array((1 + 0.2 * rng.random(4)).astype(np.float32), "block.bn.running_var")]
+    inits += (_conv(rng, "block.conv2", 4, 4, [3, 3], bias=False, scale=0.3)
+              + _conv(rng, "down", 8, 4, [1, 1], bias=False) + _conv(rng, "group", 8, 4, [3, 3], scale=0.3))
+    inits += [_init(rng, "fc.weight", [64, CK], 0.3), _init(rng, "fc.bias", [CK], 0.1)]
+    frozen = ["block.bn.running_mean", "block.bn.running_var"]
+    pad1 = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    nodes = [mk("Conv", ["X", "stem.weight", "stem.bias"], ["s0"], name="stem", **pad1),
+             mk("Relu", ["s0"], ["s"], name="stem_relu"),
+             mk("Conv", ["s", "block.conv1.weight"], ["b0"], name="block_conv1", **pad1),
+             mk("BatchNormalization", ["b0", "block.bn.weight", "block.bn.bias", "block.bn.running_mean",
+                                       "block.bn.running_var"], ["b1", "block.bn.running_mean_out",
+                                                                 "block.bn.running_var_out"],
+                name="block_bn", training_mode=1),
+             mk("Relu", ["b1"], ["b2"], name="block_relu1"),
+             mk("Conv", ["b2", "block.conv2.weight"], ["b3"], name="block_conv2", **pad1),
+             mk("Add", ["b3", "s"], ["b4"], name="residual"),
+             mk("Relu", ["b4"], ["b"], name="block_relu2"),
+             mk("Conv", ["b", "down.weight"], ["d"], name="down", kernel_shape=[1, 1], strides=[2, 2]),  # [2, 8, 4, 4]
+             mk("Conv", ["d", "group.weight", "group.bias"], ["g0"], name="group_conv", group=2, **pad1),
+             mk("LeakyRelu", ["g0"], ["g"], name="leaky", alpha=0.1),
+             mk("MaxPool", ["g"], ["m"], name="pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             mk("Concat", ["m", "m"], ["cc"], name="concat", axis=1),  # [2, 16, 2, 2]
+             mk("Reshape", ["cc", "flat_shape"], ["flat"], name="flatten"),
+             mk("MatMul", ["flat", "fc.weight"], ["l0"], name="fc_matmul"),
+             mk("Add", ["l0", "fc.bias"], ["logits"], name="fc_add")]
+    m = _model(nodes, [_vi("X", [2, 3, 8, 8])], [_vi("logits", [2, CK])], inits + [_i64([0, -1], "flat_shape")], 17)
+    return m, [t.name for t in inits if t.name not in frozen], frozen
+
+
 def _cnn_inputs(seed: int, shape) -> dict[str, np.ndarray]:
     rng = _rng(1000 + seed)
     return {"X": rng.standard_normal(shape).astype(np.float32),
@@ -372,6 +410,11 @@ def cases() -> list[Case]:
                     "AveragePool(2x2, strides 2, ceil_mode=1) -> Flatten -> Gemm (no bias), CrossEntropyLoss (mean) by "
                     "onnxblock; ORT's gradients of the first Conv are not the derivative (its MaxPoolGrad ignores "
                     "storage_order)", 17, m, CE, inputs, params))
+    m, params, frozen = cnn_resnet_block(429)
+    out.append(Case("cnn_resnet_block", "CNN with a residual block: stem Conv-Relu, Conv-BatchNormalization(training)-"
+                    "Relu-Conv + the stem, Relu, 1x1 Conv(strides 2), grouped Conv(group=2)-LeakyRelu, overlapping "
+                    "padded MaxPool (Y only), Concat, Reshape [0, -1], MatMul-Add, CrossEntropyLoss (mean) by "
+                    "onnxblock", 17, m, CE, _cnn_inputs(429, (2, 3, 8, 8)), params, frozen))
     m, params = cnn1d(425)
     out.append(Case("cnn1d", "1-D CNN over a sequence: X [4, 3, 16] -> Conv(k 3, pad 1)-Relu-MaxPool(2) -> "
                     "Conv(k 3, strides 2, pads [1, 0])-Relu -> Flatten -> Gemm, CrossEntropyLoss (mean) by onnxblock",
