@@ -136,3 +136,17 @@ def test_the_gradient_of_a_column_major_maxpool_is_the_derivative():
                      "t3 = ReduceSum(t1, keepdims=false)\noutput t3\n")
     report = gradir.gradcheck(g, ["t0"], seed=0)
     assert report.ok, report.table()
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_the_sharded_gradient_of_a_column_major_maxpool_is_the_unsharded_one(axis):
+    """The row-major MaxPool the gradient recomputes is sharded as the forward's (its shard's global rows)."""
+    g = gradir.parse("input t0 : Float32 [4, 4, 5, 6]\n"
+                     "t1, t2 = MaxPool(t0, kernel_shape=[2, 3], strides=[1, 2], storage_order=1)\n"
+                     "t3 = ReduceSum(t1, keepdims=false)\noutput t3\n")
+    bwd = gradir.grad(g, wrt=["t0"])
+    feed = {"t0": np.random.default_rng(2).standard_normal((4, 4, 5, 6)).astype(np.float32),
+            "cotangent(t3)": np.float32(1.5)}
+    want = gradir.compile(bwd).run(feed)
+    got = gradir.shard(bwd, {"t0": axis}).run(feed, shards=2, client="inline")
+    np.testing.assert_array_equal(got["grad(t0)"], want["grad(t0)"])
