@@ -56,3 +56,19 @@ def test_forward_network_gradient_with_respect_to_its_input_passes_gradcheck(cas
     inputs = {k: v for k, v in {**_arrays(e["inputs"]), **imported.inputs}.items() if k in labels}
     report = gradir.gradcheck(imported.graph, inputs=inputs, wrt=["X"], directions=2)
     assert report.ok, report.table()
+
+
+@pytest.mark.parametrize("case", ["gru_classifier", "torch_gru_unfolded", "small_cnn", "torch_cnn"])
+def test_forward_network_differentiates_and_passes_gradcheck_on_the_command_line(case: str, tmp_path, capsys) -> None:
+    """What a user types: ``gradir import`` the forward model (its initializers into NAME.inputs.npz), ``gradir
+    grad``, then ``gradir gradcheck`` at the fixture's inputs and the model's parameters: exit 0 each."""
+    from cli_runner import run_cli
+
+    e = ENTRIES[f"{case}/forward"]
+    fwd, bwd = tmp_path / f"{case}.gir", tmp_path / f"{case}_bwd.gir"
+    assert run_cli(["import", os.path.join(DATA, e["model"]), "-o", fwd], capsys)[0] == 0
+    assert run_cli(["grad", fwd, "-o", bwd], capsys)[0] == 0 and bwd.is_file()
+    rc, out, err = run_cli(["gradcheck", fwd, "--inputs", os.path.join(DATA, e["inputs"][0]), "--inputs",
+                            tmp_path / f"{case}.inputs.npz"], capsys)
+    assert rc == 0, out + err
+    assert all(p in out for p in e["params"]) and "FAIL" not in out
