@@ -184,3 +184,16 @@ def test_global_average_pool_differentiates_with_a_symbolic_batch_and_refuses_a_
     with pytest.raises(gradir.GradirError) as e:
         gradir.grad(gradir.parse(text.format(h="?")), wrt=["t0"])
     assert ":2:" in str(e.value) and "spatial sizes" in str(e.value)
+
+
+def test_ort_constant_pad_gradient_neg_of_the_pads_then_pad_imports_as_a_crop():
+    """ORT's builder writes Pad's gradient as Pad(dY, Neg(pads)): the Neg folds at import, the Pad crops."""
+    nodes = [helper.make_node("Neg", ["pads"], ["neg"]), helper.make_node("Pad", ["dY", "neg"], ["dX"])]
+    m = _model(nodes, [helper.make_tensor_value_info("dY", TensorProto.FLOAT, [2, 3, 7, 9])],
+               [helper.make_tensor_value_info("dX", TensorProto.FLOAT, [2, 3, 5, 6])],
+               [numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 1, 1], np.int64), "pads")])
+    got = gradir.import_onnx(m)
+    (op,) = got.graph.ops
+    assert op.op_name == "Pad" and list(op.attrs["pads"]) == [0, 0, -1, -2, 0, 0, -1, -1]
+    dy = np.random.default_rng(5).standard_normal((2, 3, 7, 9)).astype(np.float32)
+    np.testing.assert_array_equal(gradir.compile(got.graph).run({"dY": dy})["dX"], dy[:, :, 1:-1, 2:-1])

@@ -71,8 +71,8 @@ def _global_average_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
 
 @rule("GlobalMaxPool")
 def _global_max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
-    """ONNX Runtime's builder: dY times Cast(Equal(X, Y)) (Y and dY broadcast over the spatial axes): every
-    element tied for the maximum gets dY whole."""
+    """dY times Cast(Equal(X, Y)) (Y and dY broadcast over the spatial axes), as gradir's ReduceMax rule: every
+    element tied for the maximum gets dY whole.  (ONNX Runtime 1.19.2 has no gradient builder for it.)"""
     x = op.operands[0]
     mask = e.Cast(e.Equal(x, op.results[0]), to=e.type(x).dtype.value)
     return [e.Mul(cts[0], mask)]

@@ -312,8 +312,9 @@ class GlobalMaxPoolOp(Op):
     """ONNX GlobalMaxPool: Y [N, C, 1, ...] = the maximum of each image X[n, c] over its spatial axes (NaN if
     the image has one).
 
-The gradient is ONNX Runtime's builder's: dY times Cast(Equal(X, Y)), so every element tied for the maximum
-gets dY whole (ties are not split, unlike MaxPool's gradient, which gives it to the first)."""
+The gradient is dY times Cast(Equal(X, Y)), the form of ONNX Runtime's ReduceMax-style builders (1.19.2
+registers no gradient for GlobalMaxPool: its training graphs cannot hold one): every element tied for the
+maximum gets dY whole (ties are not split, unlike MaxPool's gradient, which gives it to the first)."""
 
     ONNX = OnnxMap()
     SHARDING = "pool"

@@ -1,8 +1,9 @@
 """Kernels of ``Pad`` and ``PadGrad`` (``gradir/ops/pad.py``), in NumPy.
 
 Pad crops (negative pads) by slicing, then pads with ``np.pad`` in the op's mode (ONNX's reflect is NumPy's).
-PadGrad is the adjoint, axis by axis: each axis's positions added back onto the index they read
-(``ops.pad.axis_map``) with ``np.add.at``, in position order, so the bits are fixed (no thread split).
+PadGrad is the adjoint, axis by axis: each axis's kept positions copied back, then its mirrored or repeated
+ones added onto the index they read (``ops.pad.axis_map``), one slice at a time in position order, so the
+bits are fixed (no thread split).
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def pad_grad(dY: np.ndarray, *, mode: str, pads: Any, axes: Any = None, out: Opt
         if b == 0 and e == 0:
             continue
         n = dY.shape[k] - b - e
-        src = np.array(axis_map(n, b, e, mode), np.int64)
-        keep = src >= 0
-        moved = np.moveaxis(g, k, 0)
-        acc = np.zeros((n,) + moved.shape[1:], dY.dtype)
-        np.add.at(acc, src[keep], moved[keep])
-        g = np.moveaxis(acc, 0, k)
-    return _put(out, np.ascontiguousarray(g) if g is not dY else g.copy())
+        src = axis_map(n, b, e, mode)
+        lo, size, pb = max(-b, 0), n + min(b, 0) + min(e, 0), max(b, 0)
+        at = (lambda i: (slice(None),) * k + (i,))  # noqa: E731 - index i along axis k
+        acc = np.zeros(g.shape[:k] + (n,) + g.shape[k + 1:], dY.dtype)
+        acc[at(slice(lo, lo + size))] = g[at(slice(pb, pb + size))]  # the positions that read themselves
+        for j in list(range(pb)) + list(range(pb + size, len(src))):  # the mirrored or repeated ones, in order
+            if src[j] >= 0:
+                acc[at(src[j])] += g[at(j)]
+        g = acc
+    return _put(out, g if g is not dY else g.copy())
