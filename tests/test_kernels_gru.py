@@ -19,25 +19,28 @@ S, NB, I, H = 5, 4, 3, 2
 LENGTHS = {"none": None, "short": np.array([5, 2, 4, 1], np.int32), "empty_row": np.array([5, 0, 3, 5], np.int32)}
 
 
-def _operands(seed: int, dtype: type, sl: str, with_h0: bool, with_b: bool) -> tuple:
+def _operands(seed: int, dtype: type, sl: str, with_h0: bool, with_b: bool, D: int = 1) -> tuple:
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((S, NB, I)).astype(dtype)
-    W = rng.standard_normal((1, 3 * H, I)).astype(dtype)
-    R = rng.standard_normal((1, 3 * H, H)).astype(dtype)
-    B = rng.standard_normal((1, 6 * H)).astype(dtype) if with_b else None
-    H0 = rng.standard_normal((1, NB, H)).astype(dtype) if with_h0 else None
+    W = rng.standard_normal((D, 3 * H, I)).astype(dtype)
+    R = rng.standard_normal((D, 3 * H, H)).astype(dtype)
+    B = rng.standard_normal((D, 6 * H)).astype(dtype) if with_b else None
+    H0 = rng.standard_normal((D, NB, H)).astype(dtype) if with_h0 else None
     return X, W, R, B, LENGTHS[sl], H0
 
 
-CONFIGS = list(itertools.product((0, 1), LENGTHS, (False, True), (False, True)))
+DIRS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+# clip 0.7: some pre-activations of these operands (standard normal weights) clip, some do not
+CONFIGS = [(*c, hb, hb) for c in itertools.product(DIRS, (0, 1), LENGTHS, (None, 0.7)) for hb in (False, True)]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("lbr, sl, with_h0, with_b", CONFIGS)
-def test_kernels_match_the_references(lbr, sl, with_h0, with_b, dtype) -> None:
-    X, W, R, B, SL, H0 = _operands(7, dtype, sl, with_h0, with_b)
-    want = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
-    got = gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
+@pytest.mark.parametrize("direction, lbr, sl, clip, with_h0, with_b", CONFIGS)
+def test_kernels_match_the_references(direction, lbr, sl, clip, with_h0, with_b, dtype) -> None:
+    X, W, R, B, SL, H0 = _operands(7, dtype, sl, with_h0, with_b, DIRS[direction])
+    kw = {"hidden_size": H, "direction": direction, "linear_before_reset": lbr, "clip": clip}
+    want = ref.gru_training(X, W, R, B, SL, H0, **kw)
+    got = gru_training(X, W, R, B, SL, H0, **kw)
     tol = 2e-5 if dtype == np.float32 else 1e-12
     for g, w in zip(got, want):
         assert g.dtype == dtype
@@ -45,29 +48,55 @@ def test_kernels_match_the_references(lbr, sl, with_h0, with_b, dtype) -> None:
     rng = np.random.default_rng(8)
     dHAll, dHFinal = (rng.standard_normal(a.shape).astype(dtype) for a in want[:2])
     HAll, _, ZRH = (a.astype(dtype) for a in want)
-    want_g = ref.gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, hidden_size=H, linear_before_reset=lbr)
-    got_g = gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, hidden_size=H, linear_before_reset=lbr)
+    want_g = ref.gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, **kw)
+    got_g = gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, **kw)
     for g, w in zip(got_g, want_g):
         assert g.dtype == dtype and g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=10 * tol, atol=10 * tol)
 
 
-@pytest.mark.parametrize("lbr, sl, with_h0, with_b", [(0, "short", True, True), (1, "empty_row", True, True),
-                                                      (1, "none", False, False)])
-def test_the_reference_gradients_match_float64_finite_differences(lbr, sl, with_h0, with_b) -> None:
-    X, W, R, B, SL, H0 = _operands(11, np.float64, sl, with_h0, with_b)
+def test_clip_clips_some_gates_of_the_kernel_test_operands() -> None:
+    """The clip of CONFIGS is live: it changes the forward and stops some gradient."""
+    X, W, R, B, SL, H0 = _operands(7, np.float64, "none", True, True)
+    free = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H)
+    clipped = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H, clip=0.7)
+    assert np.abs(free[0] - clipped[0]).max() > 1e-3
+    z = clipped[2][..., :H]
+    bound = 1 / (1 + np.exp(-0.7))
+    assert z.max() <= bound + 1e-15 and z.min() >= 1 - bound - 1e-15 and np.isclose(z.max(), bound)
+
+
+def test_the_reverse_direction_reverses_each_row_within_its_length() -> None:
+    """A reverse row starts at X[SL[b]-1] (ONNX, ORT, PyTorch's packed sequences): the reverse layer of a row is
+    the forward layer of that row's valid steps reversed."""
+    X, W, R, B, SL, H0 = _operands(5, np.float64, "short", True, True)
+    HAll, HFinal, _ = gru_training(X, W, R, B, SL, H0, hidden_size=H, direction="reverse", linear_before_reset=1)
+    for b, L in enumerate(SL):
+        Xb = X[:L, b:b + 1][::-1].copy()
+        f_all, f_fin, _ = gru_training(Xb, W, R, B, None, H0[:, b:b + 1], hidden_size=H, linear_before_reset=1)
+        np.testing.assert_allclose(HAll[:L, :, b:b + 1][::-1], f_all, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(HFinal[:, b:b + 1], f_fin, rtol=1e-13, atol=1e-13)
+        assert not HAll[L:, :, b].any()
+
+
+@pytest.mark.parametrize("direction, lbr, sl, clip", [("forward", 0, "short", None), ("forward", 1, "empty_row", None),
+                                                    ("forward", 1, "none", 0.7), ("reverse", 0, "empty_row", 0.7),
+                                                    ("reverse", 1, "short", None), ("bidirectional", 1, "short", 0.7),
+                                                    ("bidirectional", 0, "none", None)])
+def test_the_reference_gradients_match_float64_finite_differences(direction, lbr, sl, clip) -> None:
+    D = DIRS[direction]
+    X, W, R, B, SL, H0 = _operands(11, np.float64, sl, True, True, D)
     rng = np.random.default_rng(12)
-    dHAll, dHFinal = rng.standard_normal((S, 1, NB, H)), rng.standard_normal((1, NB, H))
+    dHAll, dHFinal = rng.standard_normal((S, D, NB, H)), rng.standard_normal((D, NB, H))
+    kw = {"hidden_size": H, "direction": direction, "linear_before_reset": lbr, "clip": clip}
 
     def loss() -> float:
-        HAll, HFinal, _ = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
+        HAll, HFinal, _ = ref.gru_training(X, W, R, B, SL, H0, **kw)
         return float((HAll * dHAll).sum() + (HFinal * dHFinal).sum())
 
-    HAll, _, ZRH = ref.gru_training(X, W, R, B, SL, H0, hidden_size=H, linear_before_reset=lbr)
-    grads = ref.gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, hidden_size=H, linear_before_reset=lbr)
+    HAll, _, ZRH = ref.gru_training(X, W, R, B, SL, H0, **kw)
+    grads = ref.gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, **kw)
     for name, a, g in zip(("X", "W", "R", "B", "H0"), (X, W, R, B, H0), grads):
-        if a is None:
-            continue
         num = np.zeros_like(a)
         for idx in np.ndindex(a.shape):
             old = a[idx]
@@ -118,8 +147,8 @@ def test_grad_emits_one_grugrad_with_every_input_slot() -> None:
 
 
 @pytest.mark.parametrize("attrs, words", [
-    ('direction="reverse"', 'direction="reverse" is not supported yet'),
-    ("clip=3.0", "clip is not supported"),
+    ("clip=-1.0", "clip=-1.0 must be positive"),
+    ("clip=0.0", "must be positive"),
     ('activations=["relu", "tanh"]', "activations"),
     ("linear_before_reset=2", "linear_before_reset"),
 ])

@@ -22,23 +22,21 @@ def _check_acts(v: tuple) -> Optional[str]:
             f'bidirectional) is supported, got {format_attr_value(v)}')
 
 
-def _no_clip(v: Any) -> Optional[str]:
-    return ("is not supported: gradir computes the unclipped GRU equations; "
-            "remove the clip attribute") if v is not None else None
-
-
-def _forward_only(v: str) -> Optional[str]:
-    # the reference computes every direction; the kernel does not yet (issue #32, in progress)
-    return None if v == "forward" else f'="{v}" is not supported yet: only direction="forward" is'
+def _positive_clip(v: Any) -> Optional[str]:
+    if v is None or v > 0:
+        return None
+    return f"={format_attr_value(v)} must be positive (a threshold: the gates clip to [-clip, clip])"
 
 
 LAYER_ATTRS = (
     HIDDEN,
-    Attr("direction", "str", "forward", choices=("forward", "reverse", "bidirectional"), check=_forward_only,
-         doc='"forward" only for now'),
+    Attr("direction", "str", "forward", choices=("forward", "reverse", "bidirectional"),
+         doc="bidirectional: direction 0 forward, 1 reverse (each row reversed within its sequence length)"),
     Attr("activations", "strs", None, check=_check_acts, normalize=lambda v: tuple(a.lower() for a in v),
          doc="must be the ONNX default if given (any case: ONNX spells it Sigmoid, Tanh; ORT sigmoid, tanh)"),
-    Attr("clip", "float", None, check=_no_clip, doc="not supported (must be absent)"),
+    Attr("clip", "float", None, check=_positive_clip,
+         doc="clip every gate's pre-activation to [-clip, clip] before its activation (ONNX); "
+             "its gradient is zero where it clipped"),
     Attr("linear_before_reset", "int", 0, choices=(0, 1),
          doc="1: the reset gate multiplies H·R_hᵀ + Rb_h (PyTorch's GRU); 0: it multiplies H before R_h"),
 )
@@ -104,9 +102,9 @@ class GRUTrainingOp(Op):
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
-                  **_: Any) -> Any:
+                  clip: Optional[float] = None, **_: Any) -> Any:
         return references.gru_training(*arrays, hidden_size=hidden_size, direction=direction,
-                                       linear_before_reset=linear_before_reset)
+                                       linear_before_reset=linear_before_reset, clip=clip)
 
 
 class GRUGradOp(BackwardOp):
@@ -153,9 +151,9 @@ class GRUGradOp(BackwardOp):
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
-                  **_: Any) -> Any:
+                  clip: Optional[float] = None, **_: Any) -> Any:
         return references.gru_grad(*arrays, hidden_size=hidden_size, direction=direction,
-                                   linear_before_reset=linear_before_reset)
+                                   linear_before_reset=linear_before_reset, clip=clip)
 
 
 def _check_alignment(ctx: InferContext) -> None:
