@@ -401,3 +401,59 @@ def test_a_grugrad_orts_kernel_cannot_compute_is_refused_located_unless_custom_d
     assert {n.domain for n in model.graph.node if n.op_type == "GRUGrad"} == {"ai.gradir"}
     back = gradir.import_onnx(model.SerializeToString())
     assert [op.op_name for op in back.graph.ops].count("GRUGrad") == 1
+
+
+# -- GRUCell ---------------------------------------------------------------------------------------------------
+def _cell_operands(seed: int, dtype: type = np.float64) -> list:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in ((NB, I), (NB, H), (3 * H, I), (3 * H, H), (3 * H,), (3 * H,))]
+
+
+def test_a_gru_cell_is_one_step_of_the_layer_with_linear_before_reset() -> None:
+    """PyTorch's GRUCell (gates r, z, n) is a GRUTraining step with linear_before_reset=1 in gate order z, r, h."""
+    from gradir.backends.cpu.kernels.gru_cell import gru_cell
+    X, Hp, W_ih, W_hh, B_ih, B_hh = _cell_operands(13)
+    onnx = lambda m: np.concatenate([m[H:2 * H], m[:H], m[2 * H:]])  # noqa: E731  (r, z, n) -> (z, r, h)
+    _, HFinal, _ = ref.gru_training(X[None], onnx(W_ih)[None], onnx(W_hh)[None],
+                                    np.concatenate([onnx(B_ih), onnx(B_hh)])[None], None, Hp[None], hidden_size=H,
+                                    linear_before_reset=1)
+    np.testing.assert_allclose(ref.gru_cell(X, Hp, W_ih, W_hh, B_ih, B_hh, H), HFinal[0], rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(gru_cell(X, Hp, W_ih, W_hh, B_ih, B_hh, hidden_size=H), HFinal[0], rtol=1e-14,
+                               atol=1e-14)
+
+
+def test_the_gru_cell_reference_gradients_match_finite_differences() -> None:
+    ops = _cell_operands(14)
+    dH = np.random.default_rng(15).standard_normal((NB, H))
+    grads = ref.gru_cell_grads(dH, *ops, H)
+    for k, a in enumerate(ops):
+        num = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            old = a[idx]
+            a[idx] = old + 1e-6
+            plus = float((ref.gru_cell(*ops, H) * dH).sum())
+            a[idx] = old - 1e-6
+            minus = float((ref.gru_cell(*ops, H) * dH).sum())
+            a[idx] = old
+            num[idx] = (plus - minus) / 2e-6
+        np.testing.assert_allclose(grads[k], num, atol=1e-8, err_msg=f"operand {k}")
+
+
+CELL_GRAPH = """graph gru_cell
+input t0 : Float64 [4, 3]
+input t1 : Float64 [4, 2]
+input t2 : Float64 [6, 3]
+input t3 : Float64 [6, 2]
+input t4 : Float64 [6]
+input t5 : Float64 [6]
+t6 = GRUCell(t0, t1, t2, t3, t4, t5, hidden_size=2)
+t7 = GRUCell(t0, t6, t2, t3, t4, t5, hidden_size=2)
+output t7
+"""
+
+
+def test_two_gru_cells_pass_gradcheck_and_grad_emits_one_gradient_op_per_needed_input() -> None:
+    report = gradir.gradcheck(CELL_GRAPH, seed=6)
+    assert report.ok, report.table()
+    g = gradir.grad(gradir.parse(CELL_GRAPH), wrt=["t2"])
+    assert sorted(op.attrs["input_index"] for op in g.ops if op.op_name == "GradGRUCellInput") == [1, 2, 2]
