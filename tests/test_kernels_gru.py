@@ -457,3 +457,22 @@ def test_two_gru_cells_pass_gradcheck_and_grad_emits_one_gradient_op_per_needed_
     assert report.ok, report.table()
     g = gradir.grad(gradir.parse(CELL_GRAPH), wrt=["t2"])
     assert sorted(op.attrs["input_index"] for op in g.ops if op.op_name == "GradGRUCellInput") == [1, 2, 2]
+
+
+@pytest.mark.parametrize("direction", DIRS)
+@pytest.mark.parametrize("acts", [["sigmoid", "tanh"], ["Sigmoid", "Tanh"], ["SIGMOID", "tanh"]])
+def test_both_activation_spellings_are_accepted_in_every_direction(direction, acts) -> None:
+    """ONNX's spelling (Sigmoid, Tanh) and ORT's (sigmoid, tanh), two per direction: the default GRU's bits."""
+    D = DIRS[direction]
+    text = _forward_gru(direction).replace("Float32", "Float64")
+    plain = gradir.parse(text)
+    spelled = gradir.parse(text.replace("clip=0.75", "clip=0.75, activations=" + str(acts * D).replace("'", '"')))
+    assert spelled.ops[0].attrs["activations"] == ("sigmoid", "tanh") * D
+    feeds = _feeds(plain, 9)
+    want, got = gradir.compile(plain).run(feeds), gradir.compile(spelled).run(feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    wrong = '["Sigmoid", "Tanh"]' if D == 2 else '["Sigmoid", "Tanh", "Sigmoid", "Tanh"]'
+    with pytest.raises(GradirError) as err:
+        gradir.compile(gradir.parse(text.replace("clip=0.75", "activations=" + wrong)))
+    assert f"needs {2 * D} (two per direction)" in str(err.value) and ":8:" in str(err.value), str(err.value)
