@@ -476,3 +476,38 @@ def test_both_activation_spellings_are_accepted_in_every_direction(direction, ac
     with pytest.raises(GradirError) as err:
         gradir.compile(gradir.parse(text.replace("clip=0.75", "activations=" + wrong)))
     assert f"needs {2 * D} (two per direction)" in str(err.value) and ":8:" in str(err.value), str(err.value)
+
+
+def _torch_data(prefix: str) -> dict:
+    import os
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    with np.load(os.path.join(here, "gru_torch.npz")) as z:
+        return {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-9)])
+@pytest.mark.parametrize("direction", ["bidirectional", "reverse"])
+def test_bidirectional_and_reverse_grus_with_sequence_lengths_match_pytorchs_packed_sequences(direction, dtype, tol):
+    """PyTorch's bidirectional nn.GRU on a packed sequence (unsorted lengths 6, 2, 4), float64 autograd
+    (``data/gru_torch.npz``, ``<dtype>/packed/``, by ``data/make_gru_torch.py``): gradir's bidirectional layer,
+    and its reverse layer alone (direction 1's weights; torch's gradients with the forward direction's upstream
+    gradients zero, ``packed_rev``), within ``tol`` of each result's largest magnitude."""
+    t = _torch_data(f"{dtype}/packed/")
+    g = _torch_data(f"{dtype}/packed_rev/") if direction == "reverse" else t
+    d = slice(1, 2) if direction == "reverse" else slice(0, 2)
+    X, W, R, B, SL, H0 = t["x"], t["W"][d], t["R"][d], t["B"][d], t["lengths"], t["h0"][d]
+    n = R.shape[-1]
+    kw = {"hidden_size": n, "direction": direction, "linear_before_reset": 1}
+    HAll, HFinal, ZRH = gru_training(X, W, R, B, SL, H0, **kw)
+    grads = gru_grad(X, W, R, B, SL, H0, HAll, ZRH, t["dy"][:, d], t["dhn"][d], **kw)
+
+    def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+        assert got.shape == want.shape and got.dtype == np.dtype(dtype), what
+        err = float(np.abs(got.astype(np.float64) - want).max())
+        assert err <= tol * max(1.0, float(np.abs(want).max())), f"{what}: off by {err:.3g}"
+
+    close(HAll, t["y"][:, d], "y")
+    close(HFinal, t["hn"][d], "hn")
+    for name, got in zip(("x", "W", "R", "B", "h0"), grads):
+        want = g[f"grad_{name}"]
+        close(got, want if name == "x" else want[d], f"d{name}")

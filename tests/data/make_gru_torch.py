@@ -11,6 +11,14 @@ upstream gradients ``<dtype>/dy``, ``<dtype>/dhn``, torch's ``<dtype>/y`` [S, B,
 gradients of ``sum(y·dy) + sum(hn·dhn)``: ``<dtype>/grad_x``, ``grad_h0`` and, in ONNX's layout and gate order,
 ``grad_W`` [1, 3H, I], ``grad_R`` [1, 3H, H], ``grad_B`` [1, 6H].  Computed in float64 for both models (the
 float32 model's weights and inputs are float32 values).
+
+Under ``<dtype>/packed/`` the same for a bidirectional ``nn.GRU`` run on a packed sequence (per-row lengths
+``lengths`` [B], unsorted; ``x`` finite past them), in gradir's layout: ``W`` [2, 3H, I], ``R`` [2, 3H, H],
+``B`` [2, 6H] (direction 0 forward, 1 reverse; ONNX gate order), ``h0`` [2, B, H], ``dy`` and ``y``
+[S, 2, B, H] (torch's ``[S, B, 2H]`` split by direction; zero past each row's length), ``dhn``/``hn`` [2, B, H],
+and the gradients ``grad_x``, ``grad_h0``, ``grad_W``, ``grad_R``, ``grad_B``.  ``<dtype>/packed_rev/`` holds the
+gradients of the same run with the forward direction's upstream gradients zero: the reverse layer alone, which
+gradir computes with ``direction="reverse"`` and direction 1's weights.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ def main() -> None:
                        f"{dtype}/grad_R": _onnx_order(g["weight_hh_l0"])[None],
                        f"{dtype}/grad_B": np.concatenate([_onnx_order(g["bias_ih_l0"]),
                                                           _onnx_order(g["bias_hh_l0"])])[None]})
+        arrays.update(_packed(dtype, tdt))
     with zipfile.ZipFile(os.path.join(HERE, "gru_torch.npz"), "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for key in sorted(arrays):
             buf = io.BytesIO()
@@ -60,6 +69,43 @@ def main() -> None:
             info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, buf.getvalue())
+
+
+def _packed(dtype: str, tdt: torch.dtype) -> dict:
+    """The bidirectional packed-sequence case (module docstring)."""
+    torch.manual_seed(33)
+    gru = torch.nn.GRU(I, H, bidirectional=True).to(tdt)
+    lengths = torch.tensor([6, 2, 4])
+    x, h0 = torch.randn(S, B, I, dtype=tdt), torch.randn(2, B, H, dtype=tdt)
+    dy, dhn = torch.randn(S, B, 2 * H, dtype=tdt).double(), torch.randn(2, B, H, dtype=tdt).double()
+    ref = gru.to(torch.float64)
+    pack = torch.nn.utils.rnn.pack_padded_sequence
+    unpack = torch.nn.utils.rnn.pad_packed_sequence
+    out = {}
+    for key, keep in (("packed", 1.0), ("packed_rev", 0.0)):
+        ref.zero_grad()
+        xd, h0d = x.double().clone().requires_grad_(), h0.double().clone().requires_grad_()
+        y, hn = ref(pack(xd, lengths, enforce_sorted=False), h0d)
+        y, _ = unpack(y, total_length=S)
+        mask = torch.tensor([keep] * H + [1.0] * H, dtype=torch.float64)
+        ((y * dy * mask).sum() + (hn * dhn * torch.tensor([keep, 1.0], dtype=torch.float64)[:, None, None]).sum()
+         ).backward()
+        g = {n: p.grad.numpy() for n, p in ref.named_parameters()}
+        both = lambda name: np.stack([_onnx_order(g[name]), _onnx_order(g[name + "_reverse"])])  # noqa: E731
+        prefix = f"{dtype}/{key}/"
+        out.update({prefix + "grad_x": xd.grad.numpy(), prefix + "grad_h0": h0d.grad.numpy(),
+                    prefix + "grad_W": both("weight_ih_l0"), prefix + "grad_R": both("weight_hh_l0"),
+                    prefix + "grad_B": np.concatenate([both("bias_ih_l0"), both("bias_hh_l0")], axis=1)})
+        if key == "packed":
+            p = {n: q.detach().numpy() for n, q in ref.named_parameters()}
+            w = lambda name: np.stack([_onnx_order(p[name]), _onnx_order(p[name + "_reverse"])])  # noqa: E731
+            split = lambda a: a.reshape(S, B, 2, H).transpose(0, 2, 1, 3)  # noqa: E731  [S,B,2H] -> [S,2,B,H]
+            out.update({prefix + "x": x.numpy(), prefix + "h0": h0.numpy(), prefix + "lengths": lengths.numpy(),
+                        prefix + "W": w("weight_ih_l0").astype(dtype), prefix + "R": w("weight_hh_l0").astype(dtype),
+                        prefix + "B": np.concatenate([w("bias_ih_l0"), w("bias_hh_l0")], axis=1).astype(dtype),
+                        prefix + "dy": split(dy.numpy()).astype(dtype), prefix + "dhn": dhn.numpy().astype(dtype),
+                        prefix + "y": split(y.detach().numpy()), prefix + "hn": hn.detach().numpy()})
+    return out
 
 
 if __name__ == "__main__":
