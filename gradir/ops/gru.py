@@ -98,8 +98,10 @@ class GRUTrainingOp(Op):
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
         """5 steps of a batch of 4 (axis 1, the shard axis), every optional operand given, sequence
-        lengths below S for some rows; PyTorch's linear_before_reset=1."""
-        return _layer_example(rng, dtype), {"hidden_size": 2, "linear_before_reset": 1}
+        lengths below S for some rows; bidirectional, PyTorch's linear_before_reset=1, a clip that clips
+        some gates."""
+        return _layer_example(rng, dtype, 2), {"hidden_size": 2, "linear_before_reset": 1,
+                                               "direction": "bidirectional", "clip": 0.5}
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
@@ -141,14 +143,14 @@ class GRUGradOp(BackwardOp):
 
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
-        """The saved values of ``GRUTraining``'s example (in float64, then ``dtype``) and upstream
-        gradients of HAll and HFinal."""
+        """The saved values of a reverse ``GRUTraining`` with linear_before_reset=0 and a clip that clips
+        some gates (in float64, then ``dtype``) and upstream gradients of HAll and HFinal."""
         X, W, R, B, SL, H0 = _layer_example(rng, np.float64)
-        HAll, HFinal, ZRH = references.gru_training(X, W, R, B, SL, H0, hidden_size=2, linear_before_reset=1)
+        attrs = {"hidden_size": 2, "direction": "reverse", "clip": 0.5}
+        HAll, HFinal, ZRH = references.gru_training(X, W, R, B, SL, H0, **attrs)
         dy = [rng.standard_normal(a.shape) for a in (HAll, HFinal)]
         arrays = [X, W, R, B, SL, H0, HAll, ZRH, *dy]
-        return [a if a.dtype.kind == "i" else a.astype(dtype) for a in arrays], {"hidden_size": 2,
-                                                                                 "linear_before_reset": 1}
+        return [a if a.dtype.kind == "i" else a.astype(dtype) for a in arrays], attrs
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
@@ -169,12 +171,12 @@ def _check_alignment(ctx: InferContext) -> None:
                      f"dHAll, dHFinal (leave SL and H0 empty, not out)", operand=i)
 
 
-def _layer_example(rng: Any, dtype: Any) -> list[Any]:
-    """X, W, R, B, SL, H0 of a forward layer: S=5, B=4, I=3, H=2, D=1; sequence lengths 5, 2, 4, 1."""
-    shapes = ((5, 4, 3), (1, 6, 3), (1, 6, 2), (1, 12))
+def _layer_example(rng: Any, dtype: Any, D: int = 1) -> list[Any]:
+    """X, W, R, B, SL, H0 of a layer of D directions: S=5, B=4, I=3, H=2; sequence lengths 5, 2, 4, 1."""
+    shapes = ((5, 4, 3), (D, 6, 3), (D, 6, 2), (D, 12))
     arrays = [(0.5 * rng.standard_normal(s)).astype(dtype) for s in shapes]
     arrays.append(np.array([5, 2, 4, 1], np.int32))
-    arrays.append((0.5 * rng.standard_normal((1, 4, 2))).astype(dtype))
+    arrays.append((0.5 * rng.standard_normal((D, 4, 2))).astype(dtype))
     return arrays
 
 
