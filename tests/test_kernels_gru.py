@@ -139,6 +139,19 @@ def test_gradcheck_passes_on_a_gru_graph(lbr) -> None:
     assert report.ok, report.table()
 
 
+@pytest.mark.parametrize("direction", ["reverse", "bidirectional"])
+@pytest.mark.parametrize("clip", ["", ", clip=0.5"])
+def test_gradcheck_passes_on_reverse_and_bidirectional_gru_graphs_with_lengths_and_clip(direction, clip) -> None:
+    D = DIRS[direction]
+    text = GRAPH.replace("[1,", f"[{D},").replace("linear_before_reset=LBR", f'direction="{direction}", '
+                                                  f"linear_before_reset=1{clip}").replace("[2, 3]", f"[{2 * D}, 3]")
+    if D == 2:  # HAll [5, 2, 4, 2] -> [5, 4, 4]: both directions' states of a row side by side
+        text = text.replace("t10 = MatMul(t7, t6)", "t13 = Transpose(t7, perm=[0, 2, 1, 3])\n"
+                            "t12 = Reshape(t13, shape=[5, 4, 4])\nt10 = MatMul(t12, t6)")
+    report = gradir.gradcheck(text, seed=5)
+    assert report.ok, report.table()
+
+
 def test_grad_emits_one_grugrad_with_every_input_slot() -> None:
     g = gradir.grad(gradir.parse(GRAPH.replace("LBR", "1")))
     grads = [op for op in g.ops if op.op_name == "GRUGrad"]
