@@ -111,7 +111,12 @@ class GRUTrainingOp(Op):
 
 
 class GRUGradOp(BackwardOp):
-    """ORT's GRU backward through time (GRUGrad), exact, with sequence lengths and Float64."""
+    """ORT's GRU backward through time (GRUGrad), exact in every direction, with sequence lengths, clip, Float64.
+
+    ORT's kernel is forward-only, Float32, without sequence lengths or clip; gradir computes them all.  With
+    ``clip`` the gradient stops where the forward clipped a gate's pre-activation; ZRH holds the values after the
+    activations, which cannot tell (σ(clip) is also σ of unclipped neighbours in floating point), so the kernel
+    recomputes the pre-activations from X, W, R, B and the saved H_{t-1} (HAll)."""
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
