@@ -280,18 +280,21 @@ def test_an_onnx_gru_imports_and_differentiates(listed) -> None:
 
 
 @pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-9)])
-def test_pytorchs_export_of_nn_gru_imports_and_its_gradients_match_torch_autograd(dtype, tol) -> None:
-    """``data/gru_torch_<dtype>.onnx`` (torch's export of ``nn.GRU``, weights as initializers) imported and
-    differentiated by gradir, against torch's values and autograd (``data/gru_torch.npz``, written by
-    ``data/make_gru_torch.py``), within ``tol`` of each result's largest magnitude."""
+@pytest.mark.parametrize("bi", ["", "bi_"])
+def test_pytorchs_export_of_nn_gru_imports_and_its_gradients_match_torch_autograd(bi, dtype, tol) -> None:
+    """``data/gru_torch_[bi_]<dtype>.onnx`` (torch's export of ``nn.GRU``, one direction or bidirectional, weights
+    as initializers) imported and differentiated by gradir, against torch's values and autograd
+    (``data/gru_torch.npz``, written by ``data/make_gru_torch.py``), within ``tol`` of each result's largest
+    magnitude."""
     pytest.importorskip("onnx")
     import os
 
     from gradir.interop.onnx import import_onnx
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-    imported = import_onnx(os.path.join(here, f"gru_torch_{dtype}.onnx"))
+    imported = import_onnx(os.path.join(here, f"gru_torch_{bi}{dtype}.onnx"))
+    prefix = f"{dtype}/bi/" if bi else f"{dtype}/"
     with np.load(os.path.join(here, "gru_torch.npz")) as z:
-        t = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(dtype + "/")}
+        t = {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix) and "/" not in k[len(prefix):]}
     assert [op.op_name for op in imported.graph.ops if op.op_name.startswith("GRU")] == ["GRUTraining"]
 
     def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
