@@ -530,3 +530,18 @@ def test_bidirectional_and_reverse_grus_with_sequence_lengths_match_pytorchs_pac
     for name, got in zip(("x", "W", "R", "B", "h0"), grads):
         want = g[f"grad_{name}"]
         close(got, want if name == "x" else want[d], f"d{name}")
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_an_empty_sequence_keeps_the_initial_state_and_passes_its_gradient_through(direction) -> None:
+    D = DIRS[direction]
+    X, W, R, B, _, H0 = _operands(16, np.float64, "none", True, True, D)
+    X = X[:0]
+    kw = {"hidden_size": H, "direction": direction}
+    HAll, HFinal, ZRH = gru_training(X, W, R, B, None, H0, **kw)
+    assert HAll.shape == (0, D, NB, H) and ZRH.shape == (0, D, NB, 3 * H)
+    np.testing.assert_array_equal(HFinal, H0)
+    dHFinal = np.random.default_rng(17).standard_normal(H0.shape)
+    dX, dW, dR, dB, dH0 = gru_grad(X, W, R, B, None, H0, HAll, ZRH, None, dHFinal, **kw)
+    np.testing.assert_array_equal(dH0, dHFinal)
+    assert dX.shape == X.shape and not dW.any() and not dR.any() and not dB.any()
