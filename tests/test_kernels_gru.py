@@ -545,3 +545,16 @@ def test_an_empty_sequence_keeps_the_initial_state_and_passes_its_gradient_throu
     dX, dW, dR, dB, dH0 = gru_grad(X, W, R, B, None, H0, HAll, ZRH, None, dHFinal, **kw)
     np.testing.assert_array_equal(dH0, dHFinal)
     assert dX.shape == X.shape and not dW.any() and not dR.any() and not dB.any()
+
+
+@pytest.mark.parametrize("attrs, warned", [("", False), (', direction="reverse"', True), (", clip=2.0", True)])
+def test_export_warns_of_a_gru_training_onnx_runtime_refuses(attrs, warned) -> None:
+    """A GRUTraining written as ORT's op (its ZRH read) in a configuration ORT's kernel refuses: ``gradir export``
+    writes it (ORT's op, ONNX's GRU semantics) and says ORT cannot run it."""
+    pytest.importorskip("onnx")
+    from gradir.interop.onnx.ort import ort_notes
+    text = TRAINING_GRU.replace("hidden_size=2, linear_before_reset=1, activations", f"hidden_size=2{attrs}, "
+                                "linear_before_reset=1, activations").replace("t8, t9, t10, t11, t12 = GRUGrad", "#")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(("#", "output"))) + "\noutput t7\n"
+    notes = ort_notes(gradir.parse(text), 17, False)
+    assert any("GRUTraining computes the forward direction only" in n for n in notes) == warned, notes

@@ -50,6 +50,19 @@ def _attrs(e: Any, op: Op, onnx_spelling: bool) -> dict[str, Any]:
             "activations": None if acts is None else list(acts)}
 
 
+def orts_gru_training_refuses(graph: Any, op: Op) -> bool:
+    """Whether ``op`` is a ``GRUTraining`` exported as ORT's op (not ONNX's ``GRU``) in a configuration ORT's kernel
+    refuses (reverse or bidirectional, sequence lengths, clip): ``gradir export`` warns of it."""
+    if op.op_name != "GRUTraining":
+        return False
+    a = op.resolved_attrs()
+    if a["direction"] == "forward" and not _given(op, 4) and a["clip"] is None:
+        return False
+    int32_lengths = not _given(op, 4) or graph.types[op.operands[4]].dtype == DType.Int32
+    read = op.results[2] in graph.outputs or any(op.results[2] in o.operands for o in graph.ops)
+    return read or not int32_lengths
+
+
 @exporter(GRUTrainingOp, GRUGradOp)
 def _gru(e: Any, op: Op) -> None:
     ins, outs = [e.name(v) for v in op.operands], [e.name(r) for r in op.results]
