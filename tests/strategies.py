@@ -200,18 +200,24 @@ def _lstm_grad(draw):
 
 
 def _gru(draw, grad=False):
-    """GRUTraining (GRUGrad with ``grad``): forward only for now, both linear_before_reset values, each
-    activation spelling, optional operands left out at random."""
+    """GRUTraining (GRUGrad with ``grad``): every direction, both linear_before_reset values, a clip or none,
+    each activation spelling, optional operands left out at random."""
     dt = fdtype(draw)
     S, B, I, H = draw(dims), draw(dims), draw(dims), draw(dims)
+    direction = draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
+    D = 2 if direction == "bidirectional" else 1
     attrs = {"hidden_size": H, "linear_before_reset": draw(st.sampled_from([0, 1]))}
+    if direction != "forward" or draw(st.booleans()):
+        attrs["direction"] = direction
     if draw(st.booleans()):
-        attrs["activations"] = draw(st.sampled_from([["sigmoid", "tanh"], ["Sigmoid", "Tanh"]]))
+        attrs["activations"] = draw(st.sampled_from([["sigmoid", "tanh"], ["Sigmoid", "Tanh"]])) * D
+    if draw(st.booleans()):
+        attrs["clip"] = draw(st.sampled_from([0.5, 3.0]))
     opt = lambda t: t if draw(st.booleans()) else None  # noqa: E731
-    ts = [T(dt, [S, B, I]), T(dt, [1, 3 * H, I]), T(dt, [1, 3 * H, H]), opt(T(dt, [1, 6 * H])),
-          opt(T(draw(st.sampled_from([DType.Int32, DType.Int64])), [B])), opt(T(dt, [1, B, H]))]
+    ts = [T(dt, [S, B, I]), T(dt, [D, 3 * H, I]), T(dt, [D, 3 * H, H]), opt(T(dt, [D, 6 * H])),
+          opt(T(draw(st.sampled_from([DType.Int32, DType.Int64])), [B])), opt(T(dt, [D, B, H]))]
     if grad:
-        ts += [T(dt, [S, 1, B, H]), T(dt, [S, 1, B, 3 * H]), opt(T(dt, [S, 1, B, H])), opt(T(dt, [1, B, H]))]
+        ts += [T(dt, [S, D, B, H]), T(dt, [S, D, B, 3 * H]), opt(T(dt, [S, D, B, H])), opt(T(dt, [D, B, H]))]
     return ts, attrs
 
 

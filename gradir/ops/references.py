@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = ["softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum_to", "sce_loss", "sce_grad",
-           "lstm_cell", "lstm_cell_grads", "lstm_training", "lstm_grad", "gru_training", "gru_grad", "f64"]
+           "lstm_cell", "lstm_cell_grads", "lstm_training", "lstm_grad", "gru_training", "gru_grad",
+           "gru_cell", "gru_cell_grads", "f64"]
 
 
 def f64(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
@@ -282,9 +283,31 @@ def _gru_parts(W, R, B, d: int, n: int) -> tuple:
     return Wd, Rd, wb, rb
 
 
+def _clip(a: np.ndarray, clip: Optional[float]) -> np.ndarray:
+    return a if clip is None else np.clip(a, -clip, clip)
+
+
+def _clip_passes(a: np.ndarray, clip: Optional[float]) -> np.ndarray:
+    """The derivative of ``_clip`` at ``a``: 1 within ``[-clip, clip]``, 0 where it clipped."""
+    return np.ones_like(a) if clip is None else (np.abs(a) <= clip).astype(a.dtype)
+
+
+def _gru_step(Wd, Rd, wb, rb, x, h, n: int, lbr: int, clip: Optional[float]) -> tuple:
+    """One step of one row: the pre-activations (a_z, a_r, a_h, after any reset product, before the clip),
+    the gates z, r, h̃, and ``R_h·h + Rb_h`` (what the reset gate multiplies with ``linear_before_reset=1``)."""
+    ax = Wd @ x + wb
+    a_z = ax[:n] + Rd[:n] @ h + rb[:n]
+    a_r = ax[n:2 * n] + Rd[n:2 * n] @ h + rb[n:2 * n]
+    z, r = sigmoid(_clip(a_z, clip)), sigmoid(_clip(a_r, clip))
+    rh = Rd[2 * n:] @ h + rb[2 * n:]
+    a_h = ax[2 * n:] + (r * rh if lbr else Rd[2 * n:] @ (r * h) + rb[2 * n:])
+    return (a_z, a_r, a_h), (z, r, np.tanh(_clip(a_h, clip))), rh
+
+
 def gru_training(X, W, R, B=None, SL=None, H0=None, *, hidden_size: int, direction: str = "forward",
-                 linear_before_reset: int = 0) -> tuple[np.ndarray, ...]:
-    """ONNX GRU forward (gates z, r, h) with ORT's extra output, one row and step at a time.
+                 linear_before_reset: int = 0, clip: Optional[float] = None) -> tuple[np.ndarray, ...]:
+    """ONNX GRU forward (gates z, r, h) with ORT's extra output, one row and step at a time; ``clip`` clips
+    each gate's pre-activation to ``[-clip, clip]`` before its activation (ONNX).
 
     Returns (HAll [S,D,B,H], HFinal [D,B,H], ZRH [S,D,B,3H], the post-activation z, r, h̃); steps past a
     row's sequence length are zero."""
@@ -299,13 +322,7 @@ def gru_training(X, W, R, B=None, SL=None, H0=None, *, hidden_size: int, directi
             length = S if SL is None else int(SL[b])
             h = np.zeros(n) if H0 is None else f64(H0[d][b])
             for t in _steps(direction, d, length):
-                ax = Wd @ X[t, b] + wb
-                z = sigmoid(ax[:n] + Rd[:n] @ h + rb[:n])
-                r = sigmoid(ax[n:2 * n] + Rd[n:2 * n] @ h + rb[n:2 * n])
-                if linear_before_reset:
-                    ht = np.tanh(ax[2 * n:] + r * (Rd[2 * n:] @ h + rb[2 * n:]))
-                else:
-                    ht = np.tanh(ax[2 * n:] + Rd[2 * n:] @ (r * h) + rb[2 * n:])
+                _, (z, r, ht), _ = _gru_step(Wd, Rd, wb, rb, X[t, b], h, n, linear_before_reset, clip)
                 h = (1 - z) * ht + z * h
                 HAll[t, d, b], ZRH[t, d, b] = h, np.concatenate([z, r, ht])
             HFinal[d, b] = h
@@ -313,16 +330,17 @@ def gru_training(X, W, R, B=None, SL=None, H0=None, *, hidden_size: int, directi
 
 
 def gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, *, hidden_size: int, direction: str = "forward",
-             linear_before_reset: int = 0) -> tuple[np.ndarray, ...]:
+             linear_before_reset: int = 0, clip: Optional[float] = None) -> tuple[np.ndarray, ...]:
     """Backpropagation through time of ``gru_training`` from its saved HAll and ZRH (ORT's GRUGrad):
-    (dX, dW, dR, dB, dH0).  Written from the forward equations, step by step."""
+    (dX, dW, dR, dB, dH0).  Written from the forward equations, step by step; with ``clip`` the
+    pre-activations are recomputed (from X, W, R, B and the saved H_{t-1}) to know where the gradient stops."""
     X, HAll, ZRH = f64(X), f64(HAll), f64(ZRH)
     S, nb, _ = X.shape
     D, n = W.shape[0], hidden_size
     dX, dW, dR = np.zeros_like(X), np.zeros(W.shape), np.zeros(R.shape)
     dB, dH0 = np.zeros((D, 6 * n)), np.zeros((D, nb, n))
     for d in range(D):
-        Wd, Rd, _, rb = _gru_parts(W, R, B, d, n)
+        Wd, Rd, wb, rb = _gru_parts(W, R, B, d, n)
         Rz, Rr, Rh = Rd[:n], Rd[n:2 * n], Rd[2 * n:]
         for b in range(nb):
             length = S if SL is None else int(SL[b])
@@ -335,10 +353,11 @@ def gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, *, hidden_size: int,
                 z, r, ht = (ZRH[t, d, b, j * n:(j + 1) * n] for j in range(3))
                 if dHAll is not None:
                     dh = dh + f64(dHAll[t, d, b])
-                da_z = dh * (hp - ht) * z * (1 - z)
-                da_h = dh * (1 - z) * (1 - ht * ht)
+                (a_z, a_r, a_h), _, rh = _gru_step(Wd, Rd, wb, rb, X[t, b], hp, n, linear_before_reset, clip)
+                da_z = dh * (hp - ht) * z * (1 - z) * _clip_passes(a_z, clip)
+                da_h = dh * (1 - z) * (1 - ht * ht) * _clip_passes(a_h, clip)
                 if linear_before_reset:
-                    dr = da_h * (Rh @ hp + rb[2 * n:])
+                    dr = da_h * rh
                     dah_r = da_h * r  # the gradient of H·R_hᵀ + Rb_h
                     dR[d, 2 * n:] += np.outer(dah_r, hp)
                     dB[d, 5 * n:] += dah_r
@@ -349,7 +368,7 @@ def gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, *, hidden_size: int,
                     dR[d, 2 * n:] += np.outer(da_h, r * hp)
                     dB[d, 5 * n:] += da_h
                     dhp_h = g * r
-                da_r = dr * r * (1 - r)
+                da_r = dr * r * (1 - r) * _clip_passes(a_r, clip)
                 da = np.concatenate([da_z, da_r, da_h])
                 dW[d] += np.outer(da, X[t, b])
                 dR[d, :n] += np.outer(da_z, hp)
@@ -360,3 +379,43 @@ def gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, *, hidden_size: int,
                 dh = dh * z + Rz.T @ da_z + Rr.T @ da_r + dhp_h
             dH0[d, b] = dh
     return dX, dW, dR, dB, dH0
+
+
+def gru_cell(X, H, W_ih, W_hh, B_ih, B_hh, hidden_size: int) -> np.ndarray:
+    """PyTorch GRUCell (gates r, z, n; the reset gate multiplies ``W_hn·h + b_hn``), one batch row at a time;
+    returns H'."""
+    X, H, W_ih, W_hh, B_ih, B_hh = (f64(a) for a in (X, H, W_ih, W_hh, B_ih, B_hh))
+    n = hidden_size
+    H_next = np.zeros((X.shape[0], n))
+    for b in range(X.shape[0]):
+        gi, gh = W_ih @ X[b] + B_ih, W_hh @ H[b] + B_hh
+        r = sigmoid(gi[:n] + gh[:n])
+        z = sigmoid(gi[n:2 * n] + gh[n:2 * n])
+        c = np.tanh(gi[2 * n:] + r * gh[2 * n:])
+        H_next[b] = (1 - z) * c + z * H[b]
+    return H_next
+
+
+def gru_cell_grads(dH, X, H, W_ih, W_hh, B_ih, B_hh, hidden_size: int) -> list[np.ndarray]:
+    """The vector-Jacobian products of ``gru_cell`` with dH: [dX, dH, dW_ih, dW_hh, dB_ih, dB_hh]."""
+    dH, X, H, W_ih, W_hh, B_ih, B_hh = (f64(a) for a in (dH, X, H, W_ih, W_hh, B_ih, B_hh))
+    n = hidden_size
+    out = [np.zeros_like(X), np.zeros_like(H), np.zeros_like(W_ih), np.zeros_like(W_hh), np.zeros_like(B_ih),
+           np.zeros_like(B_hh)]
+    for b in range(X.shape[0]):
+        gi, gh = W_ih @ X[b] + B_ih, W_hh @ H[b] + B_hh
+        r = sigmoid(gi[:n] + gh[:n])
+        z = sigmoid(gi[n:2 * n] + gh[n:2 * n])
+        c = np.tanh(gi[2 * n:] + r * gh[2 * n:])
+        da_n = dH[b] * (1 - z) * (1 - c * c)
+        da_z = dH[b] * (H[b] - c) * z * (1 - z)
+        da_r = da_n * gh[2 * n:] * r * (1 - r)
+        d_gi = np.concatenate([da_r, da_z, da_n])
+        d_gh = np.concatenate([da_r, da_z, da_n * r])
+        out[0][b] = W_ih.T @ d_gi
+        out[1][b] = W_hh.T @ d_gh + dH[b] * z
+        out[2] += np.outer(d_gi, X[b])
+        out[3] += np.outer(d_gh, H[b])
+        out[4] += d_gi
+        out[5] += d_gh
+    return out

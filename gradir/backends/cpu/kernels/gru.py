@@ -1,17 +1,26 @@
 """NumPy kernels for ORT's GRU sequence ops (gate order z, r, h): ``GRUTraining`` and ``GRUGrad``.
 
-Semantics are in docs/ops.md, GRU.  Float32 and Float64; results keep the input dtype.  Forward
-direction (the ops refuse the others for now), both ``linear_before_reset`` values, ``initial_h`` and
-sequence lengths.
+Semantics are in docs/ops.md, GRU.  Float32 and Float64 (results keep the input dtype), every direction,
+both ``linear_before_reset`` values, ``initial_h``, sequence lengths and ``clip``.
 
-The forward computes ``X·Wᵀ`` (plus the biases that do not meet the reset gate) for every step as one
-GEMM straight into ``ZRH``; each step then does one GEMM ``H_{t-1}·R_{zr}ᵀ`` (all of ``R`` with
-``linear_before_reset=1``) and a few ufuncs.  Sigmoids are ``σ(a) = ½·tanh(a/2) + ½``.  The backward keeps
-every step's gate gradient in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and ``dB`` as GEMMs
-and sums over all steps afterwards; its step loop does the ``dH`` recurrence (with
-``linear_before_reset=1`` one more GEMM per step recomputes ``H_{t-1}·R_hᵀ``, which ``ZRH`` does not keep,
-as ORT does).  A row past its sequence length takes no part in a step: its ``H`` (forward) and ``dH``
-(backward) pass through unchanged, its ``HAll``/``ZRH`` entries are zero, its ``dHAll`` entries ignored.
+Split in two (docs: the shared design of issue #32): the registered kernels are WRAPPERS that check the
+operands and handle the direction, and call two per-direction CORES, ``forward_core`` and ``backward_core``
+(signatures below), that only ever run the forward time order.  The reverse direction is the wrapper's: it
+reverses each row within its own length (a reverse row starts at ``X[SL[b]-1]``, as ONNX, ORT and PyTorch's
+packed sequences do) into scratch copies, calls the core, and reverses ``HAll``/``ZRH``/``dX`` back; since
+that reversal is an involution per row, the same index array does both ways.  Bidirectional is direction 0
+forward and direction 1 reverse.  ``_cores(dtype, clip)`` chooses the core pair (compiled cores live in
+``_jit_gru.py``; the NumPy ones here are the fallback and the specification).
+
+The NumPy forward core computes ``X·Wᵀ`` (plus the biases that do not meet the reset gate) for every step as
+one GEMM straight into ``ZRH``; each step then does one GEMM ``H_{t-1}·R_{zr}ᵀ`` (all of ``R`` with
+``linear_before_reset=1``) and a few ufuncs.  Sigmoids are ``σ(a) = ½·tanh(a/2) + ½``.  With ``clip`` each
+gate's whole pre-activation is clipped to ``[-clip, clip]`` before its activation (ONNX).  The backward keeps
+every step's gate gradient in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and ``dB`` as GEMMs and
+sums over all steps afterwards; its step loop does the ``dH`` recurrence (with ``linear_before_reset=1`` one
+more GEMM per step recomputes ``H_{t-1}·R_hᵀ``, which ``ZRH`` does not keep, as ORT does).  A row past its
+sequence length takes no part in a step: its ``H`` (forward) and ``dH`` (backward) pass through unchanged,
+its ``HAll``/``ZRH`` entries are zero, its ``dHAll`` entries ignored.
 
 Contract for ``GRUGrad``: ``HAll`` and ``ZRH`` are what ``GRUTraining`` returned for the same operands, in
 particular zero at steps ``t >= SL[b]``.  Padded entries of ``X`` and ``dHAll`` must be finite.
@@ -19,7 +28,7 @@ particular zero at steps ``t >= SL[b]``.  Padded entries of ``X`` and ``dHAll`` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -27,7 +36,9 @@ from ....ops.gru import GRUGradOp, GRUTrainingOp
 from .lstm.common import check_dtype, expect, result
 from .registry import kernel
 
-__all__ = ["gru_training", "gru_grad"]
+__all__ = ["gru_training", "gru_grad", "forward_core", "backward_core"]
+
+_ACTS = ("sigmoid", "tanh")
 
 
 def _sigmoid(a: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -39,51 +50,34 @@ def _sigmoid(a: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check(op: str, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any, SL: Any, H0: Any, hidden_size: int,
-           direction: str) -> tuple[int, int, int, int]:
-    if direction != "forward":
-        raise ValueError(f'{op}: direction="{direction}" is not supported yet; only "forward" is')
-    S, nb, I = X.shape
-    n = hidden_size
-    expect(op, ("W", W, (1, 3 * n, I)), ("R", R, (1, 3 * n, n)), ("B", B, (1, 6 * n)), ("SL", SL, (nb,)),
-           ("H0", H0, (1, nb, n)))
-    return S, nb, I, n
-
-
 def _masks(SL: Any, S: int, nb: int, dt: np.dtype) -> dict[int, np.ndarray]:
     """Step t -> ``[B, 1]`` float mask of the rows that have it, for the steps some row lacks."""
     if SL is None:
         return {}
-    lengths = np.asarray(SL, np.int64)
-    if lengths.min(initial=S) < 0 or lengths.max(initial=0) > S:
-        raise ValueError(f"sequence lengths must lie in 0..{S}, got {lengths.tolist()}")
+    lengths = np.asarray(SL)
     return {t: (lengths > t).astype(dt)[:, None] for t in range(S) if (lengths <= t).any()}
 
 
-def gru_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None = None,
-                 SL: np.ndarray | None = None, H0: np.ndarray | None = None, *, hidden_size: int,
-                 direction: str = "forward", activations: Any = None, clip: Any = None,
-                 linear_before_reset: int = 0, out: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(HAll [S,1,B,H], HFinal [1,B,H], ZRH [S,1,B,3H]) of ONNX's GRU, forward direction."""
-    dt = check_dtype("GRUTraining", X, W, R, B, H0)
-    S, nb, I, n = _check("GRUTraining", X, W, R, B, SL, H0, hidden_size, direction)
-    HAll = result(out, 0, (S, 1, nb, n), dt)
-    HFinal = result(out, 1, (1, nb, n), dt)
-    ZRH = result(out, 2, (S, 1, nb, 3 * n), dt)
-    Wd, Rd = W[0], R[0]
-    G = ZRH.reshape(S, nb, 3 * n)  # a view: the results are C-contiguous
+# -- the NumPy cores (one direction, forward time order) --------------------------------------------------------
+def _forward_core_np(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, wb: np.ndarray | None, rb: np.ndarray | None,
+                     SL: np.ndarray | None, h0: np.ndarray | None, lbr: int, clip: float | None, HAll: np.ndarray,
+                     HFinal: np.ndarray, ZRH: np.ndarray) -> None:
+    """One direction's forward: X [S,B,I], Wd [3H,I], Rd [3H,H]; writes HAll [S,B,H], HFinal [B,H], ZRH [S,B,3H]."""
+    S, nb, I = X.shape
+    n = Rd.shape[1]
+    dt = HAll.dtype
+    G = np.empty((S, nb, 3 * n), dt)  # pre-activations, then activations (ZRH may be a strided view)
     np.matmul(X.reshape(S * nb, I), Wd.T, out=G.reshape(S * nb, 3 * n))
     rb_h = None
-    if B is not None:
-        wb, rb = B[0, :3 * n], B[0, 3 * n:]
+    if wb is not None:
         G[..., :2 * n] += wb[:2 * n] + rb[:2 * n]
-        if linear_before_reset:
+        if lbr:
             G[..., 2 * n:] += wb[2 * n:]
             rb_h = rb[2 * n:]
         else:
             G[..., 2 * n:] += wb[2 * n:] + rb[2 * n:]
     masks = _masks(SL, S, nb, dt)
-    h = np.zeros((nb, n), dt) if H0 is None else np.array(H0[0], dt)
+    h = np.zeros((nb, n), dt) if h0 is None else np.array(h0, dt)
     RzrT, RhT, RT = Rd[:2 * n].T, Rd[2 * n:].T, Rd.T
     rec = np.empty((nb, 3 * n), dt)
     tmp = np.empty((nb, n), dt)
@@ -91,9 +85,11 @@ def gru_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | No
     for t in range(S):
         g = G[t]
         zr, z, r, hh = g[:, :2 * n], g[:, :n], g[:, n:2 * n], g[:, 2 * n:]
-        if linear_before_reset:
+        if lbr:
             np.matmul(h, RT, out=rec)
             zr += rec[:, :2 * n]
+            if clip is not None:
+                np.clip(zr, -clip, clip, out=zr)
             _sigmoid(zr, zr)
             rh = rec[:, 2 * n:]
             if rb_h is not None:
@@ -103,9 +99,13 @@ def gru_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | No
         else:
             np.matmul(h, RzrT, out=rec[:, :2 * n])
             zr += rec[:, :2 * n]
+            if clip is not None:
+                np.clip(zr, -clip, clip, out=zr)
             _sigmoid(zr, zr)
             np.multiply(r, h, out=tmp)
             hh += np.matmul(tmp, RhT, out=rec[:, 2 * n:])
+        if clip is not None:
+            np.clip(hh, -clip, clip, out=hh)
         np.tanh(hh, out=hh)
         # H_t = h̃ + z ⊙ (H_{t-1} - h̃)
         np.subtract(h, hh, out=hn)
@@ -117,40 +117,65 @@ def gru_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | No
             hn *= m
             h *= 1 - m
             hn += h
-            HAll[t, 0] = hn * m
+            HAll[t] = hn * m
         else:
-            HAll[t, 0] = hn
+            HAll[t] = hn
         h, hn = hn, h
-    HFinal[0] = h
-    return HAll, HFinal, ZRH
+    HFinal[...] = h
+    ZRH[...] = G
 
 
-def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, SL: np.ndarray | None,
-             H0: np.ndarray | None, HAll: np.ndarray, ZRH: np.ndarray, dHAll: np.ndarray | None = None,
-             dHFinal: np.ndarray | None = None, *, hidden_size: int, direction: str = "forward",
-             activations: Any = None, clip: Any = None, linear_before_reset: int = 0,
-             out: Any = None) -> tuple[np.ndarray, ...]:
-    """(dX, dW, dR, dB, dH0) of ``gru_training`` from its saved HAll and ZRH (ORT's GRUGrad)."""
-    dt = check_dtype("GRUGrad", X, W, R, B, H0, HAll, ZRH, dHAll, dHFinal)
-    S, nb, I, n = _check("GRUGrad", X, W, R, B, SL, H0, hidden_size, direction)
-    expect("GRUGrad", ("HAll", HAll, (S, 1, nb, n)), ("ZRH", ZRH, (S, 1, nb, 3 * n)),
-           ("dHAll", dHAll, (S, 1, nb, n)), ("dHFinal", dHFinal, (1, nb, n)))
-    dX = result(out, 0, X.shape, dt)
-    dW = result(out, 1, W.shape, dt)
-    dR = result(out, 2, R.shape, dt)
-    dB = result(out, 3, (1, 6 * n), dt)
-    dH0 = result(out, 4, (1, nb, n), dt)
-    Wd, Rd = W[0], R[0]
+def _clip_masks(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, wb: np.ndarray | None, rb: np.ndarray | None,
+                Hp: np.ndarray, Z: np.ndarray, lbr: int, clip: float) -> np.ndarray:
+    """``[S, B, 3H]``: 1 where a gate's pre-activation lies within ``[-clip, clip]`` (the clip passes the
+    gradient), 0 where the forward clipped it (the gradient stops).
+
+    ``ZRH`` holds the values AFTER the activations, which cannot say where clipping happened (σ(clip) is
+    also σ of nearby unclipped values in floating point), so the pre-activations are recomputed from X, W, R,
+    B, every ``H_{t-1}`` (HAll) and the reset gate (ZRH) as a few GEMMs over all steps.  The sums are taken in
+    another order than the forward's, so a pre-activation within an ulp or two of ``±clip`` may be judged
+    either way: there the derivative of the clip is undefined anyway."""
+    S, nb, I = X.shape
+    n = Rd.shape[1]
+    A = (X.reshape(S * nb, I) @ Wd.T).reshape(S, nb, 3 * n)
+    Hf = Hp.reshape(S * nb, n)
+    A[..., :2 * n] += (Hf @ Rd[:2 * n].T).reshape(S, nb, 2 * n)
+    r = Z[..., n:2 * n]
+    if lbr:
+        rh = (Hf @ Rd[2 * n:].T).reshape(S, nb, n)
+        if rb is not None:
+            rh += rb[2 * n:]
+        A[..., 2 * n:] += r * rh
+    else:
+        A[..., 2 * n:] += ((Hp * r).reshape(S * nb, n) @ Rd[2 * n:].T).reshape(S, nb, n)
+        if rb is not None:
+            A[..., 2 * n:] += rb[2 * n:]
+    if wb is not None:
+        A += wb
+        A[..., :2 * n] += rb[:2 * n]
+    return (np.abs(A) <= clip).astype(X.dtype)
+
+
+def _backward_core_np(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, wb: np.ndarray | None, rb: np.ndarray | None,
+                      SL: np.ndarray | None, h0: np.ndarray | None, HAll: np.ndarray, ZRH: np.ndarray,
+                      dHAll: np.ndarray | None, dHFinal: np.ndarray | None, lbr: int, clip: float | None,
+                      dX: np.ndarray, dW: np.ndarray, dR: np.ndarray, dB: np.ndarray, dH0: np.ndarray) -> None:
+    """One direction's backward through time (forward time order): writes dX [S,B,I], dW [3H,I], dR [3H,H],
+    dB [6H], dH0 [B,H]."""
+    S, nb, I = X.shape
+    n = Rd.shape[1]
+    dt = X.dtype
     Rz, Rr, Rh = Rd[:n], Rd[n:2 * n], Rd[2 * n:]
-    rb_h = B[0, 5 * n:] if B is not None else None
+    rb_h = rb[2 * n:] if rb is not None else None
     masks = _masks(SL, S, nb, dt)
-    # H_{t-1} of every step: H0 (or zeros), then HAll[:-1]
+    # H_{t-1} of every step: h0 (or zeros), then HAll[:-1]
     Hp = np.empty((S, nb, n), dt)
-    Hp[0] = 0 if H0 is None else H0[0]
-    Hp[1:] = HAll[:-1, 0]
-    Z = ZRH[:, 0]
+    Hp[:1] = 0 if h0 is None else h0  # (no step at all when S is 0)
+    Hp[1:] = HAll[:-1]
+    Z = ZRH
+    C = None if clip is None else _clip_masks(X, Wd, Rd, wb, rb, Hp, Z, lbr, clip)
     DA = np.empty((S, nb, 3 * n), dt)  # every step's gate gradient (da_z, da_r, da_h)
-    dh = np.zeros((nb, n), dt) if dHFinal is None else np.array(dHFinal[0], dt)
+    dh = np.zeros((nb, n), dt) if dHFinal is None else np.array(dHFinal, dt)
     dhn = np.empty((nb, n), dt)
     tmp = np.empty((nb, n), dt)
     rec = np.empty((nb, n), dt)
@@ -159,7 +184,7 @@ def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, 
         hp = Hp[t]
         m = masks.get(t)
         if dHAll is not None:
-            dh += dHAll[t, 0] if m is None else dHAll[t, 0] * m
+            dh += dHAll[t] if m is None else dHAll[t] * m
         da = DA[t]
         da_z, da_r, da_h = da[:, :n], da[:, n:2 * n], da[:, 2 * n:]
         # da_z = dH ⊙ (H_{t-1} - h̃) ⊙ z(1-z);  da_h = dH ⊙ (1-z) ⊙ (1-h̃²)
@@ -175,7 +200,10 @@ def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, 
         if m is not None:
             da_z *= m
             da_h *= m
-        if linear_before_reset:
+        if C is not None:
+            da_z *= C[t, :, :n]
+            da_h *= C[t, :, 2 * n:]
+        if lbr:
             np.matmul(hp, Rh.T, out=rec)  # H_{t-1}·R_hᵀ + Rb_h, recomputed
             if rb_h is not None:
                 rec += rb_h
@@ -186,11 +214,13 @@ def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, 
         np.subtract(1, r, out=tmp)
         tmp *= r
         da_r *= tmp
+        if C is not None:
+            da_r *= C[t, :, n:2 * n]
         # dH_{t-1} = dH ⊙ z + da_z·R_z + da_r·R_r + (the h̃ path)
         np.multiply(dh, z, out=dhn)
         dhn += da_z @ Rz
         dhn += da_r @ Rr
-        if linear_before_reset:
+        if lbr:
             np.multiply(da_h, r, out=tmp)
             dhn += tmp @ Rh
         else:
@@ -200,20 +230,145 @@ def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, 
             dhn *= m
             dhn += dh * (1 - m)
         dh, dhn = dhn, dh
-    dH0[0] = dh
+    dH0[...] = dh
     flat = DA.reshape(S * nb, 3 * n)
-    np.matmul(flat, Wd, out=dX.reshape(S * nb, I))
-    np.matmul(flat.T, X.reshape(S * nb, I), out=dW[0])
+    dX[...] = (flat @ Wd).reshape(S, nb, I)
+    dW[...] = flat.T @ X.reshape(S * nb, I)
     Hflat = Hp.reshape(S * nb, n)
-    np.matmul(flat[:, :2 * n].T, Hflat, out=dR[0, :2 * n])
+    dR[:2 * n] = flat[:, :2 * n].T @ Hflat
     DAh_r = DA[..., 2 * n:] * Z[..., n:2 * n]  # lbr=1: the gradient of H·R_hᵀ + Rb_h; lbr=0: of the product
-    if linear_before_reset:
-        np.matmul(DAh_r.reshape(S * nb, n).T, Hflat, out=dR[0, 2 * n:])
+    if lbr:
+        dR[2 * n:] = DAh_r.reshape(S * nb, n).T @ Hflat
     else:
-        np.matmul(flat[:, 2 * n:].T, (Hp * Z[..., n:2 * n]).reshape(S * nb, n), out=dR[0, 2 * n:])
-    dB[0, :3 * n] = flat.sum(axis=0)
-    dB[0, 3 * n:5 * n] = dB[0, :2 * n]
-    dB[0, 5 * n:] = DAh_r.reshape(S * nb, n).sum(axis=0) if linear_before_reset else dB[0, 2 * n:3 * n]
+        dR[2 * n:] = flat[:, 2 * n:].T @ (Hp * Z[..., n:2 * n]).reshape(S * nb, n)
+    dB[:3 * n] = flat.sum(axis=0)
+    dB[3 * n:5 * n] = dB[:2 * n]
+    dB[5 * n:] = DAh_r.reshape(S * nb, n).sum(axis=0) if lbr else dB[2 * n:3 * n]
+
+
+forward_core = _forward_core_np
+backward_core = _backward_core_np
+
+
+def _cores(dtype: np.dtype, clip: float | None) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The (forward, backward) core pair for ``dtype`` and ``clip``: compiled where ``_jit_gru`` has one,
+    else the NumPy cores (which compute every case)."""
+    return _forward_core_np, _backward_core_np
+
+
+# -- the wrappers: operands, directions, sequence lengths ------------------------------------------------------
+def _check(op: str, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any, SL: Any, H0: Any, hidden_size: int,
+           direction: str, activations: Any, clip: Any, lbr: int) -> tuple[int, int, int, int, int]:
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ValueError(f"{op}: direction must be forward, reverse or bidirectional, got {direction!r}")
+    D = 2 if direction == "bidirectional" else 1
+    if activations is not None and tuple(str(a).lower() for a in activations) != _ACTS * D:
+        raise ValueError(f"{op}: only activations=['sigmoid', 'tanh'] (per direction) is supported, "
+                         f"got {list(activations)}")
+    if clip is not None and not float(clip) > 0:
+        raise ValueError(f"{op}: clip must be positive, got {clip}")
+    if lbr not in (0, 1):
+        raise ValueError(f"{op}: linear_before_reset must be 0 or 1, got {lbr}")
+    S, nb, I = X.shape
+    n = hidden_size
+    expect(op, ("W", W, (D, 3 * n, I)), ("R", R, (D, 3 * n, n)), ("B", B, (D, 6 * n)), ("SL", SL, (nb,)),
+           ("H0", H0, (D, nb, n)))
+    if SL is not None:
+        lengths = np.asarray(SL)
+        if lengths.min(initial=S) < 0 or lengths.max(initial=0) > S:
+            raise ValueError(f"sequence lengths must lie in 0..{S}, got {lengths.tolist()}")
+    return S, nb, I, n, D
+
+
+def _reversal(SL: Any, S: int, nb: int) -> np.ndarray:
+    """``idx [S, B]``: step t of row b reversed within the row's length (``L-1-t`` for ``t < L``, else ``t``).
+    An involution per row: ``a[idx, cols]`` reverses and un-reverses."""
+    t = np.arange(S)[:, None]
+    if SL is None:
+        return np.broadcast_to(S - 1 - t, (S, nb))
+    L = np.asarray(SL, np.int64)[None, :]
+    return np.where(t < L, L - 1 - t, t)
+
+
+def _rev(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``a [S, B, ...]`` with each row's valid steps reversed (a fresh C-contiguous array)."""
+    return a[idx, np.arange(a.shape[1])[None, :]]
+
+
+def _dir_parts(W: np.ndarray, R: np.ndarray, B: Any, H0: Any, d: int, n: int) -> tuple:
+    wb = None if B is None else B[d, :3 * n]
+    rb = None if B is None else B[d, 3 * n:]
+    return W[d], R[d], wb, rb, None if H0 is None else H0[d]
+
+
+def _sl(SL: Any) -> np.ndarray | None:
+    return None if SL is None else np.ascontiguousarray(SL, np.int64)
+
+
+def gru_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None = None,
+                 SL: np.ndarray | None = None, H0: np.ndarray | None = None, *, hidden_size: int,
+                 direction: str = "forward", activations: Any = None, clip: Any = None,
+                 linear_before_reset: int = 0, out: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(HAll [S,D,B,H], HFinal [D,B,H], ZRH [S,D,B,3H]) of ONNX's GRU, every direction."""
+    dt = check_dtype("GRUTraining", X, W, R, B, H0)
+    S, nb, I, n, D = _check("GRUTraining", X, W, R, B, SL, H0, hidden_size, direction, activations, clip,
+                            linear_before_reset)
+    HAll = result(out, 0, (S, D, nb, n), dt)
+    HFinal = result(out, 1, (D, nb, n), dt)
+    ZRH = result(out, 2, (S, D, nb, 3 * n), dt)
+    c = None if clip is None else float(clip)
+    fwd, _ = _cores(dt, c)
+    sl = _sl(SL)
+    for d in range(D):
+        Wd, Rd, wb, rb, h0 = _dir_parts(W, R, B, H0, d, n)
+        if direction == "reverse" or d == 1:
+            idx = _reversal(sl, S, nb)
+            hall, zrh = np.empty((S, nb, n), dt), np.empty((S, nb, 3 * n), dt)
+            fwd(_rev(X, idx), Wd, Rd, wb, rb, sl, h0, linear_before_reset, c, hall, HFinal[d], zrh)
+            HAll[:, d] = _rev(hall, idx)
+            ZRH[:, d] = _rev(zrh, idx)
+        else:
+            fwd(X, Wd, Rd, wb, rb, sl, h0, linear_before_reset, c, HAll[:, d], HFinal[d], ZRH[:, d])
+    return HAll, HFinal, ZRH
+
+
+def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, SL: np.ndarray | None,
+             H0: np.ndarray | None, HAll: np.ndarray, ZRH: np.ndarray, dHAll: np.ndarray | None = None,
+             dHFinal: np.ndarray | None = None, *, hidden_size: int, direction: str = "forward",
+             activations: Any = None, clip: Any = None, linear_before_reset: int = 0,
+             out: Any = None) -> tuple[np.ndarray, ...]:
+    """(dX, dW, dR, dB, dH0) of ``gru_training`` from its saved HAll and ZRH (ORT's GRUGrad), every direction."""
+    dt = check_dtype("GRUGrad", X, W, R, B, H0, HAll, ZRH, dHAll, dHFinal)
+    S, nb, I, n, D = _check("GRUGrad", X, W, R, B, SL, H0, hidden_size, direction, activations, clip,
+                            linear_before_reset)
+    expect("GRUGrad", ("HAll", HAll, (S, D, nb, n)), ("ZRH", ZRH, (S, D, nb, 3 * n)),
+           ("dHAll", dHAll, (S, D, nb, n)), ("dHFinal", dHFinal, (D, nb, n)))
+    dX = result(out, 0, X.shape, dt)
+    dW = result(out, 1, W.shape, dt)
+    dR = result(out, 2, R.shape, dt)
+    dB = result(out, 3, (D, 6 * n), dt)
+    dH0 = result(out, 4, (D, nb, n), dt)
+    c = None if clip is None else float(clip)
+    _, bwd = _cores(dt, c)
+    sl = _sl(SL)
+    dxd = np.empty((S, nb, I), dt) if D == 2 else None
+    for d in range(D):
+        Wd, Rd, wb, rb, h0 = _dir_parts(W, R, B, H0, d, n)
+        dfin = None if dHFinal is None else dHFinal[d]
+        target = dX if d == 0 else dxd
+        if direction == "reverse" or d == 1:
+            idx = _reversal(sl, S, nb)
+            dall = None if dHAll is None else _rev(dHAll[:, d], idx)
+            dxr = np.empty((S, nb, I), dt)
+            bwd(_rev(X, idx), Wd, Rd, wb, rb, sl, h0, _rev(HAll[:, d], idx), _rev(ZRH[:, d], idx), dall, dfin,
+                linear_before_reset, c, dxr, dW[d], dR[d], dB[d], dH0[d])
+            target[...] = _rev(dxr, idx)
+        else:
+            dall = None if dHAll is None else dHAll[:, d]
+            bwd(X, Wd, Rd, wb, rb, sl, h0, HAll[:, d], ZRH[:, d], dall, dfin, linear_before_reset, c, target,
+                dW[d], dR[d], dB[d], dH0[d])
+    if D == 2:
+        dX += dxd
     return dX, dW, dR, dB, dH0
 
 
