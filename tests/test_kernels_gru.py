@@ -211,6 +211,18 @@ def test_a_grugrad_node_with_its_inputs_misaligned_is_refused_located(listed, sl
     assert "GRUGrad" in msg and f"operand {slot}" in msg and "shifted" in msg, msg
 
 
+def test_a_grugrad_node_shifted_so_that_zrh_is_missing_is_refused_with_the_reason() -> None:
+    """What ORT 1.19.2 writes for a classifier whose GRU lists 5 inputs and uses only Y_h (checked with
+    generate_artifacts): X, W, R, B, '', HAll, ZRH, '' (no dHAll), dHFinal: ZRH's slot is the empty dHAll, so
+    the node fails before GRUGrad's own alignment check: the importer says why, located."""
+    from gradir.interop.onnx import import_onnx
+    m = _ort_model("GRUGrad", ["X", "W", "R", "B", "", "HAll", "ZRH", "", "dHFinal"], ["dX", "dW", "dR"])
+    with pytest.raises(GradirError) as err:
+        import_onnx(m)
+    msg = str(err.value)
+    assert "GRUGrad" in msg and "ZRH" in msg and "fewer than its six inputs" in msg and "Traceback" not in msg, msg
+
+
 def _torch_gru(X, W, R, B, H0, dHAll, dHFinal):
     """PyTorch's nn.GRU in float64 (gates r, z, n; ONNX's z, r, h are torch's blocks [1, 0, 2]), its HAll,
     HFinal and the gradients of sum(HAll·dHAll) + sum(HFinal·dHFinal) in ONNX's layout."""
