@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ....ops.gru import GRUGradOp, GRUTrainingOp
+from . import jit
 from .lstm.common import check_dtype, expect, result
 from .registry import kernel
 
@@ -253,6 +254,9 @@ backward_core = _backward_core_np
 def _cores(dtype: np.dtype, clip: float | None) -> tuple[Callable[..., None], Callable[..., None]]:
     """The (forward, backward) core pair for ``dtype`` and ``clip``: compiled where ``_jit_gru`` has one,
     else the NumPy cores (which compute every case)."""
+    jg = jit.load("gru")
+    if jg is not None and jg.takes(dtype, clip):
+        return jg.forward_core, jg.backward_core
     return _forward_core_np, _backward_core_np
 
 
