@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from . import blocked, parallel
-from ._jit_core import ELEMENTWISE
+from ._jit_core import ELEMENTWISE, INLINE, prefetch_span
 from ._jit_gemm import gemm, pack
 from ._jit_lstm import tanh
 from .jit import readable
@@ -54,6 +54,14 @@ _BLOCK_ELEMENTS = 1 << 21
 def takes(dtype: np.dtype, clip: Any) -> bool:
     """Whether these cores compute the op: float32/float64 without ``clip``."""
     return clip is None and np.dtype(dtype) in (np.float32, np.float64)
+
+
+@njit(**INLINE)
+def _ask(a, r0, m):  # type: ignore[no-untyped-def]
+    """Asks for rows ``r0 .. r0+m-1`` of ``a`` (each contiguous) ahead, without waiting (``prefetch``): the
+    step loops ask for the next step's operands before a step's products, which leave the memory bus idle."""
+    for r in range(m):
+        prefetch_span(a[r0 + r], 0, a.shape[1])
 
 
 # -- forward ------------------------------------------------------------------------------------
@@ -156,6 +164,9 @@ def forward_loop(k0, k1, alive, r0, G, HA, hc, q, rh, row, P1, P2, bias, rbh, le
                 for j in range(h):
                     HA[t, r0 + r, j] = 0
             continue
+        if t + 1 < alive:
+            _ask(G[t + 1], r0, m)
+            _ask(HA[t + 1], r0, m)
         if lbr:
             gemm(hc, P1, q)
             _fwd_lbr1(t, r0, G[t], HA[t], hc, q, bias, rbh, lengths, row)
@@ -336,6 +347,20 @@ def _bwd_lbr0_r(t, r0, zrh, hp, lengths, q, dhz, da, e):  # type: ignore[no-unty
             dzr[j] += qb[j] * rr
 
 
+@njit(**INLINE)
+def _next(t, r0, m, ZRH, HA, dHA, has_dHA, DA, E, dX, has_dX):  # type: ignore[no-untyped-def]
+    """Asks for what step ``t`` reads and writes (``_ask``)."""
+    _ask(ZRH[t], r0, m)
+    if t > 0:
+        _ask(HA[t - 1], r0, m)
+    if has_dHA:
+        _ask(dHA[t], r0, m)
+    _ask(DA[t], r0, m)
+    _ask(E[t], r0, m)
+    if has_dX:
+        _ask(dX[t], r0, m)
+
+
 @njit(**ELEMENTWISE)
 def backward_loop(k0, k1, alive, r0, ZRH, HA, h0, dHA, has_dHA, lengths, DA, E, dX, has_dX, Wp, P1, P2, P3, rbh,
                   dh, dhz, q, ap, tmp, db, dbr, lbr):  # type: ignore[no-untyped-def]
@@ -352,9 +377,13 @@ def backward_loop(k0, k1, alive, r0, ZRH, HA, h0, dHA, has_dHA, lengths, DA, E, 
         if lbr:
             gemm(hp, P3, q)
             _bwd_lbr1(t, r0, ZRH[t], hp, dHAt, has_dHA, lengths, q, rbh, dh, dhz, ap, DA[t], E[t])
+            if t > 0:
+                _next(t - 1, r0, m, ZRH, HA, dHA, has_dHA, DA, E, dX, has_dX)
             gemm(ap, P1, tmp)
         else:
             _bwd_lbr0_zh(t, r0, ZRH[t], hp, dHAt, has_dHA, lengths, dh, dhz, DA[t])
+            if t > 0:
+                _next(t - 1, r0, m, ZRH, HA, dHA, has_dHA, DA, E, dX, has_dX)
             gemm(DA[t, r0:r0 + m, 2 * h:], P2, q)
             _bwd_lbr0_r(t, r0, ZRH[t], hp, lengths, q, dhz, DA[t], E[t])
             gemm(DA[t, r0:r0 + m, :2 * h], P1, tmp)
