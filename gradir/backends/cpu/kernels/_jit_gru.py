@@ -6,8 +6,8 @@ forward time order, rows valid at steps ``0 .. SL[b]-1`` (past them ``H`` passes
 are zero and ``dHAll`` is ignored).  They decline ``clip`` (``takes``): the NumPy cores do it.
 
 What makes them fast is what made the LSTM's fast (docs/performance.md): the input products over every
-step are one GEMM each (``X·Wᵀ`` before the forward loop; ``dW = daᵀ·X`` and ``dR`` after the backward
-one, in blocks fixed by the shapes: ``blocked.matmul``); each step loop is one compiled call per block of
+step are one GEMM each (``X·Wᵀ`` before the forward loop, in blocks fixed by the shapes: ``blocked.matmul``;
+``dW = daᵀ·X`` and ``dR`` after the backward one: ``gru_weights``); each step loop is one compiled call per block of
 steps whose recurrent products run by ``_jit_gemm.gemm`` against weights packed once per call, and
 large batches run as two independent half-batch loops, one per core when the call has two.  The backward
 loop also computes its step's rows of ``dX = da·W`` while ``da`` is in cache, and sums ``dB``.
@@ -38,6 +38,7 @@ from . import blocked, parallel
 from ._jit_core import ELEMENTWISE, INLINE, prefetch_span
 from ._jit_gemm import gemm, pack
 from ._jit_lstm import tanh
+from .gru_weights import weight_grads
 from .jit import readable
 
 __all__ = ["takes", "forward_core", "backward_core", "SPLIT_MIN_ROWS"]
@@ -459,18 +460,9 @@ def backward_core(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, wb: Any, rb: An
         dH0[r0:r1] = dh
 
     _run(ranges, body)
-    DA2, E2 = DA.reshape(S * nb, 3 * h), E.reshape(S * nb, h)
     if not in_loop:
-        _into(dX, blocked.matmul(DA2, Wd).reshape(S, nb, I))
-    X2 = X.reshape(S * nb, I) if X.flags.c_contiguous else np.ascontiguousarray(X).reshape(S * nb, I)
-    _into(dW, blocked.matmul(DA2.T, X2, out=dW if dW.flags.c_contiguous else None))
-    # H_{t-1} of every step (rows past their length have da = 0 there, whatever it holds)
-    Hp = _scratch("hp", (S, nb, h), dt)
-    Hp[0] = h0c
-    Hp[1:] = HAll[:-1]
-    Hp2 = Hp.reshape(S * nb, h)
-    _into(dR[:2 * h], blocked.matmul(DA2[:, :2 * h].T, Hp2))
-    _into(dR[2 * h:], blocked.matmul(E2.T, Hp2) if lbr else blocked.matmul(DA2[:, 2 * h:].T, E2))
+        dX[...] = blocked.matmul(DA.reshape(S * nb, 3 * h), Wd).reshape(S, nb, I)
+    weight_grads(DA, E, X, HAll, h0c, lbr, dW, dR, lambda: _scratch("hp", (S, nb, h), dt))
     db = sums[0][0] if len(sums) == 1 else sums[0][0] + sums[1][0]
     dB[:3 * h] = db
     dB[3 * h:5 * h] = db[:2 * h]
@@ -478,8 +470,3 @@ def backward_core(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, wb: Any, rb: An
         dB[5 * h:] = sums[0][1] if len(sums) == 1 else sums[0][1] + sums[1][1]
     else:
         dB[5 * h:] = db[2 * h:]
-
-
-def _into(out: np.ndarray, value: np.ndarray) -> None:
-    if value is not out:
-        out[...] = value
