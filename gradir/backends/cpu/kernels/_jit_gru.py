@@ -83,13 +83,12 @@ def _fwd_lbr1(t, r0, g, ha, hc, q, bias, rbh, lengths, row):  # type: ignore[no-
             continue
         qb = q[r]
         hp = hc[r]
+        # z and r in one loop, h̃ in another: one loop for the three took twice as long (8.3 against 4.4 ms
+        # for 100 steps of 32 rows at H = 256, one core)
+        for j in range(2 * h):
+            row[j] = tanh(((gb[j] + bias[j]) + qb[j]) * _HALF) * _HALF + _HALF
         for j in range(h):
-            z = tanh(((gb[j] + bias[j]) + qb[j]) * _HALF) * _HALF + _HALF
-            rr = tanh(((gb[h + j] + bias[h + j]) + qb[h + j]) * _HALF) * _HALF + _HALF
-            hh = tanh((gb[2 * h + j] + bias[2 * h + j]) + (qb[2 * h + j] + rbh[j]) * rr)
-            row[j] = z
-            row[h + j] = rr
-            row[2 * h + j] = hh
+            row[2 * h + j] = tanh((gb[2 * h + j] + bias[2 * h + j]) + (qb[2 * h + j] + rbh[j]) * row[h + j])
         for j in range(h):
             hh = row[2 * h + j]
             hn = hh + row[j] * (hp[j] - hh)
