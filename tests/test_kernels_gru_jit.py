@@ -9,12 +9,18 @@ import itertools
 import numpy as np
 import pytest
 
-from gradir.backends.cpu.kernels import gru, jit, parallel
+from gradir.backends.cpu.kernels import gru, gru_weights, jit, parallel
 from gradir.ops import references as ref
 
 S, NB, I, H = 6, 18, 7, 20  # NB >= _jit_gru.SPLIT_MIN_ROWS: two half-batch loops
 LENGTHS = {"none": None, "ragged": np.array([6, 2, 0, 5, 6, 1, 3, 6, 4, 6, 2, 5, 0, 6, 1, 3, 6, 4], np.int64),
            "short": np.full(NB, 4, np.int64)}
+
+
+@pytest.fixture(autouse=True)
+def _packed_weight_products(monkeypatch):  # type: ignore[no-untyped-def]
+    """The weight gradients by ``_jit_goto`` at these small shapes too (where it is used: contiguous operands)."""
+    monkeypatch.setattr(gru_weights, "MIN_MNK", 0)
 
 
 def _jg():  # type: ignore[no-untyped-def]
