@@ -139,6 +139,19 @@ def test_gradcheck_passes_on_a_gru_graph(lbr) -> None:
     assert report.ok, report.table()
 
 
+@pytest.mark.parametrize("direction", ["reverse", "bidirectional"])
+@pytest.mark.parametrize("clip", ["", ", clip=0.5"])
+def test_gradcheck_passes_on_reverse_and_bidirectional_gru_graphs_with_lengths_and_clip(direction, clip) -> None:
+    D = DIRS[direction]
+    text = GRAPH.replace("[1,", f"[{D},").replace("linear_before_reset=LBR", f'direction="{direction}", '
+                                                  f"linear_before_reset=1{clip}").replace("[2, 3]", f"[{2 * D}, 3]")
+    if D == 2:  # HAll [5, 2, 4, 2] -> [5, 4, 4]: both directions' states of a row side by side
+        text = text.replace("t10 = MatMul(t7, t6)", "t13 = Transpose(t7, perm=[0, 2, 1, 3])\n"
+                            "t12 = Reshape(t13, shape=[5, 4, 4])\nt10 = MatMul(t12, t6)")
+    report = gradir.gradcheck(text, seed=5)
+    assert report.ok, report.table()
+
+
 def test_grad_emits_one_grugrad_with_every_input_slot() -> None:
     g = gradir.grad(gradir.parse(GRAPH.replace("LBR", "1")))
     grads = [op for op in g.ops if op.op_name == "GRUGrad"]
@@ -267,18 +280,21 @@ def test_an_onnx_gru_imports_and_differentiates(listed) -> None:
 
 
 @pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-9)])
-def test_pytorchs_export_of_nn_gru_imports_and_its_gradients_match_torch_autograd(dtype, tol) -> None:
-    """``data/gru_torch_<dtype>.onnx`` (torch's export of ``nn.GRU``, weights as initializers) imported and
-    differentiated by gradir, against torch's values and autograd (``data/gru_torch.npz``, written by
-    ``data/make_gru_torch.py``), within ``tol`` of each result's largest magnitude."""
+@pytest.mark.parametrize("bi", ["", "bi_"])
+def test_pytorchs_export_of_nn_gru_imports_and_its_gradients_match_torch_autograd(bi, dtype, tol) -> None:
+    """``data/gru_torch_[bi_]<dtype>.onnx`` (torch's export of ``nn.GRU``, one direction or bidirectional, weights
+    as initializers) imported and differentiated by gradir, against torch's values and autograd
+    (``data/gru_torch.npz``, written by ``data/make_gru_torch.py``), within ``tol`` of each result's largest
+    magnitude."""
     pytest.importorskip("onnx")
     import os
 
     from gradir.interop.onnx import import_onnx
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-    imported = import_onnx(os.path.join(here, f"gru_torch_{dtype}.onnx"))
+    imported = import_onnx(os.path.join(here, f"gru_torch_{bi}{dtype}.onnx"))
+    prefix = f"{dtype}/bi/" if bi else f"{dtype}/"
     with np.load(os.path.join(here, "gru_torch.npz")) as z:
-        t = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(dtype + "/")}
+        t = {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix) and "/" not in k[len(prefix):]}
     assert [op.op_name for op in imported.graph.ops if op.op_name.startswith("GRU")] == ["GRUTraining"]
 
     def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -315,7 +331,7 @@ input t0 : Float32 [5, 4, 3]
 input t1 : Float32 [D, 6, 3]
 input t2 : Float32 [D, 6, 2]
 input t3 : Float32 [D, 12]
-input t4 : Int64 [4]
+input t4 : Int32 [4]
 input t5 : Float32 [D, 4, 2]
 t6, t7, t8 = GRUTraining(t0, t1, t2, t3, t4, t5, hidden_size=2, direction="DIR", linear_before_reset=1, clip=0.75)
 output t6
@@ -329,18 +345,21 @@ def _forward_gru(direction: str) -> str:
 
 def _feeds(graph, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    return {i.name: np.array([5, 2, 4, 1]) if i.type.dtype.name.startswith("Int") else
+    return {i.name: np.array([5, 2, 4, 1], i.type.dtype.name.lower()) if i.type.dtype.name.startswith("Int") else
             rng.standard_normal(i.type.shape).astype(i.type.dtype.name.lower()) for i in graph.inputs}
 
 
 @pytest.mark.parametrize("direction", DIRS)
 def test_a_forward_gru_exports_as_onnxs_gru_and_comes_back_bit_for_bit(direction) -> None:
-    """A GRUTraining whose ZRH nothing reads is ONNX's standard GRU (every direction, sequence lengths as Int32,
-    clip); ONNX Runtime 1.19.2's GRU gave these models' numbers within 1.2e-7 when this was written."""
+    """A GRUTraining whose ZRH nothing reads is ONNX's standard GRU (every direction, Int32 sequence lengths,
+    clip); ONNX Runtime 1.19.2's GRU gave these models' numbers within 1.2e-7 when this was written.  With Int64
+    lengths (ONNX's GRU takes Int32 only) it stays ORT's GRUTraining."""
     pytest.importorskip("onnx")
     g = gradir.parse(_forward_gru(direction))
     model = gradir.export_onnx(g)
-    assert [(n.op_type, n.domain) for n in model.graph.node] == [("Cast", ""), ("GRU", "")]
+    assert [(n.op_type, n.domain) for n in model.graph.node] == [("GRU", "")]
+    wide = gradir.export_onnx(gradir.parse(_forward_gru(direction).replace("Int32", "Int64")))
+    assert [(n.op_type, n.domain) for n in wide.graph.node] == [("GRUTraining", "com.microsoft")]
     back = gradir.import_onnx(model.SerializeToString())
     feeds = _feeds(g, 3)
     want = gradir.compile(g).run(feeds)
@@ -401,3 +420,141 @@ def test_a_grugrad_orts_kernel_cannot_compute_is_refused_located_unless_custom_d
     assert {n.domain for n in model.graph.node if n.op_type == "GRUGrad"} == {"ai.gradir"}
     back = gradir.import_onnx(model.SerializeToString())
     assert [op.op_name for op in back.graph.ops].count("GRUGrad") == 1
+
+
+# -- GRUCell ---------------------------------------------------------------------------------------------------
+def _cell_operands(seed: int, dtype: type = np.float64) -> list:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in ((NB, I), (NB, H), (3 * H, I), (3 * H, H), (3 * H,), (3 * H,))]
+
+
+def test_a_gru_cell_is_one_step_of_the_layer_with_linear_before_reset() -> None:
+    """PyTorch's GRUCell (gates r, z, n) is a GRUTraining step with linear_before_reset=1 in gate order z, r, h."""
+    from gradir.backends.cpu.kernels.gru_cell import gru_cell
+    X, Hp, W_ih, W_hh, B_ih, B_hh = _cell_operands(13)
+    onnx = lambda m: np.concatenate([m[H:2 * H], m[:H], m[2 * H:]])  # noqa: E731  (r, z, n) -> (z, r, h)
+    _, HFinal, _ = ref.gru_training(X[None], onnx(W_ih)[None], onnx(W_hh)[None],
+                                    np.concatenate([onnx(B_ih), onnx(B_hh)])[None], None, Hp[None], hidden_size=H,
+                                    linear_before_reset=1)
+    np.testing.assert_allclose(ref.gru_cell(X, Hp, W_ih, W_hh, B_ih, B_hh, H), HFinal[0], rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(gru_cell(X, Hp, W_ih, W_hh, B_ih, B_hh, hidden_size=H), HFinal[0], rtol=1e-14,
+                               atol=1e-14)
+
+
+def test_the_gru_cell_reference_gradients_match_finite_differences() -> None:
+    ops = _cell_operands(14)
+    dH = np.random.default_rng(15).standard_normal((NB, H))
+    grads = ref.gru_cell_grads(dH, *ops, H)
+    for k, a in enumerate(ops):
+        num = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            old = a[idx]
+            a[idx] = old + 1e-6
+            plus = float((ref.gru_cell(*ops, H) * dH).sum())
+            a[idx] = old - 1e-6
+            minus = float((ref.gru_cell(*ops, H) * dH).sum())
+            a[idx] = old
+            num[idx] = (plus - minus) / 2e-6
+        np.testing.assert_allclose(grads[k], num, atol=1e-8, err_msg=f"operand {k}")
+
+
+CELL_GRAPH = """graph gru_cell
+input t0 : Float64 [4, 3]
+input t1 : Float64 [4, 2]
+input t2 : Float64 [6, 3]
+input t3 : Float64 [6, 2]
+input t4 : Float64 [6]
+input t5 : Float64 [6]
+t6 = GRUCell(t0, t1, t2, t3, t4, t5, hidden_size=2)
+t7 = GRUCell(t0, t6, t2, t3, t4, t5, hidden_size=2)
+output t7
+"""
+
+
+def test_two_gru_cells_pass_gradcheck_and_grad_emits_one_gradient_op_per_needed_input() -> None:
+    report = gradir.gradcheck(CELL_GRAPH, seed=6)
+    assert report.ok, report.table()
+    g = gradir.grad(gradir.parse(CELL_GRAPH), wrt=["t2"])
+    assert sorted(op.attrs["input_index"] for op in g.ops if op.op_name == "GradGRUCellInput") == [1, 2, 2]
+
+
+@pytest.mark.parametrize("direction", DIRS)
+@pytest.mark.parametrize("acts", [["sigmoid", "tanh"], ["Sigmoid", "Tanh"], ["SIGMOID", "tanh"]])
+def test_both_activation_spellings_are_accepted_in_every_direction(direction, acts) -> None:
+    """ONNX's spelling (Sigmoid, Tanh) and ORT's (sigmoid, tanh), two per direction: the default GRU's bits."""
+    D = DIRS[direction]
+    text = _forward_gru(direction).replace("Float32", "Float64")
+    plain = gradir.parse(text)
+    spelled = gradir.parse(text.replace("clip=0.75", "clip=0.75, activations=" + str(acts * D).replace("'", '"')))
+    assert spelled.ops[0].attrs["activations"] == ("sigmoid", "tanh") * D
+    feeds = _feeds(plain, 9)
+    want, got = gradir.compile(plain).run(feeds), gradir.compile(spelled).run(feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    wrong = '["Sigmoid", "Tanh"]' if D == 2 else '["Sigmoid", "Tanh", "Sigmoid", "Tanh"]'
+    with pytest.raises(GradirError) as err:
+        gradir.compile(gradir.parse(text.replace("clip=0.75", "activations=" + wrong)))
+    assert f"needs {2 * D} (two per direction)" in str(err.value) and ":8:" in str(err.value), str(err.value)
+
+
+def _torch_data(prefix: str) -> dict:
+    import os
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    with np.load(os.path.join(here, "gru_torch.npz")) as z:
+        return {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
+
+
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-5), ("float64", 1e-9)])
+@pytest.mark.parametrize("direction", ["bidirectional", "reverse"])
+def test_bidirectional_and_reverse_grus_with_sequence_lengths_match_pytorchs_packed_sequences(direction, dtype, tol):
+    """PyTorch's bidirectional nn.GRU on a packed sequence (unsorted lengths 6, 2, 4), float64 autograd
+    (``data/gru_torch.npz``, ``<dtype>/packed/``, by ``data/make_gru_torch.py``): gradir's bidirectional layer,
+    and its reverse layer alone (direction 1's weights; torch's gradients with the forward direction's upstream
+    gradients zero, ``packed_rev``), within ``tol`` of each result's largest magnitude."""
+    t = _torch_data(f"{dtype}/packed/")
+    g = _torch_data(f"{dtype}/packed_rev/") if direction == "reverse" else t
+    d = slice(1, 2) if direction == "reverse" else slice(0, 2)
+    X, W, R, B, SL, H0 = t["x"], t["W"][d], t["R"][d], t["B"][d], t["lengths"], t["h0"][d]
+    n = R.shape[-1]
+    kw = {"hidden_size": n, "direction": direction, "linear_before_reset": 1}
+    HAll, HFinal, ZRH = gru_training(X, W, R, B, SL, H0, **kw)
+    grads = gru_grad(X, W, R, B, SL, H0, HAll, ZRH, t["dy"][:, d], t["dhn"][d], **kw)
+
+    def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+        assert got.shape == want.shape and got.dtype == np.dtype(dtype), what
+        err = float(np.abs(got.astype(np.float64) - want).max())
+        assert err <= tol * max(1.0, float(np.abs(want).max())), f"{what}: off by {err:.3g}"
+
+    close(HAll, t["y"][:, d], "y")
+    close(HFinal, t["hn"][d], "hn")
+    for name, got in zip(("x", "W", "R", "B", "h0"), grads):
+        want = g[f"grad_{name}"]
+        close(got, want if name == "x" else want[d], f"d{name}")
+
+
+@pytest.mark.parametrize("direction", DIRS)
+def test_an_empty_sequence_keeps_the_initial_state_and_passes_its_gradient_through(direction) -> None:
+    D = DIRS[direction]
+    X, W, R, B, _, H0 = _operands(16, np.float64, "none", True, True, D)
+    X = X[:0]
+    kw = {"hidden_size": H, "direction": direction}
+    HAll, HFinal, ZRH = gru_training(X, W, R, B, None, H0, **kw)
+    assert HAll.shape == (0, D, NB, H) and ZRH.shape == (0, D, NB, 3 * H)
+    np.testing.assert_array_equal(HFinal, H0)
+    dHFinal = np.random.default_rng(17).standard_normal(H0.shape)
+    dX, dW, dR, dB, dH0 = gru_grad(X, W, R, B, None, H0, HAll, ZRH, None, dHFinal, **kw)
+    np.testing.assert_array_equal(dH0, dHFinal)
+    assert dX.shape == X.shape and not dW.any() and not dR.any() and not dB.any()
+
+
+@pytest.mark.parametrize("attrs, warned", [("", False), (', direction="reverse"', True), (", clip=2.0", True)])
+def test_export_warns_of_a_gru_training_onnx_runtime_refuses(attrs, warned) -> None:
+    """A GRUTraining written as ORT's op (its ZRH read) in a configuration ORT's kernel refuses: ``gradir export``
+    writes it (ORT's op, ONNX's GRU semantics) and says ORT cannot run it."""
+    pytest.importorskip("onnx")
+    from gradir.interop.onnx.ort import ort_notes
+    text = TRAINING_GRU.replace("hidden_size=2, linear_before_reset=1, activations", f"hidden_size=2{attrs}, "
+                                "linear_before_reset=1, activations").replace("t8, t9, t10, t11, t12 = GRUGrad", "#")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(("#", "output"))) + "\noutput t7\n"
+    notes = ort_notes(gradir.parse(text), 17, False)
+    assert any("GRUTraining computes the forward direction only" in n for n in notes) == warned, notes

@@ -1,5 +1,5 @@
-"""The gradient rule of ``GRUTraining`` (``gradir/ops/gru.py``): ORT's ``GRUGrad``.  Imported by the package
-(``gradir/autodiff/__init__.py``)."""
+"""The gradient rules of the GRU ops (``gradir/ops/gru.py``): ``GRUTraining`` -> ORT's ``GRUGrad``, ``GRUCell`` ->
+``GradGRUCellInput``.  Imported by the package (``gradir/autodiff/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,11 @@ def _gru_training(e: Emitter, op: Op, cts: list, need: list) -> list:
     attrs = {a.name: op.attrs[a.name] for a in op.ATTRS}
     dx, dw, dr, db, dh0 = e.GRUGrad(x, w, r, b, sl, h0, hall, zrh, cts[0], cts[1], **attrs)
     return [dx, dw, dr, db if b is not None else None, None, dh0 if h0 is not None else None]
+
+
+@rule("GRUCell")
+def _gru_cell(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """One ``GradGRUCellInput`` per operand that needs a gradient (and no other), as for ``LSTMCell``."""
+    hs = op.attrs["hidden_size"]
+    return [e.GradGRUCellInput(cts[0], *op.operands, input_index=k, hidden_size=hs) if need[k] else None
+            for k in range(6)]

@@ -1,4 +1,5 @@
-"""GRU ops: ONNX Runtime's sequence layer (gate order z, r, h) and its backward through time."""
+"""GRU ops: ONNX Runtime's sequence layer (gate order z, r, h) and its backward through time, and the cell
+(PyTorch's ``GRUCell``, gate order r, z, n) and its per-input gradients."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
 from ..ir.onnxmap import MS_DOMAIN, OnnxMap
-from ..ir.types import FLOAT_DTYPES, TensorType
+from ..ir.types import FLOAT_DTYPES, Dim, TensorType
 from . import references
 from .lstm import HIDDEN, LayerCheck
 
@@ -97,8 +98,10 @@ class GRUTrainingOp(Op):
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
         """5 steps of a batch of 4 (axis 1, the shard axis), every optional operand given, sequence
-        lengths below S for some rows; PyTorch's linear_before_reset=1."""
-        return _layer_example(rng, dtype), {"hidden_size": 2, "linear_before_reset": 1}
+        lengths below S for some rows; bidirectional, PyTorch's linear_before_reset=1, a clip that clips
+        some gates."""
+        return _layer_example(rng, dtype, 2), {"hidden_size": 2, "linear_before_reset": 1,
+                                               "direction": "bidirectional", "clip": 0.5}
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
@@ -108,7 +111,12 @@ class GRUTrainingOp(Op):
 
 
 class GRUGradOp(BackwardOp):
-    """ORT's GRU backward through time (GRUGrad), exact, with sequence lengths and Float64."""
+    """ORT's GRU backward through time (GRUGrad), exact in every direction, with sequence lengths, clip, Float64.
+
+    ORT's kernel is forward-only, Float32, without sequence lengths or clip; gradir computes them all.  With
+    ``clip`` the gradient stops where the forward clipped a gate's pre-activation; ZRH holds the values after the
+    activations, which cannot tell (σ(clip) is also σ of unclipped neighbours in floating point), so the kernel
+    recomputes the pre-activations from X, W, R, B and the saved H_{t-1} (HAll)."""
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
@@ -140,14 +148,14 @@ class GRUGradOp(BackwardOp):
 
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
-        """The saved values of ``GRUTraining``'s example (in float64, then ``dtype``) and upstream
-        gradients of HAll and HFinal."""
+        """The saved values of a reverse ``GRUTraining`` with linear_before_reset=0 and a clip that clips
+        some gates (in float64, then ``dtype``) and upstream gradients of HAll and HFinal."""
         X, W, R, B, SL, H0 = _layer_example(rng, np.float64)
-        HAll, HFinal, ZRH = references.gru_training(X, W, R, B, SL, H0, hidden_size=2, linear_before_reset=1)
+        attrs = {"hidden_size": 2, "direction": "reverse", "clip": 0.5}
+        HAll, HFinal, ZRH = references.gru_training(X, W, R, B, SL, H0, **attrs)
         dy = [rng.standard_normal(a.shape) for a in (HAll, HFinal)]
         arrays = [X, W, R, B, SL, H0, HAll, ZRH, *dy]
-        return [a if a.dtype.kind == "i" else a.astype(dtype) for a in arrays], {"hidden_size": 2,
-                                                                                 "linear_before_reset": 1}
+        return [a if a.dtype.kind == "i" else a.astype(dtype) for a in arrays], attrs
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str, linear_before_reset: int,
@@ -168,12 +176,12 @@ def _check_alignment(ctx: InferContext) -> None:
                      f"dHAll, dHFinal (leave SL and H0 empty, not out)", operand=i)
 
 
-def _layer_example(rng: Any, dtype: Any) -> list[Any]:
-    """X, W, R, B, SL, H0 of a forward layer: S=5, B=4, I=3, H=2, D=1; sequence lengths 5, 2, 4, 1."""
-    shapes = ((5, 4, 3), (1, 6, 3), (1, 6, 2), (1, 12))
+def _layer_example(rng: Any, dtype: Any, D: int = 1) -> list[Any]:
+    """X, W, R, B, SL, H0 of a layer of D directions: S=5, B=4, I=3, H=2; sequence lengths 5, 2, 4, 1."""
+    shapes = ((5, 4, 3), (D, 6, 3), (D, 6, 2), (D, 12))
     arrays = [(0.5 * rng.standard_normal(s)).astype(dtype) for s in shapes]
     arrays.append(np.array([5, 2, 4, 1], np.int32))
-    arrays.append((0.5 * rng.standard_normal((1, 4, 2))).astype(dtype))
+    arrays.append((0.5 * rng.standard_normal((D, 4, 2))).astype(dtype))
     return arrays
 
 
@@ -185,3 +193,106 @@ def _layer_flops(operands: Any, attrs: Any) -> float:
     H = int(attrs.get("hidden_size") or 1)
     D = 2 if attrs.get("direction") == "bidirectional" else 1
     return 2.0 * S * B * 3 * H * (I + H) * D
+
+
+# -- the cell (PyTorch's GRUCell) -----------------------------------------------------------------------------
+_CELL_OPERANDS = (Operand("X", doc="[B, I]"), Operand("H", doc="[B, Hd] previous hidden state"),
+                  Operand("W_ih", doc="[3Hd, I] (blocks r, z, n)", sample="weights"),
+                  Operand("W_hh", doc="[3Hd, Hd]", sample="weights"),
+                  Operand("B_ih", doc="[3Hd]", sample="weights"),
+                  Operand("B_hh", doc="[3Hd] (b_hn stays inside the reset product: not summable with B_ih)",
+                          sample="weights"))
+CELL_INPUT_NAMES = ("X", "H", "W_ih", "W_hh", "B_ih", "B_hh")
+
+
+def _cell_dims(ctx: InferContext, base: int) -> tuple[Dim, Dim, int, Any]:
+    """Check the six cell operands starting at ``base``; return (B, I, Hd, dtype)."""
+    Hd = ctx.attrs["hidden_size"]
+    why = f" (hidden_size={Hd})"
+    x = ctx.rank(base, 2)
+    dtype = ctx.dtype_in(base, FLOAT_DTYPES)
+    for k in range(1, 6):
+        ctx.same_dtype(base, base + k)
+    B, I = x.shape
+    B = ctx.expect_shape(base + 1, [B, Hd], why)[0]
+    I = ctx.expect_shape(base + 2, [3 * Hd, I], why)[1]
+    ctx.expect_shape(base + 3, [3 * Hd, Hd], why)
+    ctx.expect_shape(base + 4, [3 * Hd], why)
+    ctx.expect_shape(base + 5, [3 * Hd], why)
+    return B, I, Hd, dtype
+
+
+class GRUCellOp(Op):
+    """One GRU step (PyTorch's GRUCell, gate order r, z, n): returns H'."""
+
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return _cell_flops(operands, attrs)
+
+    NO_ONNX = "ONNX has no single GRU cell step (its GRU runs a whole sequence)"
+
+    SHARDING = "gru_cell"
+    OPERANDS = _CELL_OPERANDS
+    RESULTS = ("H_next",)
+    ATTRS = (HIDDEN,)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        B, I, Hd, dtype = _cell_dims(ctx, 0)
+        return [TensorType(dtype, [B, Hd])]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """A batch of 4 rows of 3 inputs, hidden size 2."""
+        return _cell_example(rng, dtype), {"hidden_size": 2}
+
+    @classmethod
+    def reference(cls, *arrays: Any, hidden_size: int) -> Any:
+        return references.gru_cell(*arrays, hidden_size)
+
+
+class GradGRUCellInputOp(BackwardOp):
+    """Gradient of GRUCell w.r.t. one input: 0 X, 1 H, 2 W_ih, 3 W_hh, 4 B_ih, 5 B_hh."""
+
+    @classmethod
+    def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
+        return 3 * _cell_flops(operands[1:] if operands else operands, attrs)
+
+    NO_ONNX = "ONNX Runtime has no GRU cell step gradient (GRUGrad differentiates a whole sequence)"
+
+    SHARDING = "gru_cell_grad"
+    OPERANDS = (Operand("dH_next", doc="[B, Hd] gradient w.r.t. H'"), *_CELL_OPERANDS)
+    RESULTS = ("dInput",)
+    ATTRS = (Attr("input_index", "int", min=0, max=5,
+                  doc="which gradient: 0 X, 1 H, 2 W_ih, 3 W_hh, 4 B_ih, 5 B_hh"), HIDDEN)
+
+    def infer(self, ctx: InferContext) -> list[TensorType]:
+        B, I, Hd, dtype = _cell_dims(ctx, 1)
+        ctx.same_dtype(1, 0)
+        B = ctx.expect_shape(0, [B, Hd], f" (hidden_size={Hd})")[0]
+        shapes = [[B, I], [B, Hd], [3 * Hd, I], [3 * Hd, Hd], [3 * Hd], [3 * Hd]]
+        return [TensorType(dtype, shapes[ctx.attrs["input_index"]])]
+
+    @classmethod
+    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The gradient of a weight (summed over the batch of 4: partial sums when sharded)."""
+        dh = rng.standard_normal((4, 2)).astype(dtype)
+        return [dh] + _cell_example(rng, dtype), {"input_index": 3, "hidden_size": 2}
+
+    @classmethod
+    def reference(cls, *arrays: Any, input_index: int, hidden_size: int) -> Any:
+        return references.gru_cell_grads(*arrays, hidden_size)[input_index]
+
+
+def _cell_example(rng: Any, dtype: Any) -> list[Any]:
+    """The six cell operands: B=4, I=3, Hd=2 (every dimension distinct: the batch axis is unambiguous)."""
+    shapes = ((4, 3), (4, 2), (6, 3), (6, 2), (6,), (6,))
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _cell_flops(operands: Any, attrs: Any) -> float:
+    """One step's gate products: 2 B 3Hd (I + Hd)."""
+    if not operands or operands[0] is None:
+        return 0.0
+    B, I = (tuple(1 if d is None else d for d in operands[0].shape) + (1, 1))[:2]
+    H = int(attrs.get("hidden_size") or 1)
+    return 2.0 * B * 3 * H * (I + H)

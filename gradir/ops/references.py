@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = ["softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "sum_to", "sce_loss", "sce_grad",
-           "lstm_cell", "lstm_cell_grads", "lstm_training", "lstm_grad", "gru_training", "gru_grad", "f64"]
+           "lstm_cell", "lstm_cell_grads", "lstm_training", "lstm_grad", "gru_training", "gru_grad",
+           "gru_cell", "gru_cell_grads", "f64"]
 
 
 def f64(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
@@ -378,3 +379,43 @@ def gru_grad(X, W, R, B, SL, H0, HAll, ZRH, dHAll, dHFinal, *, hidden_size: int,
                 dh = dh * z + Rz.T @ da_z + Rr.T @ da_r + dhp_h
             dH0[d, b] = dh
     return dX, dW, dR, dB, dH0
+
+
+def gru_cell(X, H, W_ih, W_hh, B_ih, B_hh, hidden_size: int) -> np.ndarray:
+    """PyTorch GRUCell (gates r, z, n; the reset gate multiplies ``W_hn·h + b_hn``), one batch row at a time;
+    returns H'."""
+    X, H, W_ih, W_hh, B_ih, B_hh = (f64(a) for a in (X, H, W_ih, W_hh, B_ih, B_hh))
+    n = hidden_size
+    H_next = np.zeros((X.shape[0], n))
+    for b in range(X.shape[0]):
+        gi, gh = W_ih @ X[b] + B_ih, W_hh @ H[b] + B_hh
+        r = sigmoid(gi[:n] + gh[:n])
+        z = sigmoid(gi[n:2 * n] + gh[n:2 * n])
+        c = np.tanh(gi[2 * n:] + r * gh[2 * n:])
+        H_next[b] = (1 - z) * c + z * H[b]
+    return H_next
+
+
+def gru_cell_grads(dH, X, H, W_ih, W_hh, B_ih, B_hh, hidden_size: int) -> list[np.ndarray]:
+    """The vector-Jacobian products of ``gru_cell`` with dH: [dX, dH, dW_ih, dW_hh, dB_ih, dB_hh]."""
+    dH, X, H, W_ih, W_hh, B_ih, B_hh = (f64(a) for a in (dH, X, H, W_ih, W_hh, B_ih, B_hh))
+    n = hidden_size
+    out = [np.zeros_like(X), np.zeros_like(H), np.zeros_like(W_ih), np.zeros_like(W_hh), np.zeros_like(B_ih),
+           np.zeros_like(B_hh)]
+    for b in range(X.shape[0]):
+        gi, gh = W_ih @ X[b] + B_ih, W_hh @ H[b] + B_hh
+        r = sigmoid(gi[:n] + gh[:n])
+        z = sigmoid(gi[n:2 * n] + gh[n:2 * n])
+        c = np.tanh(gi[2 * n:] + r * gh[2 * n:])
+        da_n = dH[b] * (1 - z) * (1 - c * c)
+        da_z = dH[b] * (H[b] - c) * z * (1 - z)
+        da_r = da_n * gh[2 * n:] * r * (1 - r)
+        d_gi = np.concatenate([da_r, da_z, da_n])
+        d_gh = np.concatenate([da_r, da_z, da_n * r])
+        out[0][b] = W_ih.T @ d_gi
+        out[1][b] = W_hh.T @ d_gh + dH[b] * z
+        out[2] += np.outer(d_gi, X[b])
+        out[3] += np.outer(d_gh, H[b])
+        out[4] += d_gi
+        out[5] += d_gh
+    return out

@@ -5,7 +5,12 @@ refuses ONNX's ``Sigmoid``, ``Tanh``).  Every node lists all six forward input s
 builder needs.
 
 GRUGrad's HAll and ZRH are those of a float64 forward run on the same operands (rounded to Float32), so the
-gradients are those of a real sequence; dHAll and dHFinal are random (dHFinal absent in one case)."""
+gradients are those of a real sequence; dHAll and dHFinal are random (dHFinal absent in one case).
+
+ONNX's own ``GRU`` (ai.onnx), which gradir imports as a ``GRUTraining`` and where ORT's CPU kernel computes every
+direction, sequence lengths and ``clip`` (Float32 only): ``onnxgru_*`` cases in reverse and bidirectional
+direction with unsorted lengths (one of 1: ORT gives a row of length 0 a zero ``Y_h`` where gradir keeps
+``initial_h``, docs/onnx.md), a clip that clips some gates, ONNX's spelling ``Sigmoid``, ``Tanh``."""
 
 from __future__ import annotations
 
@@ -63,6 +68,21 @@ def _cases(tag: str, S: int, nb: int, I: int, n: int, lbr: int, bias: bool = Tru
             Case(f"grugrad_{tag}", "GRUGrad", MS_DOMAIN, grad, ["dX", "dW", "dR", "dB", "dH0"], attrs)]
 
 
+def _onnx_gru(tag: str, direction: str, lbr: int, clip: Any, acts: bool, S: int = 5, nb: int = 4, I: int = 3,
+              n: int = 4) -> Case:
+    D = 2 if direction == "bidirectional" else 1
+    inputs = {"X": _rng.standard_normal((S, nb, I)).astype(_F),
+              "W": _rng.uniform(-1, 1, (D, 3 * n, I)).astype(_F), "R": _rng.uniform(-1, 1, (D, 3 * n, n)).astype(_F),
+              "B": _rng.uniform(-1, 1, (D, 6 * n)).astype(_F), "sequence_lens": np.array([5, 2, 1, 4], np.int32)[:nb],
+              "initial_h": (0.5 * _rng.standard_normal((D, nb, n))).astype(_F)}
+    attrs: dict[str, Any] = {"hidden_size": n, "linear_before_reset": lbr, "direction": direction}
+    if clip is not None:
+        attrs["clip"] = clip
+    if acts:
+        attrs["activations"] = ["Sigmoid", "Tanh"] * D
+    return Case(f"onnxgru_{tag}", "GRU", "", inputs, ["Y", "Y_h"], attrs)
+
+
 CASES = [
     *_cases("lbr0", 4, 3, 5, 6, 0),
     *_cases("lbr1", 4, 3, 5, 6, 1),
@@ -71,4 +91,9 @@ CASES = [
     *_cases("lbr1_no_bias_acts", 5, 2, 3, 4, 1, bias=False, acts=True, dhfinal=False),
     *_cases("lbr0_no_bias_acts", 5, 2, 3, 4, 0, bias=False, h0=False, acts=True),
     *_cases("lbr1_long", 16, 4, 8, 8, 1),
+    _onnx_gru("reverse_lbr1_clip", "reverse", 1, 0.8, True),
+    _onnx_gru("reverse_lbr0", "reverse", 0, None, False),
+    _onnx_gru("bidirectional_lbr1", "bidirectional", 1, None, True),
+    _onnx_gru("bidirectional_lbr0_clip", "bidirectional", 0, 0.8, False),
+    _onnx_gru("forward_lbr1_clip", "forward", 1, 0.8, False),
 ]

@@ -2,7 +2,9 @@
 
 * A ``GRUTraining`` whose ``ZRH`` nothing reads (what the import of ONNX's ``GRU`` gives, and any forward GRU)
   is ONNX's own ``GRU`` (ai.onnx; ``Y``, ``Y_h``): a standard op every runtime has, in every direction, with
-  sequence lengths, ``clip``, Float32 and Float64.  The round trip gives the same ``GRUTraining`` back.
+  sequence lengths, ``clip``, Float32 and Float64.  The round trip gives the same ``GRUTraining`` back.  ONNX's
+  ``GRU`` takes Int32 lengths only: with Int64 ones the op stays ORT's ``GRUTraining`` (a ``Cast`` would not
+  come back as the same graph).
 * Otherwise ``GRUTraining`` and ``GRUGrad`` are ORT's ``com.microsoft`` ops of the same name (activations in
   ORT's lower case, which its kernel compares case-sensitively).
 * ORT's ``GRUGrad`` computes the forward direction only, without sequence lengths or ``clip``: such a
@@ -48,14 +50,25 @@ def _attrs(e: Any, op: Op, onnx_spelling: bool) -> dict[str, Any]:
             "activations": None if acts is None else list(acts)}
 
 
+def orts_gru_training_refuses(graph: Any, op: Op) -> bool:
+    """Whether ``op`` is a ``GRUTraining`` exported as ORT's op (not ONNX's ``GRU``) in a configuration ORT's kernel
+    refuses (reverse or bidirectional, sequence lengths, clip): ``gradir export`` warns of it."""
+    if op.op_name != "GRUTraining":
+        return False
+    a = op.resolved_attrs()
+    if a["direction"] == "forward" and not _given(op, 4) and a["clip"] is None:
+        return False
+    int32_lengths = not _given(op, 4) or graph.types[op.operands[4]].dtype == DType.Int32
+    read = op.results[2] in graph.outputs or any(op.results[2] in o.operands for o in graph.ops)
+    return read or not int32_lengths
+
+
 @exporter(GRUTrainingOp, GRUGradOp)
 def _gru(e: Any, op: Op) -> None:
     ins, outs = [e.name(v) for v in op.operands], [e.name(r) for r in op.results]
     a = op.resolved_attrs()
-    if _given(op, 4) and e.type(op.operands[4]).dtype == DType.Int64:  # ONNX and ORT take Int32 lengths
-        ins[4] = e.fresh("sequence_lens")
-        e.node("Cast", [e.name(op.operands[4])], [ins[4]], to=int(e.onnx.TensorProto.INT32))
-    if op.op_name == "GRUTraining" and not _read(e, op.results[2]):
+    int32_lengths = not _given(op, 4) or e.type(op.operands[4]).dtype == DType.Int32  # what ONNX's GRU takes
+    if op.op_name == "GRUTraining" and int32_lengths and not _read(e, op.results[2]):
         e.node("GRU", ins, outs[:2], **_attrs(e, op, True))
         return
     if op.op_name == "GRUGrad":

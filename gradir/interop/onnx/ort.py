@@ -17,6 +17,7 @@ from ...ir.onnxmap import onnx_map
 from ...ir.types import DType
 from . import lowering
 from .common import require_onnx
+from .export_gru import orts_gru_training_refuses
 from .export_ops import exporter_for, exports_in_gradir_domain
 from .exporter import Export
 
@@ -39,6 +40,9 @@ def ort_notes(graph: Graph, opset: int, custom: bool) -> list[str]:
             lacking.setdefault("no Float64 CPU kernel in ONNX Runtime 1.19", []).append(op.op_name)
         elif op.op_name == "Scale" and float(op.attrs["factor"]) == 0.0:
             lacking.setdefault("ONNX Runtime's Scale refuses a factor of 0", []).append(op.op_name)
+        elif orts_gru_training_refuses(graph, op):
+            lacking.setdefault("ONNX Runtime's GRUTraining computes the forward direction only, without sequence "
+                               "lengths or clip", []).append(op.op_name)
     return [f"{why}: {', '.join(sorted(set(ops)))}" for why, ops in lacking.items()]
 
 

@@ -171,7 +171,7 @@ def _backward_core_np(X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, wb: np.ndar
     masks = _masks(SL, S, nb, dt)
     # H_{t-1} of every step: h0 (or zeros), then HAll[:-1]
     Hp = np.empty((S, nb, n), dt)
-    Hp[0] = 0 if h0 is None else h0
+    Hp[:1] = 0 if h0 is None else h0  # (no step at all when S is 0)
     Hp[1:] = HAll[:-1]
     Z = ZRH
     C = None if clip is None else _clip_masks(X, Wd, Rd, wb, rb, Hp, Z, lbr, clip)
