@@ -54,6 +54,10 @@ def weight_grads(DA: np.ndarray, E: np.ndarray, X: np.ndarray, HAll: np.ndarray,
     C-contiguous, ``h0`` ``[B, H]`` (zeros when absent), ``Hp()`` a ``[S, B, H]`` scratch for the fallback."""
     S, nb, h3 = DA.shape
     h, I, dt = h3 // 3, X.shape[2], DA.dtype
+    if S == 0:  # an empty sequence: no step, no gradient
+        dW[...] = 0
+        dR[...] = 0
+        return
     DA2, E2 = DA.reshape(S * nb, h3), E.reshape(S * nb, h)
     X2 = _flat(X)
     X2 = jit.readable(X2 if X2 is not None else np.ascontiguousarray(X).reshape(S * nb, I))
