@@ -5,6 +5,10 @@ enough for the two half-batch loops, strided result views, and the same bits on 
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -132,3 +136,32 @@ def test_the_kernels_use_the_compiled_cores_except_with_clip() -> None:
         assert gru._cores(np.dtype(dt), 0.5) == (gru.forward_core, gru.backward_core)
     with jit.disabled():
         assert gru._cores(np.dtype(np.float32), None) == (gru.forward_core, gru.backward_core)
+
+
+def test_compile_builds_the_gru_cores_so_runs_compile_nothing() -> None:
+    """gradir.compile warms GRUTraining/GRUGrad (the ``warm`` hook in kernels/gru.py): running a GRU's
+    derived graph afterwards adds no numba signature to the compiled cores' loops."""
+    code = """
+import numpy as np, gradir
+from gradir.backends.cpu.kernels import jit
+g = jit.load("gru")
+names = ("forward_loop", "backward_loop")
+text = '''input t0 : Float32 [3, 18, 4]
+input t1 : Float32 [1, 15, 4]
+input t2 : Float32 [1, 15, 5]
+input t3 : Float32 [1, 30]
+t4, t5, t6 = GRUTraining(t0, t1, t2, t3, hidden_size=5, linear_before_reset=1)
+output t4
+'''
+fwd = gradir.parse(text)
+exe = gradir.compile(gradir.grad(fwd))
+before = [len(getattr(g, n).signatures) for n in names]
+rng = np.random.default_rng(0)
+exe.run({i.name: rng.standard_normal(i.type.shape).astype(np.float32) for i in exe.graph.inputs})
+after = [len(getattr(g, n).signatures) for n in names]
+print(before, after)
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    before, after = (json.loads(part) for part in out.stdout.strip().replace("] [", "]\n[").split("\n"))
+    assert min(before) >= 1 and after == before, out.stdout
