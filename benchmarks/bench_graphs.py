@@ -2,7 +2,7 @@
 in PyTorch eager autograd, ``torch.compile`` (inductor) and ``jax.jit`` of ``jax.vjp``, all timed
 in the same run (issue [fusion], "bench_graphs.py" and "Goals").
 
-    python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches,gpt] [--threads N]
+    python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches,gpt,gru] [--threads N]
                                       [--repeats N] [--no-compile] [--no-jax] [--no-ort]
 
 The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from the
@@ -373,7 +373,7 @@ def case_goals(case: gc.Case, t: dict, lows: dict, names: dict) -> list[tuple]:
         return (f"{case.key}: <= {limit}x {what}", ratio(key), g / t[key] <= limit)
 
     info = [(f"{case.key}: gradir / {names[k]}", ratio(k), None) for k in t if not k.startswith("gradir")]
-    if case.key == "lstm":
+    if case.key in ("lstm", "gru"):
         return [vs("eager", 0.9, "PyTorch eager")] + info
     if case.key in ("mlp", "gpt"):
         others = [k for k in t if not k.startswith("gradir")]

@@ -273,10 +273,80 @@ def branches(scale: str, seed: int = 0) -> Case:
                 [_normal(rng, (N, C))], torch_side, jax_side)
 
 
+# ---------------------------------------------------------------------------------------------
+# 7. GRU language model: GRUTraining (linear_before_reset=1, PyTorch's GRU) -> MatMul to C classes -> LogSoftmax
+
+GRU_SIZES = {"full": (100, 64, 256, 256, 512), "quick": (20, 16, 64, 64, 128), "tiny": (3, 2, 4, 5, 6)}
+_GRU_TO_TORCH = (1, 0, 2)  # torch gate block k (r, z, n) is ONNX block _GRU_TO_TORCH[k] (z, r, h)
+
+
+def gru_lm(scale: str, seed: int = 0) -> Case:
+    S, B, I, H, C = GRU_SIZES[scale]
+    rng = np.random.default_rng(seed)
+    u = 1.0 / np.sqrt(H)  # PyTorch's GRU initialization, U(+-1/sqrt(H))
+    inputs = {"t0": _normal(rng, (S, B, I)),
+              "t1": rng.uniform(-u, u, (1, 3 * H, I)).astype(F32),
+              "t2": rng.uniform(-u, u, (1, 3 * H, H)).astype(F32),
+              "t3": rng.uniform(-u, u, (1, 6 * H)).astype(F32),
+              "t4": _normal(rng, (H, C), 1.0 / np.sqrt(H))}
+    body = [f"t5, t6, t7 = GRUTraining(t0, t1, t2, t3, hidden_size={H}, linear_before_reset=1)",
+            "t8 = MatMul(t5, t4)", "t9 = LogSoftmax(t8)"]
+    perm = np.concatenate([np.arange(k * H, (k + 1) * H) for k in _GRU_TO_TORCH])
+
+    def torch_side(torch: Any, x: dict) -> tuple:
+        gru = torch.nn.GRU(I, H)
+        with torch.no_grad():
+            gru.weight_ih_l0.copy_(torch.from_numpy(x["t1"][0][perm]))
+            gru.weight_hh_l0.copy_(torch.from_numpy(x["t2"][0][perm]))
+            gru.bias_ih_l0.copy_(torch.from_numpy(x["t3"][0, :3 * H][perm]))
+            gru.bias_hh_l0.copy_(torch.from_numpy(x["t3"][0, 3 * H:][perm]))
+        X = torch.from_numpy(x["t0"]).clone().requires_grad_(True)
+        Wout = torch.from_numpy(x["t4"]).clone().requires_grad_(True)
+
+        def fn(X: Any, Wout: Any) -> tuple:
+            y, _ = gru(X)
+            return (torch.log_softmax((y @ Wout).unsqueeze(1), dim=-1),)  # [S, 1, B, C], as gradir's
+
+        def from_torch(g: list) -> list:
+            def onnx(a: np.ndarray) -> np.ndarray:
+                out = np.empty_like(a)
+                out[perm] = a
+                return out
+            dX, dWout, dWih, dWhh, dbih, dbhh = g
+            return [dX, onnx(dWih)[None], onnx(dWhh)[None], np.concatenate([onnx(dbih), onnx(dbhh)])[None], dWout]
+
+        leaves = [X, Wout, gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0]
+        return fn, [X, Wout], leaves, from_torch
+
+    def jax_side(jax: Any) -> Callable:
+        jnp = jax.numpy
+
+        def f(X: Any, W: Any, R: Any, Bias: Any, Wout: Any) -> tuple:
+            pre = X @ W[0].T + Bias[0, :3 * H]  # [S, B, 3H], gates z, r, h
+
+            def step(h: Any, p: Any) -> tuple:
+                q = h @ R[0].T + Bias[0, 3 * H:]
+                z, r = (jax.nn.sigmoid(p[:, k * H:(k + 1) * H] + q[:, k * H:(k + 1) * H]) for k in range(2))
+                n = jnp.tanh(p[:, 2 * H:] + r * q[:, 2 * H:])
+                h = n + z * (h - n)
+                return h, h
+
+            _, hs = jax.lax.scan(step, jnp.zeros((B, H), X.dtype), pre)
+            return (jax.nn.log_softmax((hs @ Wout)[:, None], axis=-1),)
+        return f
+
+    return Case("gru", f"GRU LM: GRUTraining (S={S}, B={B}, I={I}, H={H}, linear_before_reset=1) -> MatMul to "
+                       f"{C} classes -> LogSoftmax",
+                _graph(inputs, body, "t9"), ["t0", "t1", "t2", "t3", "t4"], ["X", "W", "R", "B", "W_out"],
+                inputs, [_normal(rng, (S, 1, B, C))], torch_side, jax_side,
+                ["torch.compile: Dynamo does not trace nn.GRU (a graph break), so the GRU runs eagerly and "
+                 "inductor compiles the rest"])
+
+
 from gpt_case import GPT_SIZES, gpt  # noqa: E402,F401  (its own module: the 500-line rule)
 
 BUILDERS: dict[str, Callable[..., Case]] = {"lstm": lstm_lm, "mlp": mlp, "chain": chain, "loss": mlp_loss,
-                                             "branches": branches, "gpt": gpt}
+                                             "branches": branches, "gpt": gpt, "gru": gru_lm}
 
 
 def build(key: str, scale: str, seed: int = 0) -> Case:

@@ -32,12 +32,14 @@ def _gradir_gradients(case: gc.Case) -> list:
     return list(gradir.compile(bwd, threads=1).run(feeds).values())
 
 
-def test_the_six_graphs_at_the_issues_sizes():
-    assert KEYS == ["lstm", "mlp", "chain", "loss", "branches", "gpt"]
-    for sizes in (gc.LSTM_SIZES, gc.MLP_SIZES, gc.CHAIN_SIZES, gc.LOSS_SIZES, gc.BRANCH_SIZES, gc.GPT_SIZES):
+def test_the_graphs_at_the_issues_sizes():
+    assert KEYS == ["lstm", "mlp", "chain", "loss", "branches", "gpt", "gru"]
+    for sizes in (gc.LSTM_SIZES, gc.MLP_SIZES, gc.CHAIN_SIZES, gc.LOSS_SIZES, gc.BRANCH_SIZES, gc.GPT_SIZES,
+                  gc.GRU_SIZES):
         assert set(sizes) == {"tiny", "quick", "full"}
     assert gc.GPT_SIZES["full"] == (8, 256, 512, 8, 2048, 8192)  # B, T, C, heads, MLP, vocabulary
     assert gc.LSTM_SIZES["full"] == (100, 64, 256, 256, 512)  # S, B, I, H, classes
+    assert gc.GRU_SIZES["full"] == (100, 64, 256, 256, 512)  # S, B, I, H, classes (issue #32)
     assert gc.MLP_SIZES["full"] == (512, 1024, 4096, 1024)
     assert gc.CHAIN_SIZES["full"] == (2048, 2048)
     chain = gradir.parse(gc.build("chain", "tiny").text)

@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ....ops.gru import GRUGradOp, GRUTrainingOp
+from . import jit
 from .lstm.common import check_dtype, expect, result
 from .registry import kernel
 
@@ -253,6 +254,9 @@ backward_core = _backward_core_np
 def _cores(dtype: np.dtype, clip: float | None) -> tuple[Callable[..., None], Callable[..., None]]:
     """The (forward, backward) core pair for ``dtype`` and ``clip``: compiled where ``_jit_gru`` has one,
     else the NumPy cores (which compute every case)."""
+    jg = jit.load("gru")
+    if jg is not None and jg.takes(dtype, clip):
+        return jg.forward_core, jg.backward_core
     return _forward_core_np, _backward_core_np
 
 
@@ -372,6 +376,21 @@ def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, 
     return dX, dW, dR, dB, dH0
 
 
+def _warm(dtype: Any) -> None:
+    """``warm`` hook of GRUTraining and GRUGrad (see ``gradir.backends.cpu.kernels``): run both on a tiny
+    layer, one direction and two (contiguous and strided per-direction results), with and without ``dHAll``,
+    so numba builds or loads the compiled cores' machine code before a run needs it."""
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64) or jit.load("gru") is None:
+        return
+    X = np.full((2, 1, 1), 0.5, dt)
+    for direction, D in (("forward", 1), ("bidirectional", 2)):
+        W, R = np.full((D, 3, 1), 0.5, dt), np.full((D, 3, 1), 0.5, dt)
+        HAll, _, ZRH = gru_training(X, W, R, hidden_size=1, direction=direction)
+        for dHAll in (HAll, None):
+            gru_grad(X, W, R, None, None, None, HAll, ZRH, dHAll, HAll[0], hidden_size=1, direction=direction)
+
+
 # Registered here: the kernels take the whole sequence (BLAS for the products).
-kernel(GRUTrainingOp, blas=True)(gru_training)
-kernel(GRUGradOp, blas=True)(gru_grad)
+kernel(GRUTrainingOp, blas=True, warm=_warm)(gru_training)
+kernel(GRUGradOp, blas=True, warm=_warm)(gru_grad)
