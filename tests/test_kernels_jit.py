@@ -309,3 +309,24 @@ print(before, after)
     # one loaded from a full cache for the strided call first also serves the contiguous call (numba
     # converts the argument's layout), so a fresh cache can show 2 where a warm one shows 1.
     assert min(before) >= 1 and after == before, out.stdout
+
+
+def test_numba_ssa_warnings_of_every_kernel_module_are_kept_off_stderr() -> None:
+    """numba attributes its pedantic SSA warning to the kernel file it compiles (the file name without
+    ``.py`` as the module): the filter must match the kernels where they live, gradir/backends/cpu/kernels."""
+    import re
+    import warnings
+    from pathlib import Path
+
+    from numba.core.errors import NumbaIRAssumptionWarning
+
+    from gradir.backends.cpu.kernels import _jit_core, jit
+
+    patterns = [module for action, _, category, module, _ in warnings.filters
+                if action == "ignore" and category is NumbaIRAssumptionWarning and module is not None]
+    assert patterns, "no filter for NumbaIRAssumptionWarning"
+    kernels = Path(_jit_core.__file__).parent
+    for name in ("_jit_gru", "_jit_conv", "_jit_lstm", "_jit_core"):
+        module = str(kernels / name)
+        assert any(isinstance(p, re.Pattern) and p.match(module) for p in patterns), module
+    assert "_jit_lstm.py" in jit._BLOCKS  # _jit_gru inlines _jit_lstm's tanh: an edit must empty its cache

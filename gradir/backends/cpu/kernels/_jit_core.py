@@ -40,7 +40,7 @@ from numba.extending import intrinsic
 # (numba attributes it to numba.core.ssa, or to the path of the kernel file whose call site
 # it compiles: warn_explicit then takes the file name without ".py" as the module)
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning,
-                        module=r".*(numba[./\\]core[./\\]ssa|gradir[./\\]kernels[./\\]_jit_\w+)$")
+                        module=r".*(numba[./\\]core[./\\]ssa|gradir[./\\](backends[./\\]cpu[./\\])?kernels[./\\]_jit_\w+)$")
 
 __all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "prefetch", "prefetch_span", "stream32", "store_fence", "vector_copy",
            "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "apart", "LOG2E"]

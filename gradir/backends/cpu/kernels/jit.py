@@ -15,7 +15,8 @@ tests, which check both implementations against the same references).
 ``None`` when the switch is off or numba is missing; the NumPy path is then taken.
 
 numba's on-disk cache is keyed on the file a kernel is defined in, but the kernels
-inline code from the building blocks ``_jit_core.py``, ``_jit_gemm.py`` and ``_jit_goto.py``: ``load``
+inline code from the building blocks ``_jit_core.py``, ``_jit_gemm.py``, ``_jit_goto.py`` (and ``_jit_lstm.py``'s
+``tanh``, which ``_jit_gru`` inlines): ``load``
 therefore keeps a stamp of those files' SHA-256 beside each module's cache and empties the
 module's cache index when the stamp differs, so an edited building block never runs stale
 machine code.
@@ -90,7 +91,8 @@ def _import(name: str) -> ModuleType | None:
         return _modules[name]
 
 
-_BLOCKS = ("_jit_core.py", "_jit_gemm.py", "_jit_goto.py")  # building blocks the kernel modules inline
+# building blocks the kernel modules inline (_jit_lstm's tanh is _jit_gru's too)
+_BLOCKS = ("_jit_core.py", "_jit_gemm.py", "_jit_goto.py", "_jit_lstm.py")
 
 
 def core_digest() -> str:
