@@ -2,7 +2,7 @@
 in PyTorch eager autograd, ``torch.compile`` (inductor) and ``jax.jit`` of ``jax.vjp``, all timed
 in the same run (issue [fusion], "bench_graphs.py" and "Goals").
 
-    python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches,gpt] [--threads N]
+    python benchmarks/bench_graphs.py [--quick] [--graphs lstm,mlp,chain,loss,branches,gpt,cnn,dwsep] [--threads N]
                                       [--repeats N] [--no-compile] [--no-jax] [--no-ort]
 
 The graphs are in ``graph_cases.py``: gradir derives each backward graph (``gradir.grad``) from the
