@@ -20,6 +20,10 @@ import numpy as np
 from numba import njit
 
 from ._jit_core import ELEMENTWISE, REDUCTION
+from ._jit_gemm import FAST_LARGE, gemm, gemm_rows
+
+__all__ = ["FAST_LARGE", "im2col", "col2im", "row_sums", "conv_images", "conv_grad_images", "depthwise",
+           "depthwise_grad", "max_pool", "max_pool_grad", "average_pool", "average_pool_grad"]
 
 _F64 = np.float64
 
@@ -59,8 +63,13 @@ def im2col(x, geo, n0, n1, cols):  # type: ignore[no-untyped-def]
                                 yi = yo * sh + b * dh - ph
                                 src = x[n0 + i, c, zi, yi]
                                 base = (zo * oh + yo) * ow
-                                for xo in range(e_lo, e_hi):
-                                    row[base + xo] = src[xo * sw + e * dw - pw]
+                                if sw == 1:  # a contiguous copy (vectorized)
+                                    off = e * dw - pw - base
+                                    for q in range(base + e_lo, base + e_hi):
+                                        row[q] = src[q + off]
+                                else:
+                                    for xo in range(e_lo, e_hi):
+                                        row[base + xo] = src[xo * sw + e * dw - pw]
 
 
 @njit(**ELEMENTWISE)
@@ -88,8 +97,107 @@ def col2im(dcols, geo, n0, n1, dx):  # type: ignore[no-untyped-def]
                                 yi = yo * sh + b * dh - ph
                                 dst = dx[n0 + i, c, zi, yi]
                                 base = (zo * oh + yo) * ow
-                                for xo in range(e_lo, e_hi):
-                                    dst[xo * sw + e * dw - pw] += row[base + xo]
+                                if sw == 1:
+                                    off = e * dw - pw - base
+                                    for q in range(base + e_lo, base + e_hi):
+                                        dst[q + off] += row[q]
+                                else:
+                                    for xo in range(e_lo, e_hi):
+                                        dst[xo * sw + e * dw - pw] += row[base + xo]
+
+
+@njit(**ELEMENTWISE)
+def _im2col_packed(x, geo, n, cg, out, by_p):  # type: ignore[no-untyped-def]
+    """Image ``n``'s im2col columns (as ``im2col``: row j = c*K + k of group c // cg, column p) written
+    straight into gradir's GEMM panels of width PW = out.shape[3], zero-padded: ``by_p``: the panels of
+    ``cols_g`` [Cg*K, P] (out [G, ceil(P/PW), Cg*K, PW]), else those of ``cols_gᵀ`` [P, Cg*K] (out [G,
+    ceil(Cg*K/PW), P, PW], the right operand of dW = dY·colsᵀ)."""
+    C = x.shape[1]
+    kd, sd, dd, pd, nd, od = geo[0, 0], geo[0, 1], geo[0, 2], geo[0, 3], geo[0, 4], geo[0, 5]
+    kh, sh, dh, ph, nh, oh = geo[1, 0], geo[1, 1], geo[1, 2], geo[1, 3], geo[1, 4], geo[1, 5]
+    kw, sw, dw, pw, nw, ow = geo[2, 0], geo[2, 1], geo[2, 2], geo[2, 3], geo[2, 4], geo[2, 5]
+    K = kd * kh * kw
+    PW = out.shape[3]
+    P = od * oh * ow
+    G = out.shape[0]
+    ck = cg * K
+    if by_p:  # the last panel's columns past P
+        for g in range(G):
+            for j in range(ck):
+                for q in range(P, out.shape[1] * PW):
+                    out[g, q // PW, j, q % PW] = 0
+    else:
+        for g in range(G):
+            for j in range(ck, out.shape[1] * PW):
+                for q in range(P):
+                    out[g, j // PW, q, j % PW] = 0
+    for c in range(C):
+        g = c // cg
+        for a in range(kd):
+            for b in range(kh):
+                for e in range(kw):
+                    j = (c % cg) * K + (a * kh + b) * kw + e
+                    jp, jo = j // PW, j % PW
+                    qp, qo, q = 0, 0, 0  # output q = qp * PW + qo, counted (no division per element)
+                    for zo in range(od):
+                        zi = zo * sd + a * dd - pd
+                        for yo in range(oh):
+                            yi = yo * sh + b * dh - ph
+                            inside = 0 <= zi < nd and 0 <= yi < nh
+                            for xo in range(ow):
+                                xi = xo * sw + e * dw - pw
+                                v = 0.0
+                                if inside and 0 <= xi < nw:
+                                    v = x[n, c, zi, yi, xi]
+                                if by_p:
+                                    out[g, qp, j, qo] = v
+                                    qo += 1
+                                    if qo == PW:
+                                        qo = 0
+                                        qp += 1
+                                else:
+                                    out[g, jp, q, jo] = v
+                                    q += 1
+
+
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+def conv_images(x, geo, n0, n1, w3, b, has_b, cols, y3):  # type: ignore[no-untyped-def]
+    """Y of images [n0, n1) by gradir's GEMM: each image's columns (``cols`` [C*K, P], ``im2col``), then
+    Y[n, g] = W[g]·cols_g read in place (``gemm_rows``: no packing; w3 [G, Mg, Cg*K], y3 [N, G, Mg, P]),
+    then the bias (b [G, Mg])."""
+    cgk = w3.shape[2]
+    for n in range(n0, n1):
+        im2col(x[n:n + 1], geo, 0, 1, cols)
+        for g in range(w3.shape[0]):
+            yg = y3[n, g]
+            gemm_rows(w3[g], cols[g * cgk:(g + 1) * cgk], yg)
+            if has_b:
+                for i in range(yg.shape[0]):
+                    bi = b[g, i]
+                    for q in range(yg.shape[1]):
+                        yg[i, q] += bi
+
+
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+def conv_grad_images(dy3, x, geo, n0, n1, wt3, colt, dcols, tmp, dw3, dx):  # type: ignore[no-untyped-def]
+    """ConvGrad's dX and the dW of images [n0, n1) by gradir's GEMM: dcols_g = W[g]ᵀ·dY[n, g] (wt3 [G,
+    Cg*K, Mg], read in place: dcols [C*K, P]) summed back by ``col2im``; dW[g] (dw3 [G, Mg, Cg*K]) =
+    Σ_n dY[n, g]·cols_gᵀ over the images in order (each product into ``tmp`` [Mg, Cg*K], then added), the
+    columns packed straight into panels (``colt`` [G, ceil(Cg*K/PW), P, PW])."""
+    G = wt3.shape[0]
+    cgk = wt3.shape[1]
+    cg = x.shape[1] // G
+    dw3[:] = 0
+    for n in range(n0, n1):
+        _im2col_packed(x, geo, n, cg, colt, False)
+        for g in range(G):
+            gemm(dy3[n, g], colt[g], tmp)
+            dg = dw3[g]
+            for i in range(tmp.shape[0]):
+                for j in range(cgk):
+                    dg[i, j] += tmp[i, j]
+            gemm_rows(wt3[g], dy3[n, g], dcols[g * cgk:(g + 1) * cgk])
+        col2im(dcols, geo, n, n + 1, dx)
 
 
 @njit(**REDUCTION)
@@ -189,35 +297,40 @@ def depthwise_grad(dy, x, w, geo, c0, c1, dx, dw, db):  # type: ignore[no-untype
 @njit(**ELEMENTWISE)
 def max_pool(x, geo, r0, r1, base, y, idx):  # type: ignore[no-untyped-def]
     """Y and Indices of the planes [r0, r1) of x [R, D, H, W]: the first maximum in window order (a NaN
-    wins), its flat row-major position in the plane plus base[r]."""
+    wins), its flat row-major position in the plane plus base[r].  Row by row of outputs: each window
+    element in order updates the whole row (the same comparisons as one window at a time)."""
     kd, sd, dd, pd, nd, od = geo[0, 0], geo[0, 1], geo[0, 2], geo[0, 3], geo[0, 4], geo[0, 5]
     kh, sh, dh, ph, nh, oh = geo[1, 0], geo[1, 1], geo[1, 2], geo[1, 3], geo[1, 4], geo[1, 5]
     kw, sw, dw, pw, nw, ow = geo[2, 0], geo[2, 1], geo[2, 2], geo[2, 3], geo[2, 4], geo[2, 5]
     for r in range(r0, r1):
-        xr = x[r]
         for zo in range(od):
             for yo in range(oh):
-                for xo in range(ow):
-                    best = xr[0, 0, 0]
-                    at = -1
-                    for a in range(kd):
-                        zi = zo * sd + a * dd - pd
-                        if zi < 0 or zi >= nd:
+                yr = y[r, zo, yo]
+                ir = idx[r, zo, yo]
+                ir[:] = -1
+                for a in range(kd):
+                    zi = zo * sd + a * dd - pd
+                    if zi < 0 or zi >= nd:
+                        continue
+                    for b in range(kh):
+                        yi = yo * sh + b * dh - ph
+                        if yi < 0 or yi >= nh:
                             continue
-                        for b in range(kh):
-                            yi = yo * sh + b * dh - ph
-                            if yi < 0 or yi >= nh:
-                                continue
-                            for e in range(kw):
+                        row = x[r, zi, yi]
+                        at = (zi * nh + yi) * nw
+                        for e in range(kw):
+                            e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                            for xo in range(e_lo, e_hi):
                                 xi = xo * sw + e * dw - pw
-                                if xi < 0 or xi >= nw:
-                                    continue
-                                v = xr[zi, yi, xi]
-                                if at < 0 or v > best or (v != v and best == best):
-                                    best = v
-                                    at = (zi * nh + yi) * nw + xi
-                    y[r, zo, yo, xo] = best
-                    idx[r, zo, yo, xo] = at + base[r]
+                                v = row[xi]
+                                u = yr[xo]
+                                j = ir[xo]
+                                take = (j < 0) | (v > u) | ((v != v) & (u == u))  # selects, no branches
+                                yr[xo] = v if take else u
+                                ir[xo] = at + xi if take else j
+                b0 = base[r]
+                for xo in range(ow):
+                    ir[xo] += b0
 
 
 @njit(**ELEMENTWISE)
@@ -234,54 +347,62 @@ def max_pool_grad(dy, idx, image, r0, r1, dx):  # type: ignore[no-untyped-def]
 
 @njit(**ELEMENTWISE)
 def average_pool(x, geo, counts, r0, r1, y):  # type: ignore[no-untyped-def]
-    """y[r] = the window's float64 sum (in order, padding left out) / counts[o] (float64 [OD, OH, OW]) for the
-    planes [r0, r1)."""
+    """y[r] = the window's float64 sum (in window order, padding left out) / counts[o] (float64 [OD, OH, OW])
+    for the planes [r0, r1), a row of outputs at a time."""
     kd, sd, dd, pd, nd, od = geo[0, 0], geo[0, 1], geo[0, 2], geo[0, 3], geo[0, 4], geo[0, 5]
     kh, sh, dh, ph, nh, oh = geo[1, 0], geo[1, 1], geo[1, 2], geo[1, 3], geo[1, 4], geo[1, 5]
     kw, sw, dw, pw, nw, ow = geo[2, 0], geo[2, 1], geo[2, 2], geo[2, 3], geo[2, 4], geo[2, 5]
+    acc = np.empty(ow)
     for r in range(r0, r1):
-        xr = x[r]
         for zo in range(od):
             for yo in range(oh):
-                for xo in range(ow):
-                    s = 0.0
-                    for a in range(kd):
-                        zi = zo * sd + a * dd - pd
-                        if zi < 0 or zi >= nd:
+                acc[:] = 0.0
+                for a in range(kd):
+                    zi = zo * sd + a * dd - pd
+                    if zi < 0 or zi >= nd:
+                        continue
+                    for b in range(kh):
+                        yi = yo * sh + b * dh - ph
+                        if yi < 0 or yi >= nh:
                             continue
-                        for b in range(kh):
-                            yi = yo * sh + b * dh - ph
-                            if yi < 0 or yi >= nh:
-                                continue
-                            for e in range(kw):
-                                xi = xo * sw + e * dw - pw
-                                if 0 <= xi < nw:
-                                    s += _F64(xr[zi, yi, xi])
-                    y[r, zo, yo, xo] = s / counts[zo, yo, xo]
+                        row = x[r, zi, yi]
+                        for e in range(kw):
+                            e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                            for xo in range(e_lo, e_hi):
+                                acc[xo] += _F64(row[xo * sw + e * dw - pw])
+                yr = y[r, zo, yo]
+                cr = counts[zo, yo]
+                for xo in range(ow):
+                    yr[xo] = acc[xo] / cr[xo]
 
 
 @njit(**ELEMENTWISE)
 def average_pool_grad(dy, geo, counts, r0, r1, dx):  # type: ignore[no-untyped-def]
-    """dx[r] = Σ over the windows holding each element, in output order, of dy / counts (planes [r0, r1))."""
+    """dx[r] = Σ over the windows holding each element of dy / counts, the windows in output order and
+    each window's elements in order (planes [r0, r1))."""
     kd, sd, dd, pd, nd, od = geo[0, 0], geo[0, 1], geo[0, 2], geo[0, 3], geo[0, 4], geo[0, 5]
     kh, sh, dh, ph, nh, oh = geo[1, 0], geo[1, 1], geo[1, 2], geo[1, 3], geo[1, 4], geo[1, 5]
     kw, sw, dw, pw, nw, ow = geo[2, 0], geo[2, 1], geo[2, 2], geo[2, 3], geo[2, 4], geo[2, 5]
+    g = np.empty(ow)
     for r in range(r0, r1):
-        d = dx[r]
-        d[:] = 0
+        dx[r] = 0
         for zo in range(od):
             for yo in range(oh):
+                gr = dy[r, zo, yo]
+                cr = counts[zo, yo]
                 for xo in range(ow):
-                    g = _F64(dy[r, zo, yo, xo]) / counts[zo, yo, xo]
-                    for a in range(kd):
-                        zi = zo * sd + a * dd - pd
-                        if zi < 0 or zi >= nd:
+                    g[xo] = _F64(gr[xo]) / cr[xo]
+                for a in range(kd):
+                    zi = zo * sd + a * dd - pd
+                    if zi < 0 or zi >= nd:
+                        continue
+                    for b in range(kh):
+                        yi = yo * sh + b * dh - ph
+                        if yi < 0 or yi >= nh:
                             continue
-                        for b in range(kh):
-                            yi = yo * sh + b * dh - ph
-                            if yi < 0 or yi >= nh:
-                                continue
-                            for e in range(kw):
+                        dst = dx[r, zi, yi]
+                        for e in range(kw):
+                            e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                            for xo in range(e_lo, e_hi):
                                 xi = xo * sw + e * dw - pw
-                                if 0 <= xi < nw:
-                                    d[zi, yi, xi] += g
+                                dst[xi] += g[xo]

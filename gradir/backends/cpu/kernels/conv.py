@@ -233,7 +233,8 @@ def _split(n: int, body: Callable[[int], None]) -> None:
 def _conv_fast(jc: Any, X: np.ndarray, W: np.ndarray, B: Optional[np.ndarray], geo: Window, group: int,
                out: Any) -> np.ndarray:
     """Y: depthwise (one input and one output channel per group) by a direct loop per channel, else im2col
-    per block of images and one GEMM per image (batched over the groups) straight into Y."""
+    per block of images and one GEMM per image and group straight into Y: gradir's (``_jit_gemm.gemm_rows``,
+    the columns read in place, no packing) where ``FAST_LARGE`` says it beats OpenBLAS, else BLAS."""
     n, c = X.shape[:2]
     m, k, p = W.shape[0], math.prod(geo.kernel), math.prod(geo.out)
     y = _target(out, 0, (n, m) + geo.out, X.dtype)
@@ -247,6 +248,11 @@ def _conv_fast(jc: Any, X: np.ndarray, W: np.ndarray, B: Optional[np.ndarray], g
     cgk, mg = c // group * k, m // group
     w3, y3 = np.ascontiguousarray(W).reshape(group, mg, cgk), y.reshape(n, group, mg, p)
     edges = _image_blocks(n, c * k, p, X.itemsize)
+    if jc.FAST_LARGE:  # gradir's GEMM reading the columns in place
+        b2 = (np.ascontiguousarray(B) if B is not None else np.zeros(m, X.dtype)).reshape(group, mg)
+        _split(len(edges) - 1, lambda i: jc.conv_images(x5, g3, edges[i], edges[i + 1], w3, b2, B is not None,
+                                                        _scratch("cols", (c * k, p), X.dtype), y3))
+        return y
 
     def block(i: int) -> None:
         n0, n1 = edges[i], edges[i + 1]
@@ -264,8 +270,10 @@ def _conv_fast(jc: Any, X: np.ndarray, W: np.ndarray, B: Optional[np.ndarray], g
 
 def _conv_grad_fast(jc: Any, dY: np.ndarray, X: np.ndarray, W: np.ndarray, geo: Window, group: int,
                     out: Any) -> tuple:
-    """(dX, dW, dB): depthwise by a direct loop per channel; else per block of images im2col, the block's dW
-    (one GEMM over its images), its columns' gradient and col2im into dX; the blocks' dW summed in order."""
+    """(dX, dW, dB): depthwise by a direct loop per channel; else per block of images (fixed by the shapes)
+    im2col, the block's dW, its columns' gradient and col2im into dX; the blocks' dW summed in order.  With
+    gradir's GEMM (``FAST_LARGE``) a block's dW sums its images' products in order; with BLAS it is one
+    GEMM over the block's images side by side."""
     n, c = X.shape[:2]
     m, k, p = W.shape[0], math.prod(geo.kernel), math.prod(geo.out)
     dx, dw, db = (_target(out, 0, X.shape, X.dtype), _target(out, 1, W.shape, W.dtype),
@@ -302,6 +310,18 @@ def _conv_grad_fast(jc: Any, dY: np.ndarray, X: np.ndarray, W: np.ndarray, geo: 
         np.matmul(w3.transpose(0, 2, 1), dyg, out=dcols.reshape(group, cgk, q))
         jc.col2im(dcols, g3, n0, n1, dx5)
         jc.row_sums(dy3, n0, n1, sums)
+
+    if jc.FAST_LARGE:  # gradir's GEMM, the columns packed straight into its panels for dW
+        pw = 16 if X.dtype == np.float32 else 8
+        wt3, dy4 = np.ascontiguousarray(w3.transpose(0, 2, 1)), dy3.reshape(n, group, mg, p)
+
+        def fast(i: int) -> None:
+            n0, n1 = edges[i], edges[i + 1]
+            colt = _scratch("colt", (group, -(-cgk // pw), p, pw), X.dtype)
+            dcols, tmp = _scratch("dcols", (c * k, p), X.dtype), _scratch("tmp", (mg, cgk), X.dtype)
+            jc.conv_grad_images(dy4, x5, g3, n0, n1, wt3, colt, dcols, tmp, parts[i], dx5)
+            jc.row_sums(dy3, n0, n1, sums)
+        block = fast
 
     _split(len(edges) - 1, block)
     acc = parts[0]
