@@ -236,8 +236,13 @@ def depthwise(x, w, b, has_b, geo, c0, c1, y):  # type: ignore[no-untyped-def]
                             for yo in range(b_lo, b_hi):
                                 src = x[n, c, zi, yo * sh + bb * dh - ph]
                                 dst = yc[zo, yo]
-                                for xo in range(e_lo, e_hi):
-                                    dst[xo] += wk * src[xo * sw + e * dw - pw]
+                                off = e * dw - pw
+                                if sw == 1:  # contiguous: vectorized
+                                    for xo in range(e_lo, e_hi):
+                                        dst[xo] += wk * src[xo + off]
+                                else:
+                                    for xo in range(e_lo, e_hi):
+                                        dst[xo] += wk * src[xo * sw + off]
             if has_b:
                 bc = b[c]
                 for zo in range(od):
@@ -287,10 +292,17 @@ def depthwise_grad(dy, x, w, geo, c0, c1, dx, dw, db):  # type: ignore[no-untype
                                 src = x[n, c, zi, yi]
                                 dst = dxc[zi, yi]
                                 g = dyc[zo, yo]
-                                for xo in range(e_lo, e_hi):
-                                    xi = xo * sw + e * dw_ - pw
-                                    acc += _F64(g[xo]) * _F64(src[xi])
-                                    dst[xi] += wk * g[xo]
+                                off = e * dw_ - pw
+                                if sw == 1:  # contiguous: vectorized
+                                    for xo in range(e_lo, e_hi):
+                                        acc += _F64(g[xo]) * _F64(src[xo + off])
+                                    for xo in range(e_lo, e_hi):
+                                        dst[xo + off] += wk * g[xo]
+                                else:
+                                    for xo in range(e_lo, e_hi):
+                                        xi = xo * sw + off
+                                        acc += _F64(g[xo]) * _F64(src[xi])
+                                        dst[xi] += wk * g[xo]
                         dw[c, k] += acc
 
 
