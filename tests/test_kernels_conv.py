@@ -5,6 +5,8 @@ BLAS), and bits identical for 1 and 2 threads with the work split into many bloc
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -34,7 +36,9 @@ CONVS = [
 POOLS = [
     ((2, 3, 9), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
     ((2, 3, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 0], ceil_mode=1)),
-    ((2, 3, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ((2, 3, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 2])),  # the 2x2 kernel
+    ((2, 3, 7, 9), dict(kernel_shape=[2, 2], strides=[2, 2])),  # the 2x2 kernel, a row and a column left over
+    ((2, 3, 7, 9), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),  # partial windows: the general one
     ((2, 2, 7, 7), dict(kernel_shape=[3, 3], strides=[1, 2], dilations=[2, 1], pads=[1, 0, 2, 1])),
     ((2, 2, 5, 4, 6), dict(kernel_shape=[2, 2, 3], strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 1], ceil_mode=1)),
 ]
@@ -126,9 +130,11 @@ def test_max_pool_takes_the_first_maximum_in_window_order_and_nan_wins_as_the_nu
     rng = np.random.default_rng(3)
     x = rng.integers(0, 3, (2, 3, 7, 6)).astype(np.float32)
     x[0, 1, 2, 3] = x[1, 2, 0, 0] = np.nan
-    for order in (0, 1):
-        attrs = _attrs(MaxPoolOp, {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1],
-                                   "ceil_mode": 1, "storage_order": order})
+    x[1, 0, 4, 2] = x[1, 0, 5, 3] = np.nan
+    windows = ({"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1], "ceil_mode": 1},
+               {"kernel_shape": [2, 2], "strides": [2, 2]})
+    for order, given in itertools.product((0, 1), windows):
+        attrs = _attrs(MaxPoolOp, {**given, "storage_order": order})
         y, idx = K.max_pool(x, **attrs)
         ny, nidx = K.max_pool_np(x, **attrs)
         assert np.array_equal(y, ny, equal_nan=True) and np.array_equal(idx, nidx)

@@ -23,7 +23,7 @@ from ._jit_core import ELEMENTWISE, REDUCTION
 from ._jit_gemm import FAST_LARGE, gemm, gemm_rows
 
 __all__ = ["FAST_LARGE", "im2col", "col2im", "row_sums", "conv_images", "conv_grad_images", "depthwise",
-           "depthwise_grad", "max_pool", "max_pool_grad", "average_pool", "average_pool_grad"]
+           "depthwise_grad", "max_pool", "max_pool_2x2", "max_pool_grad", "average_pool", "average_pool_grad"]
 
 _F64 = np.float64
 
@@ -35,6 +35,15 @@ def _range(o_n, k, s, d, p, n):  # type: ignore[no-untyped-def]
     lo = 0 if off >= 0 else (-off + s - 1) // s
     hi = 0 if n - 1 - off < 0 else (n - 1 - off) // s + 1
     return lo, max(lo, min(o_n, hi))
+
+
+@njit(**ELEMENTWISE)
+def _pointwise(geo):  # type: ignore[no-untyped-def]
+    """Whether the columns are the image itself: a 1x1x1 kernel, stride 1, no padding."""
+    for a in range(3):
+        if geo[a, 0] != 1 or geo[a, 1] != 1 or geo[a, 3] != 0 or geo[a, 4] != geo[a, 5]:
+            return False
+    return True
 
 
 @njit(**ELEMENTWISE)
@@ -166,11 +175,16 @@ def conv_images(x, geo, n0, n1, w3, b, has_b, cols, y3):  # type: ignore[no-unty
     Y[n, g] = W[g]·cols_g read in place (``gemm_rows``: no packing; w3 [G, Mg, Cg*K], y3 [N, G, Mg, P]),
     then the bias (b [G, Mg])."""
     cgk = w3.shape[2]
+    P = y3.shape[3]
     for n in range(n0, n1):
-        im2col(x[n:n + 1], geo, 0, 1, cols)
+        if _pointwise(geo):  # the columns are the image itself
+            src = x[n].reshape((x.shape[1], P))
+        else:
+            im2col(x[n:n + 1], geo, 0, 1, cols)
+            src = cols
         for g in range(w3.shape[0]):
             yg = y3[n, g]
-            gemm_rows(w3[g], cols[g * cgk:(g + 1) * cgk], yg)
+            gemm_rows(w3[g], src[g * cgk:(g + 1) * cgk], yg)
             if has_b:
                 for i in range(yg.shape[0]):
                     bi = b[g, i]
@@ -196,8 +210,12 @@ def conv_grad_images(dy3, x, geo, n0, n1, wt3, colt, dcols, tmp, dw3, dx):  # ty
             for i in range(tmp.shape[0]):
                 for j in range(cgk):
                     dg[i, j] += tmp[i, j]
-            gemm_rows(wt3[g], dy3[n, g], dcols[g * cgk:(g + 1) * cgk])
-        col2im(dcols, geo, n, n + 1, dx)
+            if _pointwise(geo):  # dX is the columns' gradient itself
+                gemm_rows(wt3[g], dy3[n, g], dx[n].reshape((dx.shape[1], dcols.shape[1]))[g * cgk:(g + 1) * cgk])
+            else:
+                gemm_rows(wt3[g], dy3[n, g], dcols[g * cgk:(g + 1) * cgk])
+        if not _pointwise(geo):
+            col2im(dcols, geo, n, n + 1, dx)
 
 
 @njit(**REDUCTION)
@@ -343,6 +361,44 @@ def max_pool(x, geo, r0, r1, base, y, idx):  # type: ignore[no-untyped-def]
                 b0 = base[r]
                 for xo in range(ow):
                     ir[xo] += b0
+
+
+@njit(**ELEMENTWISE)
+def _better(v, u):  # type: ignore[no-untyped-def]
+    """Whether ``v`` replaces the maximum ``u`` so far (np.argmax's rule: a NaN wins, the first one)."""
+    return (v > u) | ((v != v) & (u == u))
+
+
+@njit(**ELEMENTWISE)
+def max_pool_2x2(x, r0, r1, base, y, idx):  # type: ignore[no-untyped-def]
+    """``max_pool`` for the common 2-D window: 2x2, stride 2, no padding, no dilation, every window inside
+    (constant strides: vectorized).  x [R, 1, H, W], y and idx [R, 1, OH, OW]."""
+    nw = x.shape[3]
+    for r in range(r0, r1):
+        b0 = base[r]
+        for yo in range(y.shape[2]):
+            top = x[r, 0, 2 * yo]
+            bot = x[r, 0, 2 * yo + 1]
+            yr = y[r, 0, yo]
+            ir = idx[r, 0, yo]
+            at = 2 * yo * nw
+            for xo in range(y.shape[3]):
+                best = top[2 * xo]
+                j = 0
+                v = top[2 * xo + 1]
+                t = _better(v, best)
+                best = v if t else best
+                j = 1 if t else j
+                v = bot[2 * xo]
+                t = _better(v, best)
+                best = v if t else best
+                j = nw if t else j
+                v = bot[2 * xo + 1]
+                t = _better(v, best)
+                best = v if t else best
+                j = nw + 1 if t else j
+                yr[xo] = best
+                ir[xo] = b0 + at + 2 * xo + j
 
 
 @njit(**ELEMENTWISE)
