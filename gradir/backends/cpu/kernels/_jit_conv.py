@@ -12,6 +12,8 @@ compute each output as one chain over the window, dX by window element in order,
 images in order (float64); the pooling kernels walk each window in order (the first maximum wins, a NaN
 beats every number, as ``np.argmax``), and the gradients add into each image in the order of its outputs.
 The callers split work by images, image planes or channels, which these loops take as index ranges.
+``conv_images`` and ``conv_grad_images`` run whole blocks of images without the GIL, with gradir's GEMM
+(``_jit_gemm``: every element one fixed chain of fused multiply-adds over k, whatever the blocking).
 """
 
 from __future__ import annotations

@@ -1,11 +1,24 @@
-"""Kernels of the convolution and pooling ops (``gradir/ops/conv.py``, ``gradir/ops/pool.py``), in NumPy.
+"""Kernels of the convolution and pooling ops (``gradir/ops/conv.py``, ``gradir/ops/pool.py``).
 
-Conv and ConvGrad are GEMMs over im2col columns: X padded, its windows gathered into [N, group, C/group * K,
-O] columns, one NumPy matmul per product (BLAS, held to one thread in runs: ``blas=True``), so the bits do not
-depend on the thread count.  Results are computed in float64 for Float64 and in the operands' dtype for
-Float32.  The pooling kernels gather the windows the same way and reduce over the window axis; the
-gradients scatter-add in a fixed order (``np.add.at``).  Speed work (blocking, gradir's packed GEMM, a direct
-depthwise kernel) is still to come.
+Two paths compute the same functions.  The NumPy path (``conv_np``, ``conv_grad_np``, ``max_pool_np``, ...; the
+reference, and the path taken with ``GRADIR_JIT=0``, for other dtypes and beyond 3 spatial axes): Conv and
+ConvGrad are GEMMs over im2col columns (X padded, its windows gathered into [N, group, C/group * K, O]
+columns, one NumPy matmul per product), the pooling kernels gather the windows the same way and reduce over
+the window axis, the gradients scatter-add in a fixed order (``np.add.at``).
+
+The compiled path (``kernels/_jit_conv.py``; Float32 and Float64, 1-D to 3-D), split over the cores the
+runtime gives the step (``parallel``), with bits that do not depend on their number:
+
+- Conv and ConvGrad work on blocks of images fixed by the shapes (``_image_blocks``): per image, im2col into a
+  scratch buffer of the thread and a GEMM per group straight into Y; ConvGrad computes each block's dW, the
+  columns' gradient (col2im into dX, window element by element) and the per-image bias sums, then adds the
+  blocks' dW in block order.  The GEMM is gradir's (``_jit_gemm``) where ``FAST_LARGE`` says it beats OpenBLAS
+  (Zen): Y reads the columns in place (``gemm_rows``), dW reads the columns packed straight into its panels;
+  elsewhere single-threaded BLAS.  A 1x1 convolution of stride 1 reads the images as their columns.
+- A depthwise convolution (``group`` = C = M) is a direct loop per channel: Y, dX, and dW and dB in float64
+  over the images in order; the channels are shared out.
+- The pooling kernels loop over image planes (shared out in row chunks): MaxPool (a vectorized kernel for
+  2x2 windows of stride 2) takes the first maximum in window order (a NaN wins) as the NumPy path does.
 """
 
 from __future__ import annotations
