@@ -352,7 +352,8 @@ def _conv_grad_fast(jc: Any, dY: np.ndarray, X: np.ndarray, W: np.ndarray, geo: 
 
 
 def _conv_width(operands: Any, results: Any, attrs: Any) -> int:
-    """Two cores for a convolution of at least ``2·MIN_BLOCK_FLOPS`` (its image blocks or channels share them)."""
+    """Two cores for a convolution of at least ``2·MIN_BLOCK_FLOPS`` (its image blocks or channels share them);
+    ``results[0]`` is Y (ConvGrad passes its dY)."""
     x, w = operands[0], operands[1]
     if x is None or w is None or not x.is_static or not w.is_static or not results or results[0] is None:
         return 1
@@ -379,7 +380,7 @@ def conv(X: np.ndarray, W: np.ndarray, B: Optional[np.ndarray] = None, *, out: A
     return _conv_fast(jc, X, W, B, geo, group, out)
 
 
-@kernel(ConvGradOp, blas=True, width=lambda o, r, a: _conv_width(o[1:], r, a), warm=_warm)
+@kernel(ConvGradOp, blas=True, width=lambda o, r, a: _conv_width(o[1:], o[:1], a), warm=_warm)
 def conv_grad(dY: np.ndarray, X: np.ndarray, W: np.ndarray, *, out: Any = None, **attrs: Any) -> tuple:
     """(dX, dW, dB) (docs/ops.md)."""
     jc = _jc(dY, X, W, rank=X.ndim - 2)
