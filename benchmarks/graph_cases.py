@@ -344,9 +344,11 @@ def gru_lm(scale: str, seed: int = 0) -> Case:
 
 
 from gpt_case import GPT_SIZES, gpt  # noqa: E402,F401  (its own module: the 500-line rule)
+from cnn_case import CNN_SIZES, DWSEP_SIZES, cnn, dwsep  # noqa: E402,F401  (the same)
 
 BUILDERS: dict[str, Callable[..., Case]] = {"lstm": lstm_lm, "mlp": mlp, "chain": chain, "loss": mlp_loss,
-                                             "branches": branches, "gpt": gpt, "gru": gru_lm}
+                                             "branches": branches, "gpt": gpt, "gru": gru_lm,
+                                             "cnn": cnn, "dwsep": dwsep}
 
 
 def build(key: str, scale: str, seed: int = 0) -> Case:

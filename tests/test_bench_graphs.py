@@ -32,11 +32,16 @@ def _gradir_gradients(case: gc.Case) -> list:
     return list(gradir.compile(bwd, threads=1).run(feeds).values())
 
 
-def test_the_graphs_at_the_issues_sizes():
-    assert KEYS == ["lstm", "mlp", "chain", "loss", "branches", "gpt", "gru"]
-    for sizes in (gc.LSTM_SIZES, gc.MLP_SIZES, gc.CHAIN_SIZES, gc.LOSS_SIZES, gc.BRANCH_SIZES, gc.GPT_SIZES,
-                  gc.GRU_SIZES):
+def test_the_nine_graphs_at_the_issues_sizes():
+    assert KEYS == ["lstm", "mlp", "chain", "loss", "branches", "gpt", "gru", "cnn", "dwsep"]
+    for sizes in (gc.LSTM_SIZES, gc.MLP_SIZES, gc.CHAIN_SIZES, gc.LOSS_SIZES, gc.BRANCH_SIZES, gc.GPT_SIZES, gc.GRU_SIZES,
+                  gc.CNN_SIZES, gc.DWSEP_SIZES):
         assert set(sizes) == {"tiny", "quick", "full"}
+    assert gc.CNN_SIZES["full"] == (64, 3, 32, 64, 10)  # batch, input channels, side, channels, classes
+    cnn = gradir.parse(gc.build("cnn", "tiny").text)
+    assert [op.op_name for op in cnn.ops].count("Conv") == 2 and "MaxPool" in {op.op_name for op in cnn.ops}
+    dwsep = gradir.parse(gc.build("dwsep", "tiny").text)
+    assert [op.attrs["group"] for op in dwsep.ops if op.op_name == "Conv"] == [gc.DWSEP_SIZES["tiny"][1], 1]
     assert gc.GPT_SIZES["full"] == (8, 256, 512, 8, 2048, 8192)  # B, T, C, heads, MLP, vocabulary
     assert gc.LSTM_SIZES["full"] == (100, 64, 256, 256, 512)  # S, B, I, H, classes
     assert gc.GRU_SIZES["full"] == (100, 64, 256, 256, 512)  # S, B, I, H, classes (issue #32)
@@ -103,7 +108,7 @@ def test_jax_versions_match():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(here, ".."), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", _JAX_CHECK, here], capture_output=True, text=True, timeout=300,
                           env=env)
-    assert done.returncode == 0 and done.stdout.strip() == "ok 6", done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == f"ok {len(KEYS)}", done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("gather,layer_norm", [(False, False), (None, None)])
