@@ -150,3 +150,16 @@ def test_the_sharded_gradient_of_a_column_major_maxpool_is_the_unsharded_one(axi
     want = gradir.compile(bwd).run(feed)
     got = gradir.shard(bwd, {"t0": axis}).run(feed, shards=2, client="inline")
     np.testing.assert_array_equal(got["grad(t0)"], want["grad(t0)"])
+
+
+def test_a_conv_whose_window_is_symbolic_types_y_spatial_dims_as_unknown() -> None:
+    """W [M, C, ?, ?] with no kernel_shape: Y's spatial dims are '?' (ONNX's shape inference does the same),
+    not an error; the run reads the window from W (the random-graph strategies draw such W)."""
+    g = gradir.parse("graph c\ninput t0 : Float32 [2, 3, 8, 8]\ninput t1 : Float32 [4, 3, ?, ?]\n"
+                     "t2 = Conv(t0, t1, pads=[1, 1, 1, 1])\noutput t2\n")
+    assert str(g.types["t2"]) == "Float32 [2, 4, ?, ?]"
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 3, 8, 8), np.float32), rng.standard_normal((4, 3, 3, 3), np.float32)
+    (y,) = gradir.compile(g).run({"t0": x, "t1": w}).values()
+    assert y.shape == (2, 4, 8, 8)
+    np.testing.assert_allclose(y, type(g.ops[0]).reference(x, w, None, **g.ops[0].attrs), rtol=1e-5, atol=1e-5)

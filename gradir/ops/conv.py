@@ -114,8 +114,14 @@ def _conv_window(ctx: InferContext, x: TensorType, w: TensorType) -> Window:
     if c is not None and w.shape[1] is not None and w.shape[1] * group != c:
         ctx.fail(f"W has {w.shape[1]} input channels per group; X's {c} channels / group {group} = {c // group}",
                  operand=1)
-    kernel = tuple(w.shape[2:]) if None not in w.shape[2:] else None
-    return window(x.shape[2:], ctx.attrs, kernel, fail=lambda msg, attr: ctx.fail(msg, attr=attr))
+    kernel = tuple(w.shape[2:])
+    fail = lambda msg, attr: ctx.fail(msg, attr=attr)  # noqa: E731
+    if None not in kernel or ctx.attrs.get("kernel_shape") is not None:
+        return window(x.shape[2:], ctx.attrs, None if None in kernel else kernel, fail=fail)
+    # W's window is known only at run time, and so are Y's spatial dims along it (as in ONNX's shape inference)
+    geo = window(x.shape[2:], ctx.attrs, tuple(1 if d is None else d for d in kernel), fail=fail)
+    return Window((kernel, geo.strides, geo.dilations, geo.begin, geo.end,
+                   tuple(None if d is None else o for d, o in zip(kernel, geo.out))))
 
 
 def conv_reference(x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray], geo: Window, group: int) -> np.ndarray:
