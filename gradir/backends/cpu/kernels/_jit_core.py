@@ -39,10 +39,11 @@ from numba.extending import intrinsic
 # our scalar functions (with their selects) many times into one loop: keep it off users' stderr
 # (numba attributes it to numba.core.ssa, or to the path of the kernel file whose call site
 # it compiles: warn_explicit then takes the file name without ".py" as the module)
-warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning,
-                        module=r".*(numba[./\\]core[./\\]ssa|gradir[./\\](backends[./\\]cpu[./\\])?kernels[./\\]_jit_\w+)$")
+SSA_WARNING_MODULES = r".*(numba[./\\]core[./\\]ssa|gradir[./\\](backends[./\\]cpu[./\\])?kernels[./\\]_jit_\w+)$"
+warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning, module=SSA_WARNING_MODULES)
 
-__all__ = ["ELEMENTWISE", "REDUCTION", "INLINE", "prefetch", "prefetch_span", "stream32", "store_fence", "vector_copy",
+__all__ = ["SSA_WARNING_MODULES",
+           "ELEMENTWISE", "REDUCTION", "INLINE", "prefetch", "prefetch_span", "stream32", "store_fence", "vector_copy",
            "f32_as_i32", "i32_as_f32", "exp2_32", "clamp32", "apart", "LOG2E"]
 
 _COMMON = dict(cache=True, error_model="numpy", boundscheck=False)
