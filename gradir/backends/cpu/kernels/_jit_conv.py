@@ -20,7 +20,7 @@ from numba import njit
 
 from ._jit_core import ELEMENTWISE, REDUCTION
 from ._jit_gemm import FAST_LARGE, gemm, gemm_rows
-from ._jit_im2col import _pad_shape, _padded, _range, col2im, im2col, im2col_packed
+from ._jit_im2col import pad_shape, pad_plane, out_range, col2im, im2col, im2col_packed
 
 __all__ = ["FAST_LARGE", "im2col", "col2im", "row_sums", "conv_images", "conv_grad_images", "depthwise",
            "depthwise_grad", "max_pool", "max_pool_2x2", "max_pool_grad", "average_pool", "average_pool_grad"]
@@ -110,11 +110,11 @@ def depthwise(x, w, b, has_b, geo, c0, c1, y):  # type: ignore[no-untyped-def]
     kh, sh, dh = geo[1, 0], geo[1, 1], geo[1, 2]
     kw, sw, dw = geo[2, 0], geo[2, 1], geo[2, 2]
     od, oh, ow = geo[0, 5], geo[1, 5], geo[2, 5]
-    pad = np.empty(_pad_shape(geo), x.dtype)
+    pad = np.empty(pad_shape(geo), x.dtype)
     acc = np.empty(ow, x.dtype)
     for n in range(N):
         for c in range(c0, c1):
-            _padded(x[n, c], geo, pad)
+            pad_plane(x[n, c], geo, pad)
             yc = y[n, c]
             for zo in range(od):
                 for yo in range(oh):
@@ -148,12 +148,12 @@ def depthwise_grad(dy, x, w, geo, c0, c1, dx, dw, db):  # type: ignore[no-untype
     kw, sw, dw_ = geo[2, 0], geo[2, 1], geo[2, 2]
     od, oh, ow, pd, ph, pw = geo[0, 5], geo[1, 5], geo[2, 5], geo[0, 3], geo[1, 3], geo[2, 3]
     nd, nh, nw, K = geo[0, 4], geo[1, 4], geo[2, 4], kd * kh * kw
-    pad, dpad, part = np.empty(_pad_shape(geo), x.dtype), np.empty(_pad_shape(geo), x.dtype), np.empty(K)
+    pad, dpad, part = np.empty(pad_shape(geo), x.dtype), np.empty(pad_shape(geo), x.dtype), np.empty(K)
     dw[c0:c1] = 0.0
     db[c0:c1] = 0.0
     for n in range(N):
         for c in range(c0, c1):
-            _padded(x[n, c], geo, pad)
+            pad_plane(x[n, c], geo, pad)
             dpad[:] = 0
             part[:] = 0.0
             s = 0.0
@@ -223,7 +223,7 @@ def max_pool(x, geo, r0, r1, base, y, idx):  # type: ignore[no-untyped-def]
                         row = x[r, zi, yi]
                         at = (zi * nh + yi) * nw
                         for e in range(kw):
-                            e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                            e_lo, e_hi = out_range(ow, e, sw, dw, pw, nw)
                             for xo in range(e_lo, e_hi):
                                 xi = xo * sw + e * dw - pw
                                 v = row[xi]
@@ -309,7 +309,7 @@ def average_pool(x, geo, counts, r0, r1, y):  # type: ignore[no-untyped-def]
                             continue
                         row = x[r, zi, yi]
                         for e in range(kw):
-                            e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                            e_lo, e_hi = out_range(ow, e, sw, dw, pw, nw)
                             for xo in range(e_lo, e_hi):
                                 acc[xo] += _F64(row[xo * sw + e * dw - pw])
                 yr = y[r, zo, yo]
@@ -344,7 +344,7 @@ def average_pool_grad(dy, geo, counts, r0, r1, dx):  # type: ignore[no-untyped-d
                             continue
                         dst = dx[r, zi, yi]
                         for e in range(kw):
-                            e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                            e_lo, e_hi = out_range(ow, e, sw, dw, pw, nw)
                             for xo in range(e_lo, e_hi):
                                 xi = xo * sw + e * dw - pw
                                 dst[xi] += g[xo]

@@ -5,7 +5,7 @@ Every kernel sees 3-D images with the geometry ``geo`` [3, 6] int64: per axis (k
 pad_begin, input size, output size).  Two paths compute the same numbers:
 
 * the padded one (stride 1 along the last axis, no negative pad): each image plane is first copied into a
-  zero-padded plane (``_pad_shape``: as far as the windows reach), so that every window element's column
+  zero-padded plane (``pad_shape``: as far as the windows reach), so that every window element's column
   row is a set of contiguous, branch-free runs, one per output row, which LLVM vectorizes.  col2im adds
   into a zero padded plane in the same order (window element after window element, from zero) and copies
   its interior out: every dX element is the same chain of additions as on the general path, bit for bit.
@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 
 from ._jit_core import ELEMENTWISE, INLINE, vector_copy
 
-__all__ = ["im2col", "col2im", "im2col_packed", "padded_path"]
+__all__ = ["im2col", "col2im", "im2col_packed", "padded_path", "pad_shape", "pad_plane", "out_range"]
 
 
 # 32 bytes (8 float32 or 4 float64) as one unaligned vector load and store: the runs are an output row
@@ -86,7 +86,7 @@ def _add_run(df, d, sf, s, n, lanes):  # type: ignore[no-untyped-def]
 
 
 @njit(**ELEMENTWISE)
-def _range(o_n, k, s, d, p, n):  # type: ignore[no-untyped-def]
+def out_range(o_n, k, s, d, p, n):  # type: ignore[no-untyped-def]
     """The outputs ``o`` in [lo, hi) whose input ``o*s + k*d - p`` lies in [0, n)."""
     off = k * d - p
     lo = 0 if off >= 0 else (-off + s - 1) // s
@@ -95,14 +95,14 @@ def _range(o_n, k, s, d, p, n):  # type: ignore[no-untyped-def]
 
 
 @njit(**ELEMENTWISE)
-def _pad_shape(geo):  # type: ignore[no-untyped-def]
+def pad_shape(geo):  # type: ignore[no-untyped-def]
     """The padded plane's shape: (out - 1) * stride + (kernel - 1) * dilation + 1 per axis."""
     e = (geo[:, 5] - 1) * geo[:, 1] + (geo[:, 0] - 1) * geo[:, 2] + 1
     return (e[0], e[1], e[2])
 
 
 @njit(**ELEMENTWISE)
-def _padded(xc, geo, pad):  # type: ignore[no-untyped-def]
+def pad_plane(xc, geo, pad):  # type: ignore[no-untyped-def]
     """pad = the plane xc [D, H, W] with pad_begin zeros before it and zeros after, as far as the windows reach."""
     for i in range(pad.shape[0]):
         zi = i - geo[0, 3]
@@ -126,9 +126,9 @@ def padded_path(geo):  # type: ignore[no-untyped-def]
 
 @njit(**ELEMENTWISE)
 def _pad_into(xf, xbase, geo, pf, pbase):  # type: ignore[no-untyped-def]
-    """pf[pbase:] = the plane at xf[xbase:] zero-padded to ``_pad_shape(geo)`` (flat, pad_begin >= 0): each
+    """pf[pbase:] = the plane at xf[xbase:] zero-padded to ``pad_shape(geo)`` (flat, pad_begin >= 0): each
     padded row is zeros, a contiguous copy of an input row's part, zeros."""
-    ed, eh, ew = _pad_shape(geo)
+    ed, eh, ew = pad_shape(geo)
     pd, nd, ph, nh, pw, nw = geo[0, 3], geo[0, 4], geo[1, 3], geo[1, 4], geo[2, 3], geo[2, 4]
     lo = min(ew, pw)
     hi = min(ew, pw + nw)
@@ -167,7 +167,7 @@ def _im2col_padded(x, geo, n0, n1, cols):  # type: ignore[no-untyped-def]
     kd, sd, dd, od = geo[0, 0], geo[0, 1], geo[0, 2], geo[0, 5]
     kh, sh, dh, oh = geo[1, 0], geo[1, 1], geo[1, 2], geo[1, 5]
     kw, dw, ow = geo[2, 0], geo[2, 2], geo[2, 5]
-    ed, eh, ew = _pad_shape(geo)
+    ed, eh, ew = pad_shape(geo)
     K, P, plane, ldc = kd * kh * kw, od * oh * ow, geo[0, 4] * geo[1, 4] * geo[2, 4], cols.shape[1]
     pf = np.empty(ed * eh * ew, x.dtype)
     xf, cf = x.reshape(-1), cols.reshape(-1)
@@ -201,7 +201,7 @@ def _im2col_general(x, geo, n0, n1, cols):  # type: ignore[no-untyped-def]
             for a in range(kd):
                 for b in range(kh):
                     for e in range(kw):
-                        e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                        e_lo, e_hi = out_range(ow, e, sw, dw, pw, nw)
                         off = e * dw - pw
                         row = (c * K + (a * kh + b) * kw + e) * ldc + i * P
                         for zo in range(od):
@@ -243,7 +243,7 @@ def _col2im_padded(dcols, geo, n0, n1, dx):  # type: ignore[no-untyped-def]
     kd, sd, dd, pd, nd, od = geo[0, 0], geo[0, 1], geo[0, 2], geo[0, 3], geo[0, 4], geo[0, 5]
     kh, sh, dh, ph, nh, oh = geo[1, 0], geo[1, 1], geo[1, 2], geo[1, 3], geo[1, 4], geo[1, 5]
     kw, dw, pw, nw, ow = geo[2, 0], geo[2, 2], geo[2, 3], geo[2, 4], geo[2, 5]
-    ed, eh, ew = _pad_shape(geo)
+    ed, eh, ew = pad_shape(geo)
     K, P, plane, ldc = kd * kh * kw, od * oh * ow, nd * nh * nw, dcols.shape[1]
     pf = np.empty(ed * eh * ew, dx.dtype)
     xf, cf = dx.reshape(-1), dcols.reshape(-1)
@@ -293,11 +293,11 @@ def _col2im_general(dcols, geo, n0, n1, dx):  # type: ignore[no-untyped-def]
             for q in range(plane):
                 xf[xbase + q] = 0
             for a in range(kd):
-                a_lo, a_hi = _range(od, a, sd, dd, pd, nd)
+                a_lo, a_hi = out_range(od, a, sd, dd, pd, nd)
                 for b in range(kh):
-                    b_lo, b_hi = _range(oh, b, sh, dh, ph, nh)
+                    b_lo, b_hi = out_range(oh, b, sh, dh, ph, nh)
                     for e in range(kw):
-                        e_lo, e_hi = _range(ow, e, sw, dw, pw, nw)
+                        e_lo, e_hi = out_range(ow, e, sw, dw, pw, nw)
                         off = e * dw - pw
                         row = (c * K + (a * kh + b) * kw + e) * ldc + i * P
                         for zo in range(a_lo, a_hi):
@@ -335,7 +335,7 @@ def _packed_padded(x, geo, n, cg, out):  # type: ignore[no-untyped-def]
     sd, dd, od = geo[0, 1], geo[0, 2], geo[0, 5]
     sh, dh, oh = geo[1, 1], geo[1, 2], geo[1, 5]
     dw, ow = geo[2, 2], geo[2, 5]
-    ed, eh, ew = _pad_shape(geo)
+    ed, eh, ew = pad_shape(geo)
     K = geo[0, 0] * kh * kw
     PW = out.shape[3]
     ck = cg * K
