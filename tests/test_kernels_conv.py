@@ -171,3 +171,47 @@ def test_a_large_convolution_and_its_gradient_get_two_cores():
     assert KERNELS[ConvGradOp].width([y, x, w], [x, w, f32(64)], attrs) == 2
     small = f32(1, 2, 4, 4)
     assert KERNELS[ConvOp].width([small, f32(2, 2, 3, 3), None], [small], attrs) == 1
+
+
+# X shape, W shape, attributes: stride 1 along the last axis (the padded path) with asymmetric pads, dilations,
+# strides along the other axes (rows no window reaches), groups, a pad wider than the window, 1-D to 3-D
+PADDED = [
+    ((2, 3, 9), (4, 3, 3), dict(pads=[2, 1], dilations=[2])),
+    ((2, 4, 7, 6), (6, 2, 3, 2), dict(group=2, strides=[2, 1], pads=[1, 0, 2, 3], dilations=[2, 2])),
+    ((3, 3, 8, 5), (4, 3, 1, 3), dict(strides=[3, 1], pads=[0, 4, 1, 0])),
+    ((2, 3, 5, 6, 4), (4, 3, 2, 3, 2), dict(pads=[1, 0, 2, 0, 1, 1], strides=[2, 2, 1], dilations=[1, 2, 2])),
+    ((2, 5, 16, 16), (4, 5, 3, 3), dict(pads=[1, 1, 1, 1])),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("xs,ws,given", PADDED)
+def test_the_padded_columns_are_the_general_paths_bit_for_bit(xs, ws, given, dtype):
+    """im2col, col2im and the packed dW columns through padded planes (stride 1 along the last axis) give the
+    general path's bits: the same copies, and col2im the same additions in the same order."""
+    from gradir.backends.cpu.kernels import _jit_im2col as ji
+
+    rng = np.random.default_rng(sum(xs))
+    x, w = rng.standard_normal(xs).astype(dtype), rng.standard_normal(ws).astype(dtype)
+    attrs = _attrs(ConvOp, given)
+    g3, x5 = K._geo3(xs[2:], K._geo(x, w, attrs)), K._as3d(x, 2)
+    assert ji.padded_path(g3)
+    n, c, k, p = xs[0], xs[1], int(np.prod(ws[2:])), int(np.prod(g3[:, 5]))
+    for n0, n1 in ((0, n), (1, n)):
+        a, b = (np.full((c * k, (n1 - n0) * p), np.nan, dtype) for _ in range(2))
+        ji._im2col_padded(x5, g3, n0, n1, a)
+        ji._im2col_general(x5, g3, n0, n1, b)
+        assert np.array_equal(a, b)
+        dcols = rng.standard_normal(a.shape).astype(dtype)
+        da, db = (np.full(x5.shape, np.nan, dtype) for _ in range(2))
+        ji._col2im_padded(dcols, g3, n0, n1, da)
+        ji._col2im_general(dcols, g3, n0, n1, db)
+        assert np.array_equal(da[n0:n1], db[n0:n1]) and np.isnan(da[:n0]).all()
+    group = attrs["group"]
+    pw = 16 if dtype == np.float32 else 8
+    cgk = c // group * k
+    for i in range(n):
+        a, b = (np.full((group, -(-cgk // pw), p, pw), np.nan, dtype) for _ in range(2))
+        ji._packed_padded(x5, g3, i, c // group, a)
+        ji._packed_general(x5, g3, i, c // group, b)
+        assert np.array_equal(a, b)

@@ -16,7 +16,7 @@ tests, which check both implementations against the same references).
 
 numba's on-disk cache is keyed on the file a kernel is defined in, but the kernels
 inline code from the building blocks ``_jit_core.py``, ``_jit_gemm.py``, ``_jit_goto.py`` (and ``_jit_lstm.py``'s
-``tanh``, which ``_jit_gru`` inlines): ``load``
+``tanh``, which ``_jit_gru`` inlines, and ``_jit_im2col.py``'s columns, which ``_jit_conv`` inlines): ``load``
 therefore keeps a stamp of those files' SHA-256 beside each module's cache and empties the
 module's cache index when the stamp differs, so an edited building block never runs stale
 machine code.
@@ -91,8 +91,8 @@ def _import(name: str) -> ModuleType | None:
         return _modules[name]
 
 
-# building blocks the kernel modules inline (_jit_lstm's tanh is _jit_gru's too)
-_BLOCKS = ("_jit_core.py", "_jit_gemm.py", "_jit_goto.py", "_jit_lstm.py")
+# building blocks the kernel modules inline (_jit_lstm's tanh is _jit_gru's too, _jit_im2col's columns _jit_conv's)
+_BLOCKS = ("_jit_core.py", "_jit_gemm.py", "_jit_goto.py", "_jit_lstm.py", "_jit_im2col.py")
 
 
 def core_digest() -> str:
