@@ -73,6 +73,15 @@ class Emitter:
     def rank(self, value: str) -> int:
         return self.types[value].rank
 
+    def static_shape(self, op: Op, value: str) -> list[int]:
+        """The shape of ``value``, which ORT's gradient ops (GatherGrad, SliceGrad, the pooling gradients...)
+        take as a constant: a ``?`` there is an error at ``op``."""
+        shape = self.shape(value)
+        if None in shape:
+            self.fail(op, f"cannot differentiate {op.op_name}: its operand {value} has shape {format_shape(shape)}, "
+                          f"and its gradient needs the shape (give the '?' dimensions sizes)")
+        return list(shape)
+
     def op(self, name: str, *operands: Optional[str], **attrs) -> Union[str, tuple[str, ...]]:
         """Emit ``name(operands, attrs)``; returns the result name (a tuple if several)."""
         cls = OPS[name]

@@ -13,15 +13,6 @@ from .gradrules import Emitter, rule
 __all__: list[str] = []
 
 
-def _static_shape(e: Emitter, op: Op, v: str) -> list[int]:
-    """The forward X's shape, which ORT's pooling gradients read from the graph: a ``?`` is an error at the op."""
-    shape = e.shape(v)
-    if None in shape:
-        e.fail(op, f"cannot differentiate {op.op_name}: its operand {v} has shape {format_shape(shape)}, and its "
-                   f"gradient needs the shape (give the '?' dimensions sizes)")
-    return list(shape)  # type: ignore[arg-type]
-
-
 @rule("MaxPool")
 def _max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
     """ORT's MaxPoolGrad reads Indices row-major whatever ``storage_order`` says (ORT 1.19.2's own gradient of a
@@ -32,12 +23,12 @@ def _max_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
     if attrs.get("storage_order", 0):
         attrs["storage_order"] = 0
         indices = e.MaxPool(op.operands[0], **attrs)[1]
-    return [e.MaxPoolGrad(cts[0], indices, shape=_static_shape(e, op, op.operands[0]), **attrs), None]
+    return [e.MaxPoolGrad(cts[0], indices, shape=e.static_shape(op, op.operands[0]), **attrs), None]
 
 
 @rule("AveragePool")
 def _average_pool(e: Emitter, op: Op, cts: list, need: list) -> list:
-    return [e.AveragePoolGrad(cts[0], shape=_static_shape(e, op, op.operands[0]), **op.attrs)]
+    return [e.AveragePoolGrad(cts[0], shape=e.static_shape(op, op.operands[0]), **op.attrs)]
 
 
 @rule("Conv")

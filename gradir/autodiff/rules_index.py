@@ -7,37 +7,27 @@
 from __future__ import annotations
 
 from ..ir.op import Op
-from ..ir.types import format_shape
 from .gradrules import Emitter, rule
 
 __all__: list[str] = []
 
 
-def _static_shape(e: Emitter, op: Op, v: str) -> list[int]:
-    """The shape of ``v``, which ORT's gradient ops take as a constant: a ``?`` there is an error at the op."""
-    shape = e.shape(v)
-    if None in shape:
-        e.fail(op, f"cannot differentiate {op.op_name}: its operand {v} has shape {format_shape(shape)}, and its "
-                   f"gradient needs the shape (give the '?' dimensions sizes)")
-    return list(shape)  # type: ignore[arg-type]
-
-
 @rule("Gather")
 def _gather(e: Emitter, op: Op, cts: list, need: list) -> list:
     data, indices = op.operands
-    return [e.GatherGrad(indices, cts[0], shape=_static_shape(e, op, data), axis=op.attrs["axis"]), None]
+    return [e.GatherGrad(indices, cts[0], shape=e.static_shape(op, data), axis=op.attrs["axis"]), None]
 
 
 @rule("GatherElements")
 def _gather_elements(e: Emitter, op: Op, cts: list, need: list) -> list:
     data, indices = op.operands
-    return [e.GatherElementsGrad(cts[0], indices, shape=_static_shape(e, op, data), axis=op.attrs["axis"]), None]
+    return [e.GatherElementsGrad(cts[0], indices, shape=e.static_shape(op, data), axis=op.attrs["axis"]), None]
 
 
 @rule("Slice")
 def _slice(e: Emitter, op: Op, cts: list, need: list) -> list:
     a = op.attrs
-    return [e.SliceGrad(cts[0], shape=_static_shape(e, op, op.operands[0]), starts=a["starts"], ends=a["ends"],
+    return [e.SliceGrad(cts[0], shape=e.static_shape(op, op.operands[0]), starts=a["starts"], ends=a["ends"],
                         axes=a["axes"], steps=a["steps"])]
 
 
