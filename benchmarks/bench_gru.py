@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -30,23 +29,9 @@ from gradir.backends.cpu.kernels.gru import gru_grad, gru_training
 
 import numpy as np  # noqa: E402
 
+from bench_lstm import best_time  # noqa: E402  (the same timing as the LSTM benchmark)
+
 SHAPES = [(100, 64, 256, 256), (10, 4, 16, 32)]
-
-
-def best_time(fn: Callable[[], object], repeats: int, budget: float = 0.25) -> float:
-    """Minimum seconds per call over ``repeats`` rounds of enough calls to fill ``budget``."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    inner = max(1, min(2000, int(budget / repeats / once)))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / inner)
-    return best
 
 
 def make_problem(S: int, B: int, I: int, H: int, lbr: int, seed: int = 0) -> dict:

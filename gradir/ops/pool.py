@@ -283,15 +283,11 @@ def _global_example(rng: Any, dtype: Any) -> np.ndarray:
     return (rng.permutation(360).reshape(4, 3, 5, 6) / 64).astype(dtype)
 
 
-class GlobalAveragePoolOp(Op):
-    """ONNX GlobalAveragePool: Y [N, C, 1, ...] = the mean of each image X[n, c] over its spatial axes.
+class _GlobalPool(Op):
+    """What GlobalAveragePool and GlobalMaxPool share: X [N, C, D1, ...] -> Y [N, C, 1, ...]."""
 
-The gradient (ONNX Runtime's builder: dY expanded to X's shape, divided by the count) is dY broadcast to X's
-shape times 1 / (D1 * D2 * ...), exactly; it needs X's spatial sizes."""
-
-    ONNX = OnnxMap()
+    abstract = True
     SHARDING = "pool"
-    LINEAR_IN = (0,)
     OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),)
     RESULTS = ("Y",)
 
@@ -302,13 +298,23 @@ shape times 1 / (D1 * D2 * ...), exactly; it needs X's spatial sizes."""
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
         return [_global_example(rng, dtype)], {}
 
+
+class GlobalAveragePoolOp(_GlobalPool):
+    """ONNX GlobalAveragePool: Y [N, C, 1, ...] = the mean of each image X[n, c] over its spatial axes.
+
+The gradient (ONNX Runtime's builder: dY expanded to X's shape, divided by the count) is dY broadcast to X's
+shape times 1 / (D1 * D2 * ...), exactly; it needs X's spatial sizes."""
+
+    ONNX = OnnxMap()  # the class's own (an op's ONNX data is never inherited)
+    LINEAR_IN = (0,)
+
     @classmethod
     def reference(cls, X: Any) -> Any:
         x = np.asarray(X, np.float64)
         return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
-class GlobalMaxPoolOp(Op):
+class GlobalMaxPoolOp(_GlobalPool):
     """ONNX GlobalMaxPool: Y [N, C, 1, ...] = the maximum of each image X[n, c] over its spatial axes (NaN if
     the image has one).
 
@@ -317,16 +323,6 @@ registers no gradient for GlobalMaxPool: its training graphs cannot hold one): e
 maximum gets dY whole (ties are not split, unlike MaxPool's gradient, which gives it to the first)."""
 
     ONNX = OnnxMap()
-    SHARDING = "pool"
-    OPERANDS = (Operand("X", doc="[N, C, D1, ...]"),)
-    RESULTS = ("Y",)
-
-    def infer(self, ctx: InferContext) -> list[TensorType]:
-        return [_global_x(ctx)]
-
-    @classmethod
-    def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
-        return [_global_example(rng, dtype)], {}
 
     @classmethod
     def reference(cls, X: Any) -> Any:
