@@ -76,6 +76,9 @@ class Plan:
     heavy_concurrency: bool  # two non-tiny steps may run at once: worth the dataflow executor
     blas: bool = False  # some step calls BLAS: runs hold BLAS to one thread (``gradir.backends.cpu.executor``)
     views: dict[str, str] = field(default_factory=dict)  # a view step's result -> the value it shares a buffer with
+    # the planned bytes live while each step runs (what was live before it and its new results), by step
+    curve: list[int] = field(default_factory=list)
+    memory: Any = None  # what a memory budget decided (``gradir.transforms.memory.planner.MemoryReport``), or None
 
     @property
     def live_outputs(self) -> list[str]:
@@ -242,10 +245,12 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
     live = sum(_bytes(types.get(v)) for v in inputs)
     peak = live
     naive = live
+    curve: list[int] = []
     for st in steps:
         new = 0 if st.view else sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
         naive += sum(_bytes(types.get(r)) for r in st.results)
         live += new
+        curve.append(live)
         peak = max(peak, live)
         for v in st.free_after:
             donated = any(st.operands[i] == v for i in st.inplace.values())
@@ -253,7 +258,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
                 live -= _bytes(types.get(v))
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
                 peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),
-                bool(heavy), any(st.kernel.blas for st in steps), views)
+                bool(heavy), any(st.kernel.blas for st in steps), views, curve)
 
 
 # Ops whose result is their first operand reshaped (``Op.VIEW``; static shapes): run as a NumPy reshape
