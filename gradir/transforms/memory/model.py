@@ -118,14 +118,15 @@ def solve(problem: Problem, budget: Optional[float]) -> Optional[Solution]:
 def _solve(problem: Problem, objective: str, budget: Optional[float], seconds: Optional[float]) -> Optional[Solution]:
     """One MILP: variables ``x`` (0/1) and ``m`` (the peak, continuous); minimize ``objective``
     ("seconds" or "peak") subject to every point <= m <= budget, the logic rows, and (when given) the
-    predicted seconds at most ``seconds``.  Bytes are scaled to MiB and seconds to their largest, so
-    that the solver's tolerances are far below what matters."""
+    predicted seconds at most ``seconds``.  Bytes are counted in KiB: HiGHS's feasibility tolerance
+    (1e-6) is then a thousandth of a byte, so a solution it accepts fits to the byte (byte counts are
+    whole); seconds are scaled to their largest."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
     n = len(problem.seconds)
-    scale_b = float(1 << 20)
+    scale_b = 1024.0
     scale_s = max([abs(s) for s in problem.seconds] + [1e-12])
     touched: dict[int, list[tuple[int, float]]] = {}
     for j, mem in enumerate(problem.memory):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ...errors import CompileError, Diagnostic
+from ...fileio import human_bytes
 from ..passes.pipeline import lint
 from ..schedule import Plan, build_plan
 from . import remat
@@ -66,8 +67,8 @@ class MemoryReport:
     def lines(self) -> list[str]:
         pct = 100.0 * self.extra_seconds / self.base_seconds if self.base_seconds > 0 else 0.0
         head = f"# memory budget: {format_budget(self.budget)}" + (" (auto: the curve's knee)" if self.auto else "")
-        out = [head, f"#   planned peak {format_budget(self.planned_peak)} (without a budget "
-                     f"{format_budget(self.base_peak)}); predicted extra time {_secs(self.extra_seconds)} "
+        out = [head, f"#   planned peak {human_bytes(self.planned_peak)} (without a budget "
+                     f"{human_bytes(self.base_peak)}); predicted extra time {_secs(self.extra_seconds)} "
                      f"({pct:.1f}% of the estimated {_secs(self.base_seconds)})"]
         if not self.recomputed and not self.options:
             out.append("#   nothing recomputed: the plan fits as it is")
@@ -79,7 +80,7 @@ class MemoryReport:
         if self.curve:
             out.append("#   budget / planned peak / predicted extra time:")
             for p in self.curve:
-                out.append(f"#     {format_budget(p.budget):>10}  {format_budget(p.peak):>10}  {_secs(p.seconds):>10}"
+                out.append(f"#     {format_budget(p.budget):>10}  {human_bytes(p.peak):>10}  {_secs(p.seconds):>10}"
                            + ("  <- knee" if p.knee else ""))
         return out
 
