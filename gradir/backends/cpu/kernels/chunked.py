@@ -48,7 +48,16 @@ def _call(lay: ChunkLayout, ins: Instr, args: list, n: int) -> Any:
     if op.op_name == "FusedElementwise":
         return fused.fused_elementwise(*args, body=_fused_body(lay, ins, n))
     cls = OPS["ReduceSum"] if ins.kind == "sum" and op.op_name == "ReduceMean" else type(op)
+    if ins.kind == "kernel" and op.op_name in _PRODUCTS and args[0].ndim > 2:
+        # a batch of row blocks times one matrix: one 2-D product over the rows (NumPy would call BLAS
+        # once per matrix of the batch, several times slower), as the whole product's kernel does
+        a = args[0]
+        res = KERNELS[cls].fn(a.reshape(-1, a.shape[-1]), *args[1:], **op.kernel_attrs())
+        return res.reshape(a.shape[:-1] + res.shape[-1:])
     return KERNELS[cls].fn(*args, **op.kernel_attrs())
+
+
+_PRODUCTS = ("MatMul", "FusedMatMul")
 
 
 def _run_block(lay: ChunkLayout, whole: dict[str, np.ndarray], outs: dict[str, Optional[np.ndarray]],
