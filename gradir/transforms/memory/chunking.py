@@ -20,11 +20,13 @@ none): the plan without a budget already holds only a block of each intermediate
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ...ir.op import Op
 from ...ir.types import TensorType
-from ..passes.pipeline import Program
+
+if TYPE_CHECKING:  # (the passes import this module: ``chunk-rows``)
+    from ..passes.pipeline import Program
 
 __all__ = ["ROW_RULES", "row_rule", "find_regions", "chunk_rows", "block_rows", "choices", "Region"]
 
@@ -181,12 +183,11 @@ def _matmul(op: Op, r: _Rows) -> Optional[Use]:
 
 def _install_rules() -> None:
     from ...ir.op import OPS
-    from ...ops import activation
 
     def named(*names: str) -> list[type]:
         return [OPS[n] for n in names if n in OPS]
-    row_rule(*(c for c in OPS.values() if issubclass(c, (activation._SoftmaxForward, activation._SoftmaxGrad))))(
-        _softmax)
+    row_rule(*named("Softmax", "LogSoftmax", "SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad",
+                    "LogSoftmaxGrad_13"))(_softmax)
     row_rule(*named("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"))(_reduce)
     row_rule(*named("Reshape", "Unsqueeze", "Squeeze", "Flatten"))(_view)
     row_rule(*named("MatMul", "FusedMatMul"))(_matmul)
