@@ -354,7 +354,7 @@ def apply(program: Any, plan: Any, model: Model, x: tuple[bool, ...]) -> list[tu
                 rewire.setdefault(plan.steps[r].results[0], {})[s.value] = rmap[s.value]
         done.append((s.value, rmap[s.value], op.op_name, anchor))
     ops = []
-    for k, op in enumerate(program.ops):
+    for op in program.ops:
         first = op.results[0] if op.results else None
         ops += inserts.get(first, [])
         if first in rewire:
