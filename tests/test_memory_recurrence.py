@@ -61,3 +61,96 @@ def test_lstm_plans_are_a_small_pareto_front_from_one_extra_forward_down():
     assert all(p.segment % 32 == 0 for p in plans)
     for p, q in zip(plans, plans[1:]):
         assert q.memory < p.memory and q.extra_seconds >= p.extra_seconds
+
+
+def test_the_ops_descent_slots_are_revolves_first_descent():
+    from gradir.ops.lstm_checkpointed import descent_slots
+    for n in range(1, 30):
+        for s in range(1, 8):
+            acts = revolve.descent(revolve.schedule(n, s))
+            want = {0: 0} | {a.unit: a.slot for a in acts if a.kind == "snapshot"}
+            assert descent_slots(n, s) == want, (n, s)
+
+
+# -- the checkpointed ops' kernels: LSTMTraining + LSTMGrad's bits ------------------------------------
+import itertools  # noqa: E402
+
+import numpy as np  # noqa: E402
+from test_kernels_lstm import force_path  # noqa: E402
+
+from gradir.backends.cpu.kernels import jit, parallel  # noqa: E402
+from gradir.backends.cpu.kernels.lstm import common as lstm_common  # noqa: E402
+from gradir.backends.cpu.kernels.lstm import (lstm_grad, lstm_grad_recompute, lstm_training,  # noqa: E402
+                                              lstm_training_checkpointed)
+
+DIRECTIONS = ["forward", "reverse", "bidirectional"]
+# (segment, checkpoints): every boundary a snapshot, binomial with few slots, one slot, one unit
+SCHEDULES = [(3, 8), (3, 2), (6, 3), (7, 1), (40, 2)]
+
+
+def _layer(rng, S, nb, I, H, D, dt, sl, h0, p):  # type: ignore[no-untyped-def]
+    X = rng.standard_normal((S, nb, I)).astype(dt)
+    W, R = ((0.5 * rng.standard_normal((D, 4 * H, n))).astype(dt) for n in (I, H))
+    B = (0.5 * rng.standard_normal((D, 8 * H))).astype(dt)
+    SL = None
+    if sl:  # unsorted, some rows shorter, one past every other row's end
+        SL = rng.integers(1, S + 1, nb).astype(np.int32)
+        SL[0], SL[-1] = S - 2, 1
+    H0, C0 = (rng.standard_normal((D, nb, H)).astype(dt) if h0 else None for _ in range(2))
+    P = (0.5 * rng.standard_normal((D, 3 * H))).astype(dt) if p else None
+    return X, W, R, B, SL, H0, C0, P
+
+
+def _check_bits(rng, S, nb, I, H, direction, dt, sl, h0, p, T0, schedules=SCHEDULES):  # type: ignore[no-untyped-def]
+    D = 2 if direction == "bidirectional" else 1
+    lstm_common.CHUNK_BYTES = T0 * nb * D * 4 * H * np.dtype(dt).itemsize
+    X, W, R, B, SL, H0, C0, P = _layer(rng, S, nb, I, H, D, dt, sl, h0, p)
+    HA, HF, CF, CA, G = lstm_training(X, W, R, B, SL, H0, C0, P, hidden_size=H, direction=direction)
+    dy = [rng.standard_normal(a.shape).astype(dt) for a in (HA, HF, CF)]
+    want = lstm_grad(X, W, R, SL, H0, C0, HA, CA, G, *dy, P, hidden_size=H, direction=direction)
+    for segment, k in schedules:
+        attrs = dict(hidden_size=H, direction=direction, segment=segment, checkpoints=k)
+        HA2, HF2, CF2, States = lstm_training_checkpointed(X, W, R, B, SL, H0, C0, P, **attrs)
+        saved = States.copy()
+        got = lstm_grad_recompute(X, W, R, B, SL, H0, C0, P, States, *dy, **attrs)
+        where = (direction, np.dtype(dt).name, sl, h0, p, segment, k)
+        for a, b in zip((HA, HF, CF, *want), (HA2, HF2, CF2, *got)):
+            assert np.array_equal(a, b), where
+        assert np.array_equal(States, saved), where  # the operand is left as it was
+
+
+@pytest.fixture
+def chunk_bytes(monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(lstm_common, "CHUNK_BYTES", lstm_common.CHUNK_BYTES)  # restored after the test
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_checkpointed_ops_have_the_bits_of_lstm_training_and_lstm_grad(direction, kernel_path, chunk_bytes):
+    """Every variant (sequence lengths, H0/C0, peepholes, both dtypes) and schedule, on the small
+    problems' paths (the compiled whole loops, or the NumPy kernels): np.array_equal."""
+    rng = np.random.default_rng(3)
+    for dt, sl, h0, p in itertools.product([np.float32, np.float64], [False, True], [False, True], [False, True]):
+        _check_bits(rng, 23, 5, 3, 4, direction, dt, sl, h0, p, T0=3)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("path", ["per_step", "halves", "halves_blas"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_checkpointed_ops_have_the_bits_on_the_large_problem_paths(monkeypatch, direction, path, threads,
+                                                                   chunk_bytes):
+    """The large problems' paths (one step per compiled call and BLAS per step; two half-batch loops,
+    with the packed-panel GEMM or BLAS; dX in the step loops), with one thread and two."""
+    force_path(monkeypatch, path)
+    monkeypatch.setattr(jit, "_on", True)
+    rng = np.random.default_rng(5)
+    with parallel.cores(threads):
+        for dt, sl, p in [(np.float32, True, True), (np.float64, False, True), (np.float32, False, False)]:
+            _check_bits(rng, 17, 6, 5, 3, direction, dt, sl, True, p, T0=2, schedules=SCHEDULES[:3])
+
+
+def test_checkpointed_ops_have_the_bits_on_a_large_problem(chunk_bytes):
+    """A batch and hidden size past the small-problem threshold, as they come (no path forced)."""
+    rng = np.random.default_rng(8)
+    assert 64 * 4 * 80 > lstm_common.WHOLE_LOOP_MAX
+    _check_bits(rng, 12, 64, 16, 80, "forward", np.float32, True, True, True, T0=4, schedules=[(4, 2), (8, 1)])
+    _check_bits(rng, 12, 64, 16, 80, "bidirectional", np.float64, False, False, False, T0=4, schedules=[(4, 3)])

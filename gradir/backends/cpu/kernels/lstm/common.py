@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .....ops.lstm import chunk_steps as ops_chunk_steps
 from .. import jit, parallel
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -32,9 +33,9 @@ CHUNK_BYTES = 8 << 20
 
 
 def chunk_steps(S: int, nb: int, D: int, h: int, dtype: Any) -> int:
-    """T0: the steps of one fixed chunk of a layer of ``S`` steps (a function of the shapes alone)."""
-    per_step = max(1, nb * D * 4 * h * np.dtype(dtype).itemsize)
-    return max(1, min(S, CHUNK_BYTES // per_step))
+    """T0: the steps of one fixed chunk of a layer of ``S`` steps (a function of the shapes alone;
+    ``gradir.ops.lstm.chunk_steps``, which the memory planner reads, with this module's CHUNK_BYTES)."""
+    return ops_chunk_steps(S, nb, D, h, np.dtype(dtype).itemsize, CHUNK_BYTES)
 
 
 # -- small helpers ---------------------------------------------------------------------

@@ -45,7 +45,7 @@ class ForwardDirection:
 
     def __init__(self, X: np.ndarray, Wd: np.ndarray, Rd: np.ndarray, bd: np.ndarray | None,
                  pd: np.ndarray | None, h0: np.ndarray | None, c0: np.ndarray | None, steps: Steps,
-                 rev: bool, T0: int) -> None:
+                 rev: bool, T0: int, wanted: bool | None = None) -> None:
         S, nb, _ = X.shape
         h = Rd.shape[1]
         dt = X.dtype
@@ -66,11 +66,14 @@ class ForwardDirection:
             self.p_half = (0.5 * pd).astype(dt) if pd is not None else np.zeros(1, dt)
             self.b_step = self.bias.astype(dt) if self.bias is not None else np.zeros(1, dt)
         self.starts = steps.starts(rev) if (h0 is not None or c0 is not None) else {}
+        # whether to run as two half-batch loops, decided before any caller holds BLAS (the same
+        # decision as LSTMTraining's, whoever calls)
+        self.wanted = split_wanted(self.jl, nb, h) if wanted is None else wanted
 
     def __enter__(self) -> "ForwardDirection":
         # Large batches on the compiled path: two half-batch loops, each with single-threaded BLAS,
         # side by side when the call was given two cores (as in LSTMGrad, see lstm_grad).
-        self._blas_ctx = parallel.own_blas_threads(split_wanted(self.jl, self.nb, self.h))
+        self._blas_ctx = parallel.own_blas_threads(self.wanted)
         self.blas = self._blas_ctx.__enter__()
         # Each loop's GEMM H_{t-1}·Rᵀ by the packed-R kernel (one thread; 91 vs 72 GFLOP/s for
         # OpenBLAS at 32x256 by 256x1024) where the loop is small, or has a core to itself on a

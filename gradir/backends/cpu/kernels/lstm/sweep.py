@@ -104,7 +104,7 @@ class Sweep:
     ``d``'s chunks in ``visit_chunks`` order, ``end(d)``; then ``finish()`` writes dB and dP.  Used
     as a context (``with``): the BLAS threads are set up once (see ``lstm_grad``)."""
 
-    def __init__(self, k: Grad) -> None:
+    def __init__(self, k: Grad, wanted: bool | None = None) -> None:
         self.k = k
         S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
         self.T0 = common.chunk_steps(S, nb, D, h, dt)
@@ -113,11 +113,12 @@ class Sweep:
         self.dP = [np.zeros((D, 3 * h), dt), np.zeros((D, 3 * h), dt)]  # per half of the batch
         self.db = [np.zeros((D, 4 * h), dt), np.zeros((D, 4 * h), dt)]
         self.dHA = None if k.dHAll is None else np.ascontiguousarray(k.dHAll)
+        self.wanted = common.split_wanted(self.jl, nb, h) if wanted is None else wanted
 
     def __enter__(self) -> "Sweep":
         k = self.k
         # Large problems on the compiled path run as two halves (see ``lstm_grad``).
-        self._ctx = parallel.own_blas_threads(common.split_wanted(self.jl, k.nb, k.h))
+        self._ctx = parallel.own_blas_threads(self.wanted)
         blas = self._ctx.__enter__()
         k.split = blas.ok
         k.two = k.split and blas.threads >= 2
