@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lstm_reference import lstm_cell_ref, lstm_loss, lstm_training_ref
 
 import gradir.backends.cpu.kernels._jit_gemm as jit_gemm
+import gradir.ops.lstm as ops_lstm
 import gradir.backends.cpu.kernels.lstm as lstm_mod
 from gradir.backends.cpu.kernels import jit, parallel
 from gradir.backends.cpu.kernels.lstm import backward as lstm_backward
@@ -407,7 +408,7 @@ def test_chunking_agrees(monkeypatch, direction, kernel_path):
     base = run_grad(ops, fwd, up, H, direction)
     for steps_per_chunk, T0 in ((1, 9), (2, 3), (4, 4), (1, 2)):
         monkeypatch.setattr(lstm_backward, "_CHUNK_BYTES", steps_per_chunk * nb * 4 * H * 8)
-        monkeypatch.setattr(lstm_common, "CHUNK_BYTES", T0 * nb * D * 4 * H * 8)  # T0 steps per fixed chunk
+        monkeypatch.setattr(ops_lstm, "CHUNK_BYTES", T0 * nb * D * 4 * H * 8)  # T0 steps per fixed chunk
         monkeypatch.setattr(lstm_common, "WHOLE_LOOP_MAX", 0)  # compiled path: one call per step
         got = run_grad(ops, fwd, up, H, direction)
         for g, b in zip(got, base):
@@ -447,7 +448,7 @@ def test_lstm_grad_scratch_does_not_grow_with_S(monkeypatch, direction, path, ke
             tracemalloc.stop()
         return peak
 
-    monkeypatch.setattr(lstm_common, "CHUNK_BYTES", 8 * nb * D * 4 * H * 4)
+    monkeypatch.setattr(ops_lstm, "CHUNK_BYTES", 8 * nb * D * 4 * H * 4)
     small, large = extra(40), extra(160)
     assert large <= small + (64 << 10), (small, large)
     assert small < 4 << 20  # a few bounded temporaries (dR-sized, chunk-sized)

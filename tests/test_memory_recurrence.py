@@ -78,6 +78,7 @@ import itertools  # noqa: E402
 import numpy as np  # noqa: E402
 from test_kernels_lstm import force_path  # noqa: E402
 
+import gradir.ops.lstm as ops_lstm  # noqa: E402
 from gradir.backends.cpu.kernels import jit, parallel  # noqa: E402
 from gradir.backends.cpu.kernels.lstm import common as lstm_common  # noqa: E402
 from gradir.backends.cpu.kernels.lstm import (lstm_grad, lstm_grad_recompute, lstm_training,  # noqa: E402
@@ -103,7 +104,7 @@ def _layer(rng, S, nb, I, H, D, dt, sl, h0, p):  # type: ignore[no-untyped-def]
 
 def _check_bits(rng, S, nb, I, H, direction, dt, sl, h0, p, T0, schedules=SCHEDULES):  # type: ignore[no-untyped-def]
     D = 2 if direction == "bidirectional" else 1
-    lstm_common.CHUNK_BYTES = T0 * nb * D * 4 * H * np.dtype(dt).itemsize
+    ops_lstm.CHUNK_BYTES = T0 * nb * D * 4 * H * np.dtype(dt).itemsize
     X, W, R, B, SL, H0, C0, P = _layer(rng, S, nb, I, H, D, dt, sl, h0, p)
     HA, HF, CF, CA, G = lstm_training(X, W, R, B, SL, H0, C0, P, hidden_size=H, direction=direction)
     dy = [rng.standard_normal(a.shape).astype(dt) for a in (HA, HF, CF)]
@@ -121,7 +122,7 @@ def _check_bits(rng, S, nb, I, H, direction, dt, sl, h0, p, T0, schedules=SCHEDU
 
 @pytest.fixture
 def chunk_bytes(monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(lstm_common, "CHUNK_BYTES", lstm_common.CHUNK_BYTES)  # restored after the test
+    monkeypatch.setattr(ops_lstm, "CHUNK_BYTES", ops_lstm.CHUNK_BYTES)  # restored after the test
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
@@ -154,3 +155,100 @@ def test_checkpointed_ops_have_the_bits_on_a_large_problem(chunk_bytes):
     assert 64 * 4 * 80 > lstm_common.WHOLE_LOOP_MAX
     _check_bits(rng, 12, 64, 16, 80, "forward", np.float32, True, True, True, T0=4, schedules=[(4, 2), (8, 1)])
     _check_bits(rng, 12, 64, 16, 80, "bidirectional", np.float64, False, False, False, T0=4, schedules=[(4, 3)])
+
+
+# -- the provider: choices, their intervals against the plan, a checkpointed LM run ------------------
+import gradir  # noqa: E402
+from gradir.backends.base import get_backend  # noqa: E402
+from gradir.transforms.memory import recurrence  # noqa: E402
+from gradir.transforms.passes.pipeline import Program, lint, run_passes  # noqa: E402
+from gradir.transforms.schedule import build_plan  # noqa: E402
+
+
+def _lm(S: int, B: int, I: int, H: int, C: int, direction: str = "forward") -> gradir.Graph:
+    """A small LSTM language model (LSTM, output projection, LogSoftmax, mean) and its gradients."""
+    D = 2 if direction == "bidirectional" else 1
+    text = f"""
+input t0 : Float32 [{S}, {B}, {I}]
+input t1 : Float32 [{D}, {4 * H}, {I}]
+input t2 : Float32 [{D}, {4 * H}, {H}]
+input t3 : Float32 [{D}, {8 * H}]
+input t4 : Float32 [{D * H}, {C}]
+t5, t6, t7, t8, t9 = LSTMTraining(t0, t1, t2, t3, hidden_size={H}, direction="{direction}")
+t10 = Transpose(t5, perm=[0, 2, 1, 3])
+t11 = Reshape(t10, shape=[{S * B}, {D * H}])
+t12 = MatMul(t11, t4)
+t13 = LogSoftmax(t12, axis=1)
+t14 = ReduceMean(t13)
+output t14
+"""
+    return gradir.grad(gradir.parse(text), wrt=["t0", "t1", "t2", "t3", "t4"])
+
+
+def _compiled(graph: gradir.Graph):  # type: ignore[no-untyped-def]
+    lower = get_backend("cpu")
+    program = Program(graph, lower)
+    log = run_passes(program)
+    return lower, program, log, build_plan(program, log, lower.kernels)
+
+
+def _inputs(graph: gradir.Graph, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {i.name: (0.5 * rng.standard_normal([int(d) for d in i.type.shape])).astype(np.float32)
+            for i in graph.inputs}
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_recurrence_options_run_bit_identical_and_their_intervals_match_the_plan(direction, chunk_bytes):
+    """Every option of the LSTM's choice, applied to the program: a valid program whose run gives the
+    unbudgeted outputs bit for bit, and whose planned bytes at every step are the base curve plus the
+    option's intervals (those of values exactly; the kernels' working sets are intervals too, which the
+    plan counts once the kernels declare their scratch)."""
+    S, B, I, H, C = 24, 4, 6, 5, 7
+    ops_lstm.CHUNK_BYTES = 3 * B * (2 if direction == "bidirectional" else 1) * 4 * H * 4  # T0 = 3
+    graph = _lm(S, B, I, H, C, direction)
+    lower, program, log, base = _compiled(graph)
+    inputs = _inputs(graph, 0)
+    want = lower.lower(graph, program, base, None).run(inputs)
+    found = recurrence.choices(program, base)
+    assert len(found) == 1 and found[0].values == {"t8", "t9"}
+    options = found[0].options
+    assert 2 <= len(options) <= 8
+    assert options[0].extra_seconds < options[-1].extra_seconds
+    for opt in options:
+        _, prog, _, _ = _compiled(graph)
+        opt.apply(prog)
+        assert lint(prog) is None
+        assert [op.op_name for op in prog.ops].count("LSTMGradRecompute") == 1
+        plan = build_plan(prog, log, lower.kernels)
+        assert len(plan.curve) == len(base.curve)
+        expect = list(base.curve)
+        for iv in opt.intervals:
+            if iv in opt.scratch:  # the kernels' working sets: not planned values
+                continue
+            for k in range(iv.start, iv.end + 1):
+                expect[k] += iv.bytes
+        for k, (a, b) in enumerate(zip(plan.curve, expect)):
+            assert a == b, (opt.label, k, a, b)
+        got = lower.lower(graph, prog, plan, None).run(inputs)
+        assert list(got) == list(want)
+        for key in want:
+            assert np.array_equal(got[key], want[key]), (opt.label, key)
+        assert opt.details and "checkpoints" in opt.details[0]
+
+
+def test_no_recurrence_choice_when_cell_states_are_read_elsewhere():
+    """CAll as a graph output (or read by another op) must stay: no choice for that layer."""
+    text = """
+input t0 : Float32 [6, 2, 3]
+input t1 : Float32 [1, 8, 3]
+input t2 : Float32 [1, 8, 2]
+input t3 : Float32 [6, 1, 2, 2]
+t4, t5, t6, t7, t8 = LSTMTraining(t0, t1, t2, hidden_size=2)
+t9, t10, t11, t12, t13, t14, t15 = LSTMGrad(t0, t1, t2, _, _, _, t4, t7, t8, t3, hidden_size=2)
+output t10, t7
+"""
+    _, program, _, plan = _compiled(gradir.parse(text))
+    assert recurrence.choices(program, plan) == []
+    _, program, _, plan = _compiled(gradir.parse(text.replace("output t10, t7", "output t10")))
+    assert [c.key for c in recurrence.choices(program, plan)] == ["lstm t4"]

@@ -362,10 +362,10 @@ class LSTMGradOp(BackwardOp):
 CHUNK_BYTES = 8 << 20
 
 
-def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int) -> int:
     """T0, the steps of the sequence kernels' fixed chunk (their products and sums go chunk by chunk):
-    about ``chunk_bytes`` of gate gradients, a function of the shapes alone."""
-    return max(1, min(S, chunk_bytes // max(1, nb * D * 4 * h * itemsize)))
+    about ``CHUNK_BYTES`` of gate gradients, a function of the shapes alone (tests lower it)."""
+    return max(1, min(S, CHUNK_BYTES // max(1, nb * D * 4 * h * itemsize)))
 
 
 def unit_steps(segment: int, T0: int, S: int) -> int:
