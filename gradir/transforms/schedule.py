@@ -250,8 +250,10 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         new = 0 if st.view else sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
         naive += sum(_bytes(types.get(r)) for r in st.results)
         live += new
-        curve.append(live)
-        peak = max(peak, live)
+        # what the kernel holds while it runs besides its results (a ``Chunked`` region's blocks)
+        held = st.op.scratch_bytes() if hasattr(st.op, "scratch_bytes") else 0
+        curve.append(live + held)
+        peak = max(peak, live + held)
         for v in st.free_after:
             donated = any(st.operands[i] == v for i in st.inplace.values())
             if not donated:
