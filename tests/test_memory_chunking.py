@@ -229,3 +229,45 @@ def test_block_rows_is_a_function_of_the_shapes():
     b = chunking.block_rows(65536, [32], 8 << 10)
     assert b % 32 == 0 and b % chunking.ROW_ALIGN == 0 and 0 < b < 65536
     assert chunking.block_rows(40, [32], 1) == 40  # one block when the unit is the whole
+
+
+def sce_forward(reduction: str, weights: bool, ignore: bool, S: int = 37, B: int = 4, H: int = 16, C: int = 8) -> str:
+    """The head with ``SoftmaxCrossEntropyLoss`` over the flattened rows (what ``gradir grad`` derives)."""
+    w_in = f'input t20 "cw" : Float32 [{C}]\n' if weights else ""
+    attrs = f', reduction="{reduction}"' + (", ignore_index=3" if ignore else "")
+    return (f'graph lm\ninput t0 "h" : Float32 [{S}, 1, {B}, {H}]\ninput t1 "w" : Float32 [{H}, {C}]\n'
+            f'input t2 "y" : Int64 [{S * B}]\n{w_in}t3 = MatMul(t0, t1)\nt4 = Reshape(t3, shape=[{S * B}, {C}])\n'
+            f"t5, t6 = SoftmaxCrossEntropyLoss(t4, t2{', t20' if weights else ''}{attrs})\noutput t5\n")
+
+
+@pytest.mark.parametrize("reduction, weights, ignore", [("mean", False, False), ("mean", True, True),
+                                                        ("sum", False, True), ("none", True, False)])
+def test_softmax_cross_entropy_and_its_gradient_chunk_with_the_same_bits(small_blocks, monkeypatch, reduction,
+                                                                         weights, ignore):
+    fwd = sce_forward(reduction, weights, ignore)
+    bwd = gradir.grad(fwd, wrt=["t0", "t1"])
+    exe = gradir.compile(bwd)
+    (op,) = _chunked(exe)
+    assert "SoftmaxCrossEntropyLossGrad" in [i.op.op_name for i in op.layout.instrs]
+    assert [st.op.op_name for st in exe.plan.steps] == ["Chunked"]
+    g = exe.graph
+    rng = np.random.default_rng(1)
+    x = {}
+    for i in g.inputs:
+        shape = [int(d) for d in i.type.shape]
+        if i.type.dtype.is_float:
+            x[i.name] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+        else:
+            x[i.name] = rng.integers(0, 8, shape).astype(np.int64)
+    if weights:
+        x["t20"] = np.abs(x["t20"])
+    one = _run_all(bwd, x, threads=1)
+    others = [_run_all(bwd, x, threads=2)]
+    monkeypatch.setattr(chunking, "DEFAULT_PIECES", 1)
+    others.append(_run_all(bwd, x, threads=2))
+    for other in others:
+        for k in one:
+            assert np.array_equal(one[k], other[k]), k
+    ref = _run_all(bwd, x, disable=["chunk-rows"])
+    for k in one:
+        np.testing.assert_allclose(one[k], ref[k], rtol=1e-5, atol=1e-6 * np.abs(ref[k]).max())

@@ -124,7 +124,7 @@ class Plan:
                 notes.append("BLAS")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
-            if isinstance(s.op, FusedElementwiseOp):
+            if isinstance(s.op, FusedElementwiseOp) or s.op.op_name == "Chunked":
                 lines += [f"#           {text}" for text in s.op.plan_lines(self.types)]
         path = self.critical_path()
         if len(path) > 1 and self.heavy_concurrency:

@@ -183,6 +183,25 @@ def _matmul(op: Op, r: _Rows) -> Optional[Use]:
     return None
 
 
+def _cross_entropy(op: Op, r: _Rows) -> Optional[Use]:
+    """``SoftmaxCrossEntropyLoss``: scores ``[N, C, ...]`` and labels ``[N, ...]`` by their rows (axis 0), the
+    weights whole; ``log_prob`` by rows, the loss by rows ("none") or, reduced, only when nothing reads it
+    (``"drop"``: the backward graph's forward loss).  ``SoftmaxCrossEntropyLossGrad``: the same; a reduced
+    ``dY`` (a scalar) is read whole and the kernel scales it over every row's targets once, up front."""
+    grad = op.op_name.endswith("Grad")
+    scores, labels = (op.operands[1], op.operands[2]) if grad else (op.operands[0], op.operands[1])
+    weights = op.operands[3] if grad and len(op.operands) > 3 else (op.operands[2] if len(op.operands) > 2 else None)
+    if r.k(scores) != 1 or r.k(labels) != 1:
+        return None
+    none = op.attrs.get("reduction", "mean") == "none"
+    rows = [True, True] + [False] * (weights is not None)
+    if grad:
+        if not none and r.shape(op.operands[0]) != ():
+            return None
+        return Use(tuple([none] + rows), ("rows",))
+    return Use(tuple(rows), ("rows" if none else "drop", "rows"))
+
+
 def _install_rules() -> None:
     from ...ir.op import OPS
 
@@ -194,6 +213,7 @@ def _install_rules() -> None:
     row_rule(*named("Reshape", "Unsqueeze", "Squeeze", "Flatten"))(_view)
     row_rule(*named("MatMul", "FusedMatMul"))(_matmul)
     row_rule(*named("BroadcastTo"))(_broadcast)
+    row_rule(*named("SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"))(_cross_entropy)
 
 
 def rule_of(op: Op) -> Optional[Rule]:
@@ -242,6 +262,8 @@ def _candidates(program: Program, r: _Rows, taken: set[int]) -> dict[int, Use]:
     """Every op that can run in blocks of N rows, reading the region's values only by their rows."""
     uses: dict[int, Use] = {}
     kind: dict[str, str] = {}  # a candidate's result -> "rows" or its reduction
+    read = {v for op in program.ops for v in op.operands}
+    live = set(program.live_outputs)
     for k, op in enumerate(program.ops):
         if k in taken:
             continue
@@ -252,6 +274,8 @@ def _candidates(program: Program, r: _Rows, taken: set[int]) -> dict[int, Use]:
         if any(v in kind and (kind[v] != "rows" or not use.rows[i]) for i, v in enumerate(op.operands)):
             continue
         if any(u == "rows" and r.k(v) is None for u, v in zip(use.results, op.results)):
+            continue
+        if any(u == "drop" and (v in read or v in live) for u, v in zip(use.results, op.results)):
             continue
         uses[k] = use
         kind.update(zip(op.results, use.results))
@@ -376,6 +400,8 @@ def layout_of(program: Program, region: Region) -> Any:
             if rows:
                 periods[v] = r.period(v)
         for v, u in zip(op.results, use.results):
+            if u == "drop":
+                continue
             if u == "rows":
                 periods[v] = r.period(v)
                 if use.kind != "view":

@@ -25,7 +25,7 @@ from ....ir.op import OPS
 from ....ir.types import TensorType
 from ....ops.chunked import ChunkedOp, ChunkLayout, Instr
 from ....ops.fused import FusedBody
-from . import blocked, fused, jit, parallel
+from . import blocked, fused, jit, loss, parallel
 from .registry import KERNELS, kernel
 
 __all__ = ["chunked"]
@@ -50,6 +50,10 @@ def _call(lay: ChunkLayout, ins: Instr, args: list, n: int, out: Optional[np.nda
     op = ins.op
     if op.op_name == "FusedElementwise":
         return fused.fused_elementwise(*args, out=out, body=_fused_body(lay, ins, n))
+    if op.op_name == "SoftmaxCrossEntropyLossGrad" and not ins.rows[0]:
+        # a reduced dY: scaled once over every row's targets (``_ce_scale``), then each block as a "sum"
+        attrs = dict(op.kernel_attrs(), reduction="sum")
+        return KERNELS[type(op)].fn(lay.__dict__["_ce_scale"][id(op)], *args[1:], out=out, **attrs)
     cls = OPS["ReduceSum"] if ins.kind == "sum" and op.op_name == "ReduceMean" else type(op)
     if ins.kind == "kernel" and op.op_name in _PRODUCTS:
         # one 2-D product over the block's rows (NumPy would call BLAS once per matrix of a batch,
@@ -144,6 +148,29 @@ def _run_block(lay: ChunkLayout, whole: dict[str, np.ndarray], outs: dict[str, O
             np.copyto(o[lo // p:hi // p], env[v])
 
 
+def _ce_scale(lay: ChunkLayout, op: Any, whole: dict[str, np.ndarray]) -> np.ndarray:
+    """The factor ``SoftmaxCrossEntropyLossGrad`` multiplies every row by for a reduced ``dY``: ``dY`` ("sum"), or
+    ``dY`` over the targets not ignored (their weights' sum, left to right): the kernel's own formula, so a
+    block run as "sum" with it gives the whole kernel's bits."""
+    dy, label = whole[op.operands[0]], whole[op.operands[2]]
+    weight = whole.get(op.operands[3]) if len(op.operands) > 3 and op.operands[3] is not None else None
+    shape = tuple(int(d) for d in lay.types[op.operands[1]].shape)  # log_prob's: made block by block
+    dtype = dy.dtype
+    s = dy[()]
+    if op.attrs.get("reduction", "mean") == "mean":
+        ignore = op.attrs.get("ignore_index")
+        lab, keep = loss.targets("SoftmaxCrossEntropyLossGrad", label, shape[0], shape[1],
+                                 -1 if ignore is None else ignore, "log_prob")
+        if weight is not None:
+            chosen = weight[lab[keep]]
+            total = np.cumsum(chosen, dtype=dtype)[-1] if chosen.size else dtype.type(0)
+        else:
+            total = dtype.type(np.count_nonzero(keep))
+        if total != 0:
+            s = np.divide(s, total, dtype=dtype)
+    return np.asarray(s, dtype)
+
+
 def _scratch(lay: ChunkLayout, direct: set[str]) -> dict[str, np.ndarray]:
     """A lane's buffers: a full block of each value its members make one at a time (single-result
     kernels), and each partial sum."""
@@ -178,6 +205,10 @@ def chunked(*operands: np.ndarray, out: Any = None, layout: ChunkLayout) -> Any:
     # operand's rows first); the others are written straight into their buffers
     direct = {v for v, o in outs.items() if o is not None and v not in lay.sums
               and not any(np.shares_memory(o, x) for x in operands if isinstance(x, np.ndarray))}
+    scales = lay.__dict__.setdefault("_ce_scale", {})
+    for ins in lay.instrs:
+        if ins.op.op_name == "SoftmaxCrossEntropyLossGrad" and not ins.rows[0]:
+            scales[id(ins.op)] = _ce_scale(lay, ins.op, whole)
     packs = {k: pk for k, ins in enumerate(lay.instrs) if (pk := _pack(ins, whole)) is not None}
     spans = lay.lane_rows()
     accs: list[dict[str, np.ndarray]] = [{} for _ in spans]
