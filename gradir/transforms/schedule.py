@@ -128,7 +128,7 @@ class Plan:
                 notes.insert(0, f"recomputes {again} (memory budget)")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
-            if isinstance(s.op, FusedElementwiseOp):
+            if isinstance(s.op, FusedElementwiseOp) or s.op.op_name == "Chunked":
                 lines += [f"#           {text}" for text in s.op.plan_lines(self.types)]
         path = self.critical_path()
         if len(path) > 1 and self.heavy_concurrency:
@@ -256,8 +256,10 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         new = 0 if st.view else sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
         naive += sum(_bytes(types.get(r)) for r in st.results)
         live += new
-        curve.append(live)
-        peak = max(peak, live)
+        # what the kernel holds while it runs besides its results (a ``Chunked`` region's blocks)
+        held = st.op.scratch_bytes() if hasattr(st.op, "scratch_bytes") else 0
+        curve.append(live + held)
+        peak = max(peak, live + held)
         for v in st.free_after:
             donated = any(st.operands[i] == v for i in st.inplace.values())
             if not donated and v not in views:  # a view's bytes are its root's, freed with the root

@@ -36,6 +36,8 @@ MIN_SAVED_BYTES = 8 << 20
 # lanes (the L2 and L3 of the 2-core machines measured, docs/performance.md)
 BLOCK_BYTES = 4 << 20
 ROW_ALIGN = 16  # block edges on multiples of this many rows (whole register tiles of the products)
+DEFAULT_PIECES = 4  # a block without a budget: this many pieces (a budget may choose one)
+DEFAULT_SCRATCH_SHARE = 0.25  # ... fewer if their blocks would hold more than this share of what chunking saves
 LANES = 2  # blocks dealt out to two lanes, each summing its own; fixed: the bits must not follow the cores
 
 
@@ -181,6 +183,25 @@ def _matmul(op: Op, r: _Rows) -> Optional[Use]:
     return None
 
 
+def _cross_entropy(op: Op, r: _Rows) -> Optional[Use]:
+    """``SoftmaxCrossEntropyLoss``: scores ``[N, C, ...]`` and labels ``[N, ...]`` by their rows (axis 0), the
+    weights whole; ``log_prob`` by rows, the loss by rows ("none") or, reduced, only when nothing reads it
+    (``"drop"``: the backward graph's forward loss).  ``SoftmaxCrossEntropyLossGrad``: the same; a reduced
+    ``dY`` (a scalar) is read whole and the kernel scales it over every row's targets once, up front."""
+    grad = op.op_name.endswith("Grad")
+    scores, labels = (op.operands[1], op.operands[2]) if grad else (op.operands[0], op.operands[1])
+    weights = op.operands[3] if grad and len(op.operands) > 3 else (op.operands[2] if len(op.operands) > 2 else None)
+    if r.k(scores) != 1 or r.k(labels) != 1:
+        return None
+    none = op.attrs.get("reduction", "mean") == "none"
+    rows = [True, True] + [False] * (weights is not None)
+    if grad:
+        if not none and r.shape(op.operands[0]) != ():
+            return None
+        return Use(tuple([none] + rows), ("rows",))
+    return Use(tuple(rows), ("rows" if none else "drop", "rows"))
+
+
 def _install_rules() -> None:
     from ...ir.op import OPS
 
@@ -192,6 +213,7 @@ def _install_rules() -> None:
     row_rule(*named("Reshape", "Unsqueeze", "Squeeze", "Flatten"))(_view)
     row_rule(*named("MatMul", "FusedMatMul"))(_matmul)
     row_rule(*named("BroadcastTo"))(_broadcast)
+    row_rule(*named("SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"))(_cross_entropy)
 
 
 def rule_of(op: Op) -> Optional[Rule]:
@@ -240,6 +262,8 @@ def _candidates(program: Program, r: _Rows, taken: set[int]) -> dict[int, Use]:
     """Every op that can run in blocks of N rows, reading the region's values only by their rows."""
     uses: dict[int, Use] = {}
     kind: dict[str, str] = {}  # a candidate's result -> "rows" or its reduction
+    read = {v for op in program.ops for v in op.operands}
+    live = set(program.live_outputs)
     for k, op in enumerate(program.ops):
         if k in taken:
             continue
@@ -250,6 +274,8 @@ def _candidates(program: Program, r: _Rows, taken: set[int]) -> dict[int, Use]:
         if any(v in kind and (kind[v] != "rows" or not use.rows[i]) for i, v in enumerate(op.operands)):
             continue
         if any(u == "rows" and r.k(v) is None for u, v in zip(use.results, op.results)):
+            continue
+        if any(u == "drop" and (v in read or v in live) for u, v in zip(use.results, op.results)):
             continue
         uses[k] = use
         kind.update(zip(op.results, use.results))
@@ -374,6 +400,8 @@ def layout_of(program: Program, region: Region) -> Any:
             if rows:
                 periods[v] = r.period(v)
         for v, u in zip(op.results, use.results):
+            if u == "drop":
+                continue
             if u == "rows":
                 periods[v] = r.period(v)
                 if use.kind != "view":
@@ -382,11 +410,21 @@ def layout_of(program: Program, region: Region) -> Any:
                 sums[v] = u
         instrs.append(Instr(op, use.kind, use.rows, use.count))
     outputs = _outputs(program, region.members)
-    block = block_rows(r.n, sorted(set(periods.values())), row_bytes)
-    lanes = LANES if -(-r.n // block) >= LANES else 1
+    sub = block_rows(r.n, sorted(set(periods.values())), row_bytes)
+    lanes = LANES if -(-r.n // sub) >= LANES else 1
     names = set(inputs) | inside
-    return ChunkLayout(r.n, block, lanes, instrs, inputs, outputs, periods, sums,
-                       {v: program.types[v] for v in names})
+    lay = ChunkLayout(r.n, sub, sub, lanes, instrs, inputs, outputs, periods, sums,
+                      {v: program.types[v] for v in names})
+    # without a budget: blocks of a few pieces (fewer kernel calls), holding at most a quarter of what the
+    # region keeps from existing whole; ``choices`` offers blocks of one piece
+    from ...ops.chunked import ChunkedOp
+    saved = _saved_bytes(program, region.members, region.uses)
+    m = DEFAULT_PIECES
+    while True:
+        lay.block = min(lay.lane_block(), sub * m)
+        if m <= 1 or ChunkedOp.build(lay).scratch_bytes() <= saved * DEFAULT_SCRATCH_SHARE:
+            return lay
+        m //= 2
 
 
 def chunk(program: Program, region: Region) -> None:
@@ -426,7 +464,36 @@ def chunk_rows(program: Program) -> str:
 
 
 def choices(program: Program, plan: Any) -> list:
-    """The budget's choices (``gradir.transforms.memory.model``): none.  The ``chunk-rows`` pass forms
-    every region in every run (its blocks fixed by the shapes, for the same bits with and without a
-    budget), so the base plan already holds only a block of each intermediate."""
-    return []
+    """The budget's choices (``gradir.transforms.memory.model``): for each ``Chunked`` step of the base plan
+    that runs in whole lanes, the option of running it in blocks of ``sub`` rows: its intermediates then
+    hold one block per lane instead of every row.  The bits are the same (``ChunkLayout``): only the
+    blocks the members run on change, not the pieces the sums are taken in."""
+    from ...ops.chunked import ChunkedOp
+    from .model import Choice, Interval, Option
+    out = []
+    for st in plan.steps:
+        op = st.op
+        if not isinstance(op, ChunkedOp) or op.layout is None or op.layout.block <= op.layout.sub:
+            continue
+        small = op.with_block(op.layout.sub)
+        saved = op.scratch_bytes() - small.scratch_bytes()
+        if saved <= 0:
+            continue
+        extra = (small.layout.n_blocks - op.layout.n_blocks) * len(op.layout.instrs) * CALL_SECONDS
+
+        def apply(p: Program, results: tuple = tuple(op.results), block: int = op.layout.sub) -> None:
+            for k, o in enumerate(p.ops):
+                if isinstance(o, ChunkedOp) and tuple(o.results) == results:
+                    p.ops[k] = o.with_block(block)
+                    return
+            raise ValueError(f"no Chunked op makes {', '.join(results)}")
+
+        label = (f"run {', '.join(op.results)} ({len(op.layout.instrs)} ops over {op.layout.rows} rows) in "
+                 f"blocks of {op.layout.sub} rows: {saved / 2**20:.1f} MiB of intermediates never whole")
+        out.append(Choice(f"chunk {op.results[0]}", [Option(label, extra, [Interval(-saved, st.index, st.index)],
+                                                           apply)], frozenset()))
+    return out
+
+
+# the predicted cost of one more member call on a block (Python and the kernel's set-up; measured ~20-50 µs)
+CALL_SECONDS = 40e-6
