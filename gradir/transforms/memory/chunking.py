@@ -35,7 +35,13 @@ MIN_SAVED_BYTES = 8 << 20
 # a block's values (all of them, one lane's) take about this much: they stay in the caches shared by the
 # lanes (the L2 and L3 of the 2-core machines measured, docs/performance.md)
 BLOCK_BYTES = 4 << 20
+# a product by one matrix joins a region when that matrix (packed once for all the blocks, by the packed-panel
+# GEMM's rule) and a weight gradient summed piece by piece are at most this big: a projection to the classes,
+# not an MLP's hidden layer (whose 16 MiB weight would be packed again for every block)
+MAX_MATRIX_BYTES = 1 << 20
+MAX_MATRIX_K = 512
 ROW_ALIGN = 16  # block edges on multiples of this many rows (whole register tiles of the products)
+WORTH_SCRATCH_SHARE = 0.5  # a region's blocks hold at most this share of what it keeps from existing whole
 DEFAULT_PIECES = 4  # a block without a budget: this many pieces (a budget may choose one)
 DEFAULT_SCRATCH_SHARE = 0.25  # ... fewer if their blocks would hold more than this share of what chunking saves
 LANES = 2  # blocks dealt out to two lanes, each summing its own; fixed: the bits must not follow the cores
@@ -177,8 +183,12 @@ def _matmul(op: Op, r: _Rows) -> Optional[Use]:
         k = r.k(a)
         if k is None or k >= len(sa) or r.row_shape(op.results[0]) != sa[:k]:
             return None
+        if _nbytes(r.types.get(b)) > MAX_MATRIX_BYTES or sb[0] > MAX_MATRIX_K:  # packed again for every block
+            return None
         return Use((True, False), ("rows",))
     if len(sa) == 2 and r.k(a) == 1 and r.k(b) == 1 and not at.get("transB", 0):
+        if _nbytes(r.types.get(op.results[0])) > MAX_MATRIX_BYTES:  # a partial sum per piece: small ones only
+            return None
         return Use((True, True), ("sum",), "sum")
     return None
 
@@ -340,10 +350,22 @@ def find_regions(program: Program) -> list[Region]:
                 pending.extend(_components(program, set(kept)))
                 continue
             if len(kept) >= 2 and _saved_bytes(program, kept, uses) >= MIN_SAVED_BYTES:
-                regions.append(Region(kept, {k: uses[k] for k in kept}, r))
-                taken.update(kept)
+                region = Region(kept, {k: uses[k] for k in kept}, r)
+                if _worth_it(program, region):
+                    regions.append(region)
+                    taken.update(kept)
     regions.sort(key=lambda g: g.members[0])
     return regions
+
+
+def _worth_it(program: Program, region: Region) -> bool:
+    """Enough pieces for two lanes of a few pieces each, and blocks holding less than half of what the
+    region keeps from existing whole."""
+    from ...ops.chunked import ChunkedOp
+    lay = layout_of(program, region)
+    pieces = -(-lay.rows // lay.sub)
+    return pieces >= 2 * LANES and ChunkedOp.build(lay).scratch_bytes() <= WORTH_SCRATCH_SHARE * _saved_bytes(
+        program, region.members, region.uses)
 
 
 def _outputs(program: Program, members: list[int]) -> list[str]:
