@@ -252,11 +252,12 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         live += new
         # what the kernel holds while it runs besides its results (a ``Chunked`` region's blocks)
         held = st.op.scratch_bytes() if hasattr(st.op, "scratch_bytes") else 0
+        naive += held
         curve.append(live + held)
         peak = max(peak, live + held)
         for v in st.free_after:
             donated = any(st.operands[i] == v for i in st.inplace.values())
-            if not donated:
+            if not donated and v not in views:  # a view has no bytes of its own
                 live -= _bytes(types.get(v))
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
                 peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),
