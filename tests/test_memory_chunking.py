@@ -13,7 +13,7 @@ import pytest
 
 import gradir
 from gradir.ops.composite import expand_composites
-from gradir.transforms.memory import chunking
+from gradir.transforms.memory import chunking, rows
 from gradir.transforms.passes.pipeline import Program, run_passes
 from gradir.transforms.schedule import build_plan
 
@@ -126,9 +126,9 @@ def test_reduce_over_a_row_axis_is_not_row_independent():
             "t3 = MatMul(t0, t1)\nt4 = ReduceMax(t3, axes=[1], keepdims=true)\nt5 = Sub(t3, t4)\nt6 = Exp(t5)\n"
             "output t6\n")
     p = _program(text, disable=("chunk-rows",))
-    r = chunking._Rows(p.types, 64 * 4)
+    r = rows.Rows(p.types, 64 * 4)
     reducer = next(op for op in p.ops if op.op_name == "ReduceMax")
-    assert chunking.rule_of(reducer)(reducer, r) is None
+    assert rows.rule_of(reducer)(reducer, r) is None
     assert all(p.ops[k].op_name != "ReduceMax" for g in chunking.find_regions(p) for k in g.members)
 
 
@@ -289,3 +289,21 @@ def test_softmax_cross_entropy_and_its_gradient_chunk_with_the_same_bits(small_b
     ref = _run_all(bwd, x, disable=["chunk-rows"])
     for k in one:
         np.testing.assert_allclose(one[k], ref[k], rtol=1e-5, atol=1e-6 * np.abs(ref[k]).max())
+
+
+def test_a_backend_without_the_kernel_chunks_nothing(small_blocks):
+    from gradir.ops.chunked import ChunkedOp
+    from gradir.backends.base import TABLES
+    from gradir.backends.cpu.kernels import KernelTable
+    table = KernelTable("no-chunks", generates=True)
+    for cls in TABLES["cpu"]:
+        if cls is not ChunkedOp:
+            table[cls] = TABLES["cpu"][cls]
+    TABLES["no-chunks"] = table
+    try:
+        p = Program(expand_composites(gradir.grad(lm_forward(), wrt=["t0", "t1"])), "no-chunks")
+        log = dict(run_passes(p))
+    finally:
+        del TABLES["no-chunks"]
+    assert log["chunk-rows"] == "nothing to chunk: the backend has no Chunked kernel"
+    assert all(op.op_name != "Chunked" for op in p.ops)
