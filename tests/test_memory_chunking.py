@@ -13,7 +13,7 @@ import pytest
 
 import gradir
 from gradir.ops.composite import expand_composites
-from gradir.transforms.memory import chunking
+from gradir.transforms.memory import chunking, rows
 from gradir.transforms.passes.pipeline import Program, run_passes
 from gradir.transforms.schedule import build_plan
 
@@ -24,6 +24,7 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(chunking, "MIN_SAVED_BYTES", 0)
     monkeypatch.setattr(chunking, "BLOCK_BYTES", 1)
     monkeypatch.setattr(chunking, "DEFAULT_SCRATCH_SHARE", 1e9)
+    monkeypatch.setattr(chunking, "WORTH_SCRATCH_SHARE", 1e9)
 
 
 def lm_forward(S: int = 37, B: int = 4, H: int = 16, C: int = 8, dtype: str = "Float32", body: str = "",
@@ -125,9 +126,9 @@ def test_reduce_over_a_row_axis_is_not_row_independent():
             "t3 = MatMul(t0, t1)\nt4 = ReduceMax(t3, axes=[1], keepdims=true)\nt5 = Sub(t3, t4)\nt6 = Exp(t5)\n"
             "output t6\n")
     p = _program(text, disable=("chunk-rows",))
-    r = chunking._Rows(p.types, 64 * 4)
+    r = rows.Rows(p.types, 64 * 4)
     reducer = next(op for op in p.ops if op.op_name == "ReduceMax")
-    assert chunking.rule_of(reducer)(reducer, r) is None
+    assert rows.rule_of(reducer)(reducer, r) is None
     assert all(p.ops[k].op_name != "ReduceMax" for g in chunking.find_regions(p) for k in g.members)
 
 
@@ -182,12 +183,13 @@ def test_the_budgets_option_runs_in_blocks_of_one_piece_with_the_same_bits(small
     assert plan.curve[step.index] == exe.plan.curve[step.index] + interval.bytes
 
 
-def test_dh_overwrites_h_in_place_when_h_dies_there(small_blocks):
+def test_an_intermediate_h_and_a_result_over_an_operand(small_blocks):
+    """H made inside the graph (Tanh): the region reads it by rows; and a caller's ``out`` that is an operand
+    (H itself) is written block by block after the block's reads: the same result."""
     fwd = lm_forward(body="t9 = Tanh(t0)\n", hidden="t9")
     bwd = gradir.grad(fwd, wrt=["t0", "t1"])
     exe = gradir.compile(bwd)
     (op,) = _chunked(exe)
-    step = next(st for st in exe.plan.steps if st.op is op)
     g = exe.graph
     x = lm_inputs(g)
     x[g.inputs[-1].name] = np.asarray(1.0, np.float32)
@@ -195,9 +197,25 @@ def test_dh_overwrites_h_in_place_when_h_dies_there(small_blocks):
     got = exe.run(x)
     for k in got:
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-7)
-    if step.inplace:  # H dies at the region: its buffer takes dH
-        assert exe.plan.types[step.results[list(step.inplace)[0]]] == exe.plan.types[
-            step.operands[list(step.inplace.values())[0]]]
+    from gradir.backends.cpu.kernels import KERNELS
+    lay = op.layout
+    fn = KERNELS[type(op)].fn
+    rng = np.random.default_rng(3)
+    arrays = []
+    for v in lay.inputs:
+        t = lay.types[v]
+        arrays.append((rng.standard_normal([int(d) for d in t.shape]) * 0.5).astype(t.dtype.numpy)
+                      if t.rank else np.asarray(0.5, t.dtype.numpy))
+    fresh = fn(*arrays, layout=lay)
+    row_out = [k for k, v in enumerate(lay.outputs) if v not in lay.sums]
+    (j,) = row_out
+    donor = next(i for i, v in enumerate(lay.inputs) if lay.types[v] == lay.types[lay.outputs[j]])
+    args = [a.copy() for a in arrays]
+    outs = tuple(args[donor] if k == j else None for k in range(len(lay.outputs)))
+    got = fn(*args, out=outs, layout=lay)
+    for a, b in zip(fresh, got):
+        assert np.array_equal(a, b)
+    assert lay.rows == 37 * 4
 
 
 def test_the_planned_peak_holds_no_logits():
@@ -271,3 +289,21 @@ def test_softmax_cross_entropy_and_its_gradient_chunk_with_the_same_bits(small_b
     ref = _run_all(bwd, x, disable=["chunk-rows"])
     for k in one:
         np.testing.assert_allclose(one[k], ref[k], rtol=1e-5, atol=1e-6 * np.abs(ref[k]).max())
+
+
+def test_a_backend_without_the_kernel_chunks_nothing(small_blocks):
+    from gradir.ops.chunked import ChunkedOp
+    from gradir.backends.base import TABLES
+    from gradir.backends.cpu.kernels import KernelTable
+    table = KernelTable("no-chunks", generates=True)
+    for cls in TABLES["cpu"]:
+        if cls is not ChunkedOp:
+            table[cls] = TABLES["cpu"][cls]
+    TABLES["no-chunks"] = table
+    try:
+        p = Program(expand_composites(gradir.grad(lm_forward(), wrt=["t0", "t1"])), "no-chunks")
+        log = dict(run_passes(p))
+    finally:
+        del TABLES["no-chunks"]
+    assert log["chunk-rows"] == "nothing to chunk: the backend has no Chunked kernel"
+    assert all(op.op_name != "Chunked" for op in p.ops)

@@ -258,6 +258,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         live += new
         # what the kernel holds while it runs besides its results (a ``Chunked`` region's blocks)
         held = st.op.scratch_bytes() if hasattr(st.op, "scratch_bytes") else 0
+        naive += held
         curve.append(live + held)
         peak = max(peak, live + held)
         for v in st.free_after:

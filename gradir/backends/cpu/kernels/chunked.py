@@ -9,10 +9,10 @@ whatever the cores, and whatever ``block`` (the budget's choice).  A row's value
 kernels on the same row whatever the block: the products of a block by one matrix run on the packed-panel
 GEMM, whose elements are each one fixed sum over K, or on BLAS on the piece (the sums' products).
 
-A row-indexed result is written block by block into its buffer after the block's members have all run:
-when the runtime gives it the buffer of a dying operand of the same shape (in place: the gradient of
-the projection's input over the input), each block reads its rows of the operand before its rows of the
-result are written, and no block reads another's rows.
+A row-indexed result is written block by block straight into its buffer; were that buffer an operand's
+(a caller's ``out``), the block is staged and written after the block's members have all run: each block
+reads its rows of the operand before its rows of the result are written, and no block reads another's
+rows.  (The kernel is not marked ``inplace``: the plan gives it fresh buffers.)
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _scratch(lay: ChunkLayout, direct: set[str]) -> dict[str, np.ndarray]:
     return out
 
 
-@kernel(ChunkedOp, blas=True, inplace=True,
+@kernel(ChunkedOp, blas=True,
         width=lambda operands, results, attrs: attrs["layout"].lanes if attrs.get("layout") else 1)
 def chunked(*operands: np.ndarray, out: Any = None, layout: ChunkLayout) -> Any:
     """Run the region (``layout``) over its blocks; returns its results in order."""
