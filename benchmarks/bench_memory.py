@@ -318,13 +318,15 @@ def run_sweep(args: argparse.Namespace, logdir: str) -> tuple[dict, list]:
     mono_m = all(a["measured"] + slack >= b["measured"] for a, b in zip(meas, meas[1:]))
     print(f"   (MiB; budgets as fractions of the unbudgeted planned peak {mib(p0)} MiB, largest first; measured: "
           "one step's peak above the resident memory before it)")
+    if not ok:
+        return {"rows": rows, "base_planned": p0}, [("sweep: peaks monotonic in the budget", "n/a: none ran", None)]
     return {"rows": rows, "base_planned": p0}, [
         ("sweep: planned peak monotonic in the budget", str(mono_p), mono_p if len(ok) > 1 else None),
         ("sweep: measured peak monotonic in the budget (2 MiB slack)", str(mono_m), mono_m if len(meas) > 1 else None),
         ("sweep: every planned peak <= its budget", str(all(r["planned"] <= r["budget"] for r in ok)),
-         all(r["planned"] <= r["budget"] for r in ok) if ok else None),
+         all(r["planned"] <= r["budget"] for r in ok)),
         ("sweep: every output bit-identical", str(all(r.get("bits_equal") for r in ok)),
-         all(r.get("bits_equal") for r in ok) if ok else None)]
+         all(r.get("bits_equal") for r in ok))]
 
 
 # ---------------------------------------------------------------------------------------------
