@@ -157,7 +157,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.save_inputs:
         check_npz_keys([input_key(i) for i in graph.inputs], args.save_inputs, "inputs")
     reference = read_npz(args.compare, "--compare") if args.compare else None  # a bad file fails before the run
-    exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable, backend=args.backend)
+    if args.memory_budget is not None and args.shard:
+        raise UsageError("run: --memory-budget does not combine with --shard (each shard would need its own plan)")
+    exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable, backend=args.backend,
+                               memory_budget=args.memory_budget)
     # with --shard-files, the split inputs come from the shard files: never generated, never given here
     from_files = set(args.sharded.batch) if args.shard and args.shard_files else set()
     if not args.inputs and not args.input:
@@ -249,10 +252,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from ..errors import UsageError
         raise UsageError("plan: a FILE is needed")
     if args.shard:
+        if args.memory_budget is not None:
+            from ..errors import UsageError
+            raise UsageError("plan: --memory-budget does not combine with --shard")
         return print_placements(args)
     disable = _disabled_passes(args)
     graph = load(args.file)
-    exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable)
+    exe = _compile_with_notice(compile, graph, threads=args.threads, disable=disable,
+                               memory_budget=args.memory_budget)
     p = exe.program
     from ..ir.labels import output_labels_of
     # the outputs keep their labels (live_outputs has one value per output, in order, after CSE merged some)
@@ -288,6 +295,21 @@ positive_int = _int_at_least(1, "a positive integer")
 seed_int = _int_at_least(0, "a non-negative integer")
 
 
+def budget_arg(text: str) -> object:
+    """An argparse type: a memory budget (``512MiB``, ``2GB``, bytes, ``auto``); a bad one is a usage error."""
+    from ..errors import ArgumentError
+    from ..transforms.memory.budget import parse_budget
+    try:
+        return parse_budget(text)
+    except ArgumentError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+MEMORY_BUDGET_HELP = ("bound the planned peak memory (inputs and outputs included) to SIZE: 512MiB, 1.5GiB, 2GB, "
+                      "bytes, or auto (the knee of the peak/time curve); the plan recomputes values to fit, with the "
+                      "same bits, or says before running what the least feasible budget is (docs/memory.md)")
+
+
 def pair_arg(text: str) -> str:
     name, eq, path = text.partition("=")
     if not eq or not name or not path:
@@ -306,6 +328,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "gradir run samples/mlp_forward.gir --save-inputs in.npz -o out.npz",
                               "gradir run samples/mlp_forward.gir --inputs in.npz --compare out.npz",
                               "gradir run samples/mlp_forward.gir --input t1=w1.npy --generate-missing",
+                              "gradir run samples/mlp_forward.grad.gir --memory-budget 20KiB",
                               "gradir run g.gir --repeat 20 --threads 1 --trace trace.json",
                               "gradir run samples/mlp_forward.grad.gir --shard t0:0,t11:0 --scheduler local:2"])
     r.add_argument("file", metavar="FILE", help="IR file ('-' reads standard input)")
@@ -341,6 +364,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "passes if |a - r| <= atol + rtol*|r| (default: 1.3e-6 Float32, 1e-7 Float64, 0 integers)")
     r.add_argument("--atol", type=tolerance, metavar="A", help="--compare's absolute tolerance (default: 1e-5 "
                                                                "Float32, 1e-7 Float64, 0 integers)")
+    r.add_argument("--memory-budget", type=budget_arg, default=None, metavar="SIZE", help=MEMORY_BUDGET_HELP)
     add_run_arguments(r)
     r.set_defaults(func=cmd_run)
 
@@ -350,6 +374,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "memory next to the naive total.",
                     examples=["gradir plan samples/lstm_cell_backward.gir",
                               "gradir plan g.gir --disable cse,dce", "gradir plan --list-passes",
+                              "gradir plan samples/mlp_forward.grad.gir --memory-budget auto",
                               "gradir plan samples/mlp_forward.grad.gir --shard t0:0,t11:0"])
     p.add_argument("file", metavar="FILE", nargs="?", help="IR file ('-' reads standard input)")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
@@ -357,5 +382,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list-passes", action="store_true", help="list the compiler passes, in pipeline order")
     p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
                    help="plan for N worker threads, up to 1024 (default: the number of cores, at most 2)")
+    p.add_argument("--memory-budget", type=budget_arg, default=None, metavar="SIZE",
+                   help=MEMORY_BUDGET_HELP + "; prints what is recomputed and the budget/peak/time curve")
     add_plan_arguments(p)
     p.set_defaults(func=cmd_plan)

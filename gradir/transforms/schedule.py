@@ -122,6 +122,10 @@ class Plan:
                 notes.append("frees " + ", ".join(s.free_after))
             if s.kernel.blas:
                 notes.append("BLAS")
+            copies = self.memory.copies if self.memory is not None else {}
+            again = next((copies[r] for r in s.results if r in copies), None)
+            if again:
+                notes.insert(0, f"recomputes {again} (memory budget)")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
             if isinstance(s.op, FusedElementwiseOp):
@@ -136,6 +140,8 @@ class Plan:
                          + ", ".join(f"{k} = {_resolve(self.aliases, v)}" for k, v in merged.items()))
         lines.append(f"# memory: planned peak {_mb(self.peak_bytes)}, naive total {_mb(self.naive_bytes)}"
                      + ("" if self.static else " (values with '?' dims are not counted)"))
+        if self.memory is not None:
+            lines += self.memory.lines()
         return "\n".join(lines) + "\n"
 
 
@@ -254,7 +260,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         peak = max(peak, live)
         for v in st.free_after:
             donated = any(st.operands[i] == v for i in st.inplace.values())
-            if not donated:
+            if not donated and v not in views:  # a view's bytes are its root's, freed with the root
                 live -= _bytes(types.get(v))
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
                 peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),

@@ -38,7 +38,7 @@ def default_threads() -> int:
 
 def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optional[int] = None, *,
             passes: Optional[list[str]] = None, disable: Optional[list[str]] = None,
-            filename: str = "<string>", backend: str = "cpu") -> "Executable":
+            filename: str = "<string>", backend: str = "cpu", memory_budget: object = None) -> "Executable":
     """Validate, optimize and plan a graph; returns an ``Executable``.
 
     ``graph_or_text`` is a ``Graph``, IR text, or the path of a ``.gir`` file (a
@@ -47,9 +47,13 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     cores, at most 2) bounds the worker threads.  ``passes``/``disable`` choose the
     compiler passes (see ``gradir.transforms.passes.pipeline.PASSES``; a comma-separated string works too).
     ``backend`` names what runs the schedule (``gradir.backends.base``: ``"cpu"``, the thread-pool
-    executor, or ``"reference"``, one step after another).  Bad arguments raise
-    ``gradir.ArgumentError``.
+    executor, or ``"reference"``, one step after another).  ``memory_budget`` (bytes, a size such as
+    ``"512MiB"`` or ``"2GB"``, or ``"auto"``) bounds the planned peak: the plan recomputes values to meet
+    it, with the same bits (docs/memory.md), or raises ``CompileError`` naming the least feasible budget;
+    ``plan.memory`` says what it decided.  Bad arguments raise ``gradir.ArgumentError``.
     """
+    from ...transforms.memory.budget import parse_budget
+    memory_budget = parse_budget(memory_budget)
     from ...text.syntax import load, names_a_file, parse
     check_threads(threads)
     passes = pass_list(passes, "passes")
@@ -72,7 +76,11 @@ def compile(graph_or_text: Union[Graph, str, "os.PathLike[str]"], threads: Optio
     with no_gc():  # millions of small acyclic objects: the cyclic GC only slows this down
         program = Program(expand_composites(graph), lower)  # the passes see a composite op's primitives
         log = run_passes(program, passes, disable)
-        plan = build_plan(program, log, lower.kernels)
+        if memory_budget is None:
+            plan = build_plan(program, log, lower.kernels)
+        else:
+            from ...transforms.memory.planner import plan_with_budget
+            plan = plan_with_budget(program, log, lower.kernels, memory_budget)
     return lower.lower(graph, program, plan, threads)
 
 

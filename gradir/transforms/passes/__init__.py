@@ -10,3 +10,4 @@ from __future__ import annotations
 
 from . import basic, constfold, fusion, matmul, simplify  # noqa: F401  (register the passes)
 from . import elementwise  # noqa: F401
+from . import chunk  # noqa: F401  (after the passes it follows)

@@ -77,7 +77,9 @@ def register_pass(name: str, doc: str) -> Callable:
 # the algebraic rewrites after cse (fewer ops to look at), before dce (which drops what they bypass)
 DEFAULT_PASSES = ["fold-constants", "cse", "simplify", "fold-transpose-matmul", "flatten-batched-matmul",
                   "fold-product-transpose", "dce", "fuse-lstm-cell-grads"]
-DEFAULT_PASSES.append("fuse-elementwise")  # last: the other passes see the ops it would hide
+DEFAULT_PASSES.append("fuse-elementwise")  # the other passes see the ops it would hide
+# last: a region's members run in blocks as the passes left them (fused loops included)
+DEFAULT_PASSES.append("chunk-rows")
 
 
 def run_passes(program: Program, names: Optional[list[str]] = None,

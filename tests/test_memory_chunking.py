@@ -1,0 +1,197 @@
+"""Chunking (``chunk-rows``, ``Chunked``): regions independent along their rows run in blocks of rows.
+
+Detection on a language model's projection + log-softmax + loss and its backward, and where it must
+stop (an op reducing over the rows, one mixing rows, a transpose of the rows); the same bits for every
+thread count and backend, whatever the row count (not a multiple of the block); the gradients against
+the unchunked run and float64 finite differences; the planned peak without the logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradir
+from gradir.ops.composite import expand_composites
+from gradir.transforms.memory import chunking
+from gradir.transforms.passes.pipeline import Program, run_passes
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Chunk the small graphs here: every region is worth it, blocks of 16 rows."""
+    monkeypatch.setattr(chunking, "MIN_SAVED_BYTES", 0)
+    monkeypatch.setattr(chunking, "BLOCK_BYTES", 1)
+
+
+def lm_forward(S: int = 37, B: int = 4, H: int = 16, C: int = 8, dtype: str = "Float32", body: str = "",
+               hidden: str = "t0") -> str:
+    """An LM's head: HAll [S, 1, B, H] -> MatMul W_out -> LogSoftmax -> mean NLL of one-hot targets."""
+    return (f'graph lm\ninput t0 "h" : {dtype} [{S}, 1, {B}, {H}]\ninput t1 "w" : {dtype} [{H}, {C}]\n'
+            f'input t2 "y" : {dtype} [{S}, 1, {B}, {C}]\n{body}'
+            f"t3 = MatMul({hidden}, t1)\nt4 = LogSoftmax(t3)\nt5 = Mul(t4, t2)\nt6 = ReduceSum(t5, axes=[-1])\n"
+            "t7 = ReduceMean(t6)\nt8 = Neg(t7)\noutput t8\n")
+
+
+def lm_inputs(graph: gradir.Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in graph.inputs:
+        shape = [int(d) for d in i.type.shape]
+        dt = i.type.dtype.numpy
+        if i.name == "t2":  # one-hot targets
+            C = shape[-1]
+            out[i.name] = np.eye(C, dtype=dt)[rng.integers(0, C, shape[:-1])]
+        else:
+            out[i.name] = (rng.standard_normal(shape) * 0.5).astype(dt)
+    return out
+
+
+def _program(text: str, disable: tuple = ()) -> Program:
+    p = Program(expand_composites(gradir.parse(text)))
+    run_passes(p, disable=list(disable))
+    return p
+
+
+def _chunked(exe: gradir.Executable) -> list:
+    return [st.op for st in exe.plan.steps if st.op.op_name == "Chunked"]
+
+
+def test_the_lm_loss_and_its_backward_are_one_region(small_blocks):
+    bwd = gradir.grad(lm_forward(), wrt=["t0", "t1"])
+    exe = gradir.compile(bwd)
+    (op,) = _chunked(exe)
+    names = [i.op.op_name for i in op.layout.instrs]
+    assert {"MatMul", "LogSoftmax", "LogSoftmaxGrad_13", "FusedMatMul"} <= set(names)
+    assert names.count("FusedMatMul") == 2  # dH = dlogits·W_outᵀ and dW_out = Hᵀ·dlogits
+    dh, dw = exe.plan.aliases.get(bwd.outputs[0], bwd.outputs[0]), exe.plan.aliases.get(bwd.outputs[1],
+                                                                                      bwd.outputs[1])
+    assert set(op.results) == {dh, dw}
+    assert op.layout.sums == {dw: "sum"}  # dW_out sums over every row, block by block
+    # nothing the size of the logits is left outside the region
+    logits = 37 * 4 * 8 * 4
+    assert all(exe.plan.types[r].dtype.numpy.itemsize * np.prod(exe.plan.types[r].shape) < logits
+               for st in exe.plan.steps if st.op.op_name != "Chunked" for r in st.results)
+    assert op.layout.block == 16 and op.layout.rows == 37 * 4 and op.layout.lanes == 2
+    assert "Chunked" in exe.plan.describe()
+
+
+def test_the_forward_loss_is_a_reduction_over_the_rows(small_blocks):
+    exe = gradir.compile(lm_forward())
+    (op,) = _chunked(exe)
+    assert list(op.layout.sums.values()) == ["mean"]
+    assert [st.op.op_name for st in exe.plan.steps if st.op.op_name != "Chunked"] == ["Neg"]
+
+
+@pytest.mark.parametrize("middle, stays_out", [
+    # an op reducing over the rows inside the chain: the chain breaks there
+    ("t31 = Softmax(t3, axis=0)\n", "Softmax"),
+    # a row-mixing op: a product mixing the time steps
+    ("t31 = Transpose(t3, perm=[3, 1, 2, 0])\nt32 = MatMul(t31, t30)\nt33 = Transpose(t32, perm=[3, 1, 2, 0])\n",
+     "Transpose"),
+])
+def test_an_op_that_mixes_rows_is_not_in_a_region(small_blocks, middle, stays_out):
+    S, B, H, C = 37, 4, 16, 8
+    extra = f'input t30 : Float32 [{C}, {C}]\n' if "t30" in middle else ""
+    last = "t33" if "t33" in middle else "t31"
+    text = (f'graph g\ninput t0 : Float32 [{S}, 1, {B}, {H}]\ninput t1 : Float32 [{H}, {C}]\n{extra}'
+            f"t3 = MatMul(t0, t1)\n{middle}t4 = LogSoftmax({last})\nt5 = Exp(t4)\nt6 = ReduceSum(t5)\noutput t6\n")
+    if stays_out == "Transpose":  # the product of the transposed rows: [C, 1, B, S] @ [C, C] does not fit
+        text = text.replace("MatMul(t31, t30)", "Mul(t31, t31)")
+    exe = gradir.compile(text)
+    outside = [st.op.op_name for st in exe.plan.steps if st.op.op_name != "Chunked"]
+    assert stays_out in outside
+    for op in _chunked(exe):
+        assert stays_out not in [i.op.op_name for i in op.layout.instrs]
+    ref = gradir.compile(text, disable=["chunk-rows"])
+    x = lm_inputs(exe.graph)
+    np.testing.assert_allclose(exe.run(x)["t6"], ref.run(x)["t6"], rtol=1e-5)
+
+
+def test_a_transpose_of_the_rows_ends_the_region(small_blocks):
+    text = ('graph g\ninput t0 : Float32 [37, 4, 16]\ninput t1 : Float32 [16, 8]\n'
+            "t3 = MatMul(t0, t1)\nt4 = LogSoftmax(t3)\nt5 = Transpose(t4, perm=[1, 0, 2])\nt6 = Exp(t5)\n"
+            "output t6\n")
+    p = _program(text, disable=("chunk-rows",))
+    (region,) = chunking.find_regions(p)
+    assert [p.ops[k].op_name for k in region.members] == ["MatMul", "LogSoftmax"]
+
+
+def test_reduce_over_a_row_axis_is_not_row_independent():
+    text = ('graph g\ninput t0 : Float32 [64, 4, 16]\ninput t1 : Float32 [16, 8]\n'
+            "t3 = MatMul(t0, t1)\nt4 = ReduceMax(t3, axes=[1], keepdims=true)\nt5 = Sub(t3, t4)\nt6 = Exp(t5)\n"
+            "output t6\n")
+    p = _program(text, disable=("chunk-rows",))
+    r = chunking._Rows(p.types, 64 * 4)
+    reducer = next(op for op in p.ops if op.op_name == "ReduceMax")
+    assert chunking.rule_of(reducer)(reducer, r) is None
+    assert all(p.ops[k].op_name != "ReduceMax" for g in chunking.find_regions(p) for k in g.members)
+
+
+def _run_all(graph, inputs, **kw):
+    return {k: v for k, v in gradir.compile(graph, **kw).run(inputs).items()}
+
+
+@pytest.mark.parametrize("dtype", ["Float32", "Float64"])
+@pytest.mark.parametrize("S", [37, 64])
+def test_the_same_bits_for_every_thread_count_and_backend(small_blocks, dtype, S):
+    fwd = lm_forward(S=S, dtype=dtype)
+    bwd = gradir.grad(fwd, wrt=["t0", "t1"])
+    for graph in (fwd, bwd):
+        g = gradir.compile(graph).graph
+        x = lm_inputs(g)
+        if graph is bwd:
+            x[g.inputs[-1].name] = np.asarray(0.75, g.inputs[-1].type.dtype.numpy)
+        one = _run_all(graph, x, threads=1)
+        assert _chunked(gradir.compile(graph, threads=1))
+        for other in (_run_all(graph, x, threads=2), _run_all(graph, x, threads=2),
+                      _run_all(graph, x, threads=1, backend="reference")):
+            for k in one:
+                assert np.array_equal(one[k], other[k]), k
+        unchunked = _run_all(graph, x, threads=2, disable=["chunk-rows"])
+        tol = 1e-5 if dtype == "Float32" else 1e-12
+        for k in one:
+            np.testing.assert_allclose(one[k], unchunked[k], rtol=tol, atol=tol * np.abs(unchunked[k]).max())
+
+
+def test_dh_overwrites_h_in_place_when_h_dies_there(small_blocks):
+    fwd = lm_forward(body="t9 = Tanh(t0)\n", hidden="t9")
+    bwd = gradir.grad(fwd, wrt=["t0", "t1"])
+    exe = gradir.compile(bwd)
+    (op,) = _chunked(exe)
+    step = next(st for st in exe.plan.steps if st.op is op)
+    g = exe.graph
+    x = lm_inputs(g)
+    x[g.inputs[-1].name] = np.asarray(1.0, np.float32)
+    ref = _run_all(bwd, x, disable=["chunk-rows"])
+    got = exe.run(x)
+    for k in got:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-7)
+    if step.inplace:  # H dies at the region: its buffer takes dH
+        assert exe.plan.types[step.results[list(step.inplace)[0]]] == exe.plan.types[
+            step.operands[list(step.inplace.values())[0]]]
+
+
+def test_the_planned_peak_holds_no_logits():
+    """At the judged case's proportions (smaller): the peak is the inputs and the gradients, no logits."""
+    S, B, H, C = 256, 32, 128, 256  # logits 8 MiB: the default thresholds chunk it
+    bwd = gradir.grad(lm_forward(S=S, B=B, H=H, C=C), wrt=["t0", "t1"])
+    a = gradir.compile(bwd)
+    b = gradir.compile(bwd, disable=["chunk-rows"])
+    assert _chunked(a)
+    logits = S * B * C * 4
+    assert b.plan.peak_bytes - a.plan.peak_bytes >= logits
+    io = sum(int(np.prod(i.type.shape)) * 4 for i in bwd.inputs) + S * B * H * 4 + H * C * 4
+    assert a.plan.peak_bytes <= io + 64
+
+
+def test_gradcheck_agrees_with_chunking(small_blocks):
+    report = gradir.gradcheck(lm_forward(S=9, B=2, H=4, C=5), wrt=["t0", "t1"])
+    assert report.ok, report.table()
+
+
+def test_block_rows_is_a_function_of_the_shapes():
+    assert chunking.block_rows(65536, [32], 8 << 10) == chunking.block_rows(65536, [32], 8 << 10)
+    b = chunking.block_rows(65536, [32], 8 << 10)
+    assert b % 32 == 0 and b % chunking.ROW_ALIGN == 0 and 0 < b < 65536
+    assert chunking.block_rows(40, [32], 1) == 40  # one block when the unit is the whole
