@@ -24,8 +24,8 @@ Cases (``memory_cases.py``):
 Where a budget is infeasible (or ``gradir.compile`` has no ``memory_budget`` yet), the planner's error is
 printed and that row is left out; the rest runs.
 
-**How memory is measured.**  Every configuration runs in its own fresh process (this script with
-``--child``), with glibc's ``MALLOC_MMAP_THRESHOLD_`` fixed at 128 KiB so that every large array is its own
+**How memory is measured.**  Every configuration runs in its own fresh process (``memory_procs.py``), with
+glibc's ``MALLOC_MMAP_THRESHOLD_`` fixed at 128 KiB so that every large array is its own
 mapping, returned to the system when freed (glibc's dynamic threshold would otherwise keep freed blocks of
 a few MiB resident and hide later allocations): the process's resident set then follows its live memory.
 The peak is the kernel's high-water mark of that process's resident set (``VmHWM`` in
@@ -35,18 +35,21 @@ PyTorch are measured the same way.
 * ``stack`` and ``sweep``: the peak of one training step above the process's resident memory just before
   that step: ``VmHWM`` reset (``/proc/self/clear_refs``) before the step, minus ``VmRSS`` then.  The model's
   inputs and parameters are resident before the step, so they are not counted (gradir's *planned* peak
-  counts them: the two columns differ by about their size).  PyTorch's implementations run one step first
-  (``torch.compile`` compiles on its first call) whose results are dropped; gradir's ``compile`` loads its
-  kernels, and its measured step is its first run (its buffer pool starts empty).
+  counts them: the two columns differ by about their size).  Every implementation runs one step first
+  (``torch.compile`` compiles on its first call; some of gradir's kernels are built on first use) whose
+  results are dropped; gradir then compiles the graph again, a fresh ``Executable`` whose buffer pool
+  starts empty, so that its measured step allocates every buffer it uses.
 * ``lstm``: as the issue defines it, the process's whole peak (``VmHWM``, inputs included) above that of
   the same graph run at sequence 2 in the same kind of process (what the runtime itself takes).
 
 **How time is measured.**  The processes stay alive; the parent asks each in turn for one training step,
 round after round (``--repeats`` rounds after a warm-up round, each step after ``IDLE_GAP`` s idle), and
-each process times its own step: medians, with the min-max beside them (these machines are shared and
-noisy: compare ratios from one run).  Before timing, every implementation's gradients are checked against
-PyTorch eager's (or gradir's unbudgeted run's without PyTorch; max |a - b| / max |b| <= 1e-3), and each
-budgeted gradir run's against the unbudgeted run's bit for bit.
+each process times its own step (with glibc's thresholds set back to where its dynamic ones settle,
+``memory_procs._malloc_for_timing``, so that the measuring setting does not slow PyTorch's allocations):
+medians, with the min-max beside them (these machines are shared and noisy: compare ratios from one
+run).  Before timing, every implementation's gradients are checked against PyTorch eager's (or gradir's
+unbudgeted run's without PyTorch; max |a - b| / max |b| <= 1e-3), and each budgeted gradir run's against
+the unbudgeted run's bit for bit.
 """
 
 from __future__ import annotations
@@ -115,19 +118,20 @@ def report_lines(case: Any, threads: int, budget: int) -> list[str]:
     mem = None if isinstance(exe, str) else getattr(exe.plan, "memory", None)
     if mem is None:
         return []
-    text = mem.text() if hasattr(mem, "text") else str(mem)
-    return text.splitlines()[:12]
+    lines = mem.lines() if hasattr(mem, "lines") else str(mem).splitlines()
+    return lines[:14] + ([f"... ({len(lines) - 14} more lines: gradir plan --memory-budget shows them)"]
+                         if len(lines) > 14 else [])
 
 
 def print_table(rows: dict[str, dict], base: str, planned_col: bool = True) -> None:
-    print(f"   {'':<40s} {'planned':>9s} {'measured':>9s} {'median':>10s} {'min-max':>17s} {'time / ' + base:>14s}")
+    print(f"   {'':<46s} {'planned':>9s} {'measured':>9s} {'median':>10s} {'min-max':>17s} {'time / ' + base:>14s}")
     b = rows.get(base, {}).get("median")
     for k, r in rows.items():
         t = r.get("median")
         ratio = f"{t / b:.2f}x" if t and b else "-"
         tm = f"{t * 1e3:7.1f} ms" if t else "-"
         mm = f"({r['lo'] * 1e3:6.1f}-{r['hi'] * 1e3:6.1f})" if t else ""
-        print(f"   {k:<40s} {mib(r.get('planned_peak')) if planned_col else '':>9s} {mib(r.get('measured')):>9s} "
+        print(f"   {k:<46s} {mib(r.get('planned_peak')) if planned_col else '':>9s} {mib(r.get('measured')):>9s} "
               f"{tm:>10s} {mm:>17s} {ratio:>14s}")
     print("   (MiB; planned: gradir's plan, inputs and outputs included; measured: see the docstring)")
 
