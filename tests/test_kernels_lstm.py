@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 from lstm_reference import lstm_cell_ref, lstm_loss, lstm_training_ref
 
 import gradir.backends.cpu.kernels._jit_gemm as jit_gemm
+import gradir.ops.lstm as ops_lstm
 import gradir.backends.cpu.kernels.lstm as lstm_mod
 from gradir.backends.cpu.kernels import jit, parallel
 from gradir.backends.cpu.kernels.lstm import backward as lstm_backward
 from gradir.backends.cpu.kernels.lstm import cell as lstm_cell_mod
 from gradir.backends.cpu.kernels.lstm import common as lstm_common
+from gradir.backends.cpu.kernels.lstm import sweep as lstm_sweep
 from gradir.backends.cpu.kernels.lstm import (grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell, lstm_grad,
                                               lstm_training)
 
@@ -404,9 +406,9 @@ def test_chunking_agrees(monkeypatch, direction, kernel_path):
     up = upstream(rng, S, nb, H, D, "all")
     fwd = run_forward(ops, H, direction)
     base = run_grad(ops, fwd, up, H, direction)
-    for steps_per_chunk in (1, 2, 4):
+    for steps_per_chunk, T0 in ((1, 9), (2, 3), (4, 4), (1, 2)):
         monkeypatch.setattr(lstm_backward, "_CHUNK_BYTES", steps_per_chunk * nb * 4 * H * 8)
-        monkeypatch.setattr(lstm_backward, "_COPY_BYTES", steps_per_chunk * nb * H * 8)
+        monkeypatch.setattr(ops_lstm, "CHUNK_BYTES", T0 * nb * D * 4 * H * 8)  # T0 steps per fixed chunk
         monkeypatch.setattr(lstm_common, "WHOLE_LOOP_MAX", 0)  # compiled path: one call per step
         got = run_grad(ops, fwd, up, H, direction)
         for g, b in zip(got, base):
@@ -416,11 +418,10 @@ def test_chunking_agrees(monkeypatch, direction, kernel_path):
 # -- memory ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("path", ["default", "halves", "halves_blas"])
-def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(monkeypatch, direction, path,
-                                                                                   kernel_path):
-    """The issue's bound: beyond its outputs, LSTMGrad's scratch stays within one [S, B, 4H]
-    buffer per direction; everything else it allocates does not grow with S (measured with
-    tracemalloc at S and 4S, from no kept scratch)."""
+def test_lstm_grad_scratch_does_not_grow_with_S(monkeypatch, direction, path, kernel_path):
+    """Beyond its outputs, LSTMGrad's scratch is bounded by its fixed chunk of T0 steps (issue #33: it
+    was one [S, B, 4H] buffer per direction, memory the plan did not know about); nothing it allocates
+    grows with S (measured with tracemalloc at S and 4S, from no kept scratch, T0 = 8 steps here)."""
     import tracemalloc
     if path != "default":
         force_path(monkeypatch, path)
@@ -445,8 +446,9 @@ def test_lstm_grad_scratch_that_grows_with_S_is_one_S_B_4H_buffer_per_direction(
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        return peak - D * S * nb * 4 * H * 4  # beyond the da buffer(s)
+        return peak
 
+    monkeypatch.setattr(ops_lstm, "CHUNK_BYTES", 8 * nb * D * 4 * H * 4)
     small, large = extra(40), extra(160)
     assert large <= small + (64 << 10), (small, large)
     assert small < 4 << 20  # a few bounded temporaries (dR-sized, chunk-sized)
@@ -511,7 +513,7 @@ def force_path(monkeypatch, path):
     if path in ("halves", "halves_blas"):
         monkeypatch.setattr(lstm_common, "SPLIT_MIN_ROWS", 2)  # two half-batch step loops
         monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where BLAS threads sleep soon
-        monkeypatch.setattr(lstm_backward, "_BLOCK_ELEMENTS", 1)  # one step per compiled call
+        monkeypatch.setattr(lstm_sweep, "BLOCK_ELEMENTS", 1)  # one step per compiled call
         monkeypatch.setattr(jit_gemm, "FAST_LARGE", path == "halves")
     elif path == "per_step":
         monkeypatch.setattr(parallel, "_idle_sleep", False)  # OpenBLAS's default spin
@@ -527,7 +529,7 @@ def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, path):
     tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
     force_path(monkeypatch, path)
     if path == "whole":
-        monkeypatch.setattr(lstm_backward, "_BLOCK_ELEMENTS", 2 * nb * 4 * H)  # two steps per compiled call
+        monkeypatch.setattr(lstm_sweep, "BLOCK_ELEMENTS", 2 * nb * 4 * H)  # two steps per compiled call
     for with_sl, with_p, with_h0, which in itertools.product([False, True], [False, True], [False, True],
                                                              ["all", "final"]):
         ops = make_layer(rng, S, nb, I, H, direction, with_sl=with_sl, with_p=with_p, with_h0=with_h0,
@@ -741,22 +743,22 @@ def test_lstm_grad_survives_the_switch_turned_off_during_a_call(monkeypatch):
     H = 5
     ops, up, fwd = f32_layer(14, 4, 6, 3, H, "bidirectional")
     expected = run_grad(ops, fwd, up, H, "bidirectional")
-    steps = lstm_backward._compiled_steps
+    steps = lstm_sweep.Sweep._compiled
 
-    def switched_off_meanwhile(jl, k, *rest):
+    def switched_off_meanwhile(self, *rest):
         jit.set_enabled(False)  # as another thread's jit.disabled() would
         try:
-            return steps(jl, k, *rest)
+            return steps(self, *rest)
         finally:
             jit.set_enabled(True)
 
-    def off_after_steps(jl, k, *rest):
-        r = steps(jl, k, *rest)
+    def off_after_steps(self, *rest):
+        r = steps(self, *rest)
         jit.set_enabled(False)
         return r
 
     for wrapper in (switched_off_meanwhile, off_after_steps):
-        monkeypatch.setattr(lstm_backward, "_compiled_steps", wrapper)
+        monkeypatch.setattr(lstm_sweep.Sweep, "_compiled", wrapper)
         try:
             got = run_grad(ops, fwd, up, H, "bidirectional")
         finally:
@@ -804,7 +806,7 @@ def test_ctrl_c_stops_both_step_loops(monkeypatch):
 def test_dx_in_the_step_loops_has_the_bits_of_one_product_after(monkeypatch, with_sl, direction, dtype):
     """The two half-batch loops compute each step's rows of dX while da_t is in cache, by the
     kernel that would compute dX over all steps afterwards: the same bits either way, the steps
-    no row reaches (SL) included; and dW/dR as one product (``gemm2``) agree with the others."""
+    no row reaches (SL) included; and BLAS's products agree."""
     force_path(monkeypatch, "halves")
     monkeypatch.setattr(jit, "_on", True)
     rng = np.random.default_rng(21)
@@ -814,12 +816,8 @@ def test_dx_in_the_step_loops_has_the_bits_of_one_product_after(monkeypatch, wit
         ops["SL"] = np.array([5, 2, 4, 1, 3, 5], np.int64)  # steps 5, 6 valid for no row
     up = upstream(rng, 7, 6, H, 1, "all", dtype=dtype)
     fwd = run_forward(ops, H, direction)
-    calls = []
-    weights = lstm_backward._weights_goto
-    monkeypatch.setattr(lstm_backward, "_weights_goto", lambda *a: calls.append(1) or weights(*a))
     inloop = run_grad(ops, fwd, up, H, direction)
-    assert calls
-    monkeypatch.setattr(lstm_backward, "DX_IN_LOOP", False)
+    monkeypatch.setattr(lstm_sweep, "DX_IN_LOOP", False)
     after = run_grad(ops, fwd, up, H, direction)
     np.testing.assert_array_equal(inloop[0], after[0])
     monkeypatch.setattr(jit_gemm, "FAST_LARGE", False)  # every product by BLAS
@@ -831,23 +829,21 @@ def test_dx_in_the_step_loops_has_the_bits_of_one_product_after(monkeypatch, wit
 
 @pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="dW and dR are one product only where the packed kernels "
                     "are used (_jit_gemm.FAST_LARGE)")
-@pytest.mark.parametrize("where", ["loops", "product"])
+@pytest.mark.parametrize("where", ["loops"])
 def test_a_failure_in_one_chain_neither_hangs_nor_hides(monkeypatch, where):
-    """The two half-batch chains meet twice (after packing R and W, after the loops: then each
-    computes its half of dW and dR).  A failure on one side, in its loops or in its product,
-    breaks the meeting: LSTMGrad raises that error, and the other side does not wait forever.
-    Without a failure the products run one on each thread."""
+    """The two half-batch chains run each chunk's step loops side by side.  A failure on one side
+    stops the other: LSTMGrad raises that error, and does not wait forever."""
     import threading
 
     force_path(monkeypatch, "halves")
     monkeypatch.setattr(jit, "_on", True)
     monkeypatch.setattr(parallel, "_threads", max(2, parallel._threads))  # side by side, whatever the machine
-    jl, jo = jit.load("lstm"), jit.load("goto")
+    jl = jit.load("lstm")
     ops, up, fwd = f32_layer(16, 6, 8, 5, 7, "forward")
     expected = run_grad(ops, fwd, up, 7, "forward")
     main = threading.get_ident()
     seen: list = []
-    real = jo.gemm2 if where == "product" else jl.bptt
+    real = jl.bptt
 
     def failing(*args, **kw):
         seen.append(threading.get_ident())
@@ -855,17 +851,10 @@ def test_a_failure_in_one_chain_neither_hangs_nor_hides(monkeypatch, where):
             raise RuntimeError("boom on the helper")
         return real(*args, **kw)
 
-    def spy(*args, **kw):
-        seen.append(threading.get_ident())
-        return real_gemm2(*args, **kw)
-
-    real_gemm2 = jo.gemm2
-    monkeypatch.setattr(jo, "gemm2", spy)
     again = run_grad(ops, fwd, up, 7, "forward")
-    assert len(set(seen)) == 2 and main in seen  # one product half on each thread
     for a, b in zip(again, expected):
         np.testing.assert_array_equal(a, b)
-    monkeypatch.setattr(jo if where == "product" else jl, "gemm2" if where == "product" else "bptt", failing)
+    monkeypatch.setattr(jl, "bptt", failing)
     result = []
 
     def call():
@@ -886,11 +875,11 @@ def test_a_failure_in_one_chain_neither_hangs_nor_hides(monkeypatch, where):
 
 @pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the chains meet only on the packed-kernel path "
                     "(_jit_gemm.FAST_LARGE)")
-@pytest.mark.parametrize("where", ["before the chain", "packing"])
+@pytest.mark.parametrize("where", ["before the chain"])
 def test_a_failure_before_the_first_meeting_does_not_hang(monkeypatch, where):
-    """A Ctrl-C on the calling thread before its chain even started (``run_two`` then breaks
-    the meeting for the helper), or a failure while packing R or W: LSTMGrad raises it at
-    once, and the next call gives the same bits as before."""
+    """A Ctrl-C on the calling thread before its chain even started (``run_two`` then stops the
+    helper): LSTMGrad raises it at once, and the next call gives the same bits as before.  (R and
+    W are packed once per direction on the calling thread, before the chunks.)"""
     import threading
 
     force_path(monkeypatch, "halves")
@@ -990,11 +979,11 @@ def test_da_streamed_from_a_ring_has_the_bits_of_da_written_in_place(monkeypatch
         streamed.clear()
         got = run_grad(ops, fwd, up, H, direction)
         assert streamed and all(streamed) == (4 * H * np.dtype(dtype).itemsize % 32 == 0)
-        monkeypatch.setattr(lstm_backward, "STREAM", False)
+        monkeypatch.setattr(lstm_sweep, "STREAM", False)
         streamed.clear()
         want = run_grad(ops, fwd, up, H, direction)
         assert streamed and not any(streamed)
-        monkeypatch.setattr(lstm_backward, "STREAM", True)
+        monkeypatch.setattr(lstm_sweep, "STREAM", True)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
 

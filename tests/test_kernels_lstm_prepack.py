@@ -1,5 +1,5 @@
-"""LSTMGrad's step loops writing ``da`` straight into the weight gradients' packed operand
-(``lstm.backward.PREPACK``, ``_jit_goto.stream_packed``) and ``gemm2`` taking it (``Apre``)."""
+"""``gemm2`` taking its left operand packed ahead (``Apre``, ``_jit_goto.stream_packed``), and LSTMGrad
+with a non-finite first step."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from test_kernels_lstm import force_path, make_layer, run_forward, run_grad, ups
 
 import gradir.backends.cpu.kernels._jit_gemm as jit_gemm
 from gradir.backends.cpu.kernels import jit
-from gradir.backends.cpu.kernels.lstm import backward as lstm_backward
+from gradir.backends.cpu.kernels.lstm import sweep as lstm_sweep
 
 jo = jit.load("goto")
 pytestmark = pytest.mark.skipif(jo is None, reason="compiled kernels off (GRADIR_JIT=0) or numba missing")
@@ -62,61 +62,16 @@ def test_a_packed_ahead_gives_the_bits_of_a_packed_by_the_product(dtype: type) -
             jo.gemm2(blind[:1], B1, B2, W1[:1], W2[:1], *buffers, Apre=pk, nt=nt, t0=nt)  # past its tiles
 
 
-def _prepacked_calls(monkeypatch) -> list:  # type: ignore[no-untyped-def]
-    """Records, per ``gemm2`` call, whether it took an operand packed ahead."""
-    calls: list = []
-    real = jo.gemm2
-    monkeypatch.setattr(jo, "gemm2", lambda *a, **kw: calls.append("Apre" in kw) or real(*a, **kw))
-    return calls
-
-
-@pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the step loops stream da only on the packed-kernel path "
-                    "(_jit_gemm.FAST_LARGE)")
-@pytest.mark.parametrize("direction, dtype, nb, H, S", [
-    ("forward", np.float32, 8, 8, 7),     # 4H = 32: an edge tile of 2 rows
-    ("reverse", np.float64, 8, 6, 9),     # 4H = 24: whole tiles only (reads past a row's end)
-    ("forward", np.float64, 16, 7, 5),
-    ("reverse", np.float32, 24, 12, 30),  # 24 rows a step: steps straddle blocks of KC values of k
-    ("forward", np.float32, 48, 10, 12)])
-def test_da_streamed_into_the_packed_operand_has_the_bits_of_da_packed_by_the_product(
-        monkeypatch, direction, dtype, nb, H, S):
-    """With ``PREPACK``, the step loops write each step's ``da`` into the weight gradients'
-    packed operand (no ``da`` at all), and ``gemm2`` takes it: every result has the bits of
-    ``da`` streamed in row order and packed by the product, with sequence lengths (every row's
-    first step the same one, forward) and without, with H0 and without."""
-    force_path(monkeypatch, "halves")
-    monkeypatch.setattr(jit, "_on", True)
-    calls = _prepacked_calls(monkeypatch)
-    rng = np.random.default_rng(nb + H)
-    I = 5
-    for with_sl, with_h0 in ((False, False), (direction == "forward", True)):
-        ops = make_layer(rng, S, nb, I, H, direction, with_sl=with_sl, with_p=True, with_h0=with_h0, dtype=dtype)
-        if with_sl:
-            ops["SL"][1] = S  # some row reaches the last step: da is streamed for every step
-        up = upstream(rng, S, nb, H, 1, "all", dtype=dtype)
-        fwd = run_forward(ops, H, direction)
-        calls.clear()
-        got = run_grad(ops, fwd, up, H, direction)
-        assert calls == [True, True]
-        monkeypatch.setattr(lstm_backward, "PREPACK", False)
-        calls.clear()
-        want = run_grad(ops, fwd, up, H, direction)
-        assert calls == [False, False]
-        monkeypatch.setattr(lstm_backward, "PREPACK", True)
-        for a, b in zip(got, want):
-            np.testing.assert_array_equal(a, b)
-
-
 @pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the step loops stream da only on the packed-kernel path "
                     "(_jit_gemm.FAST_LARGE)")
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
-def test_a_non_finite_first_step_with_da_only_packed_is_redone_from_it(monkeypatch, direction):
-    """No H0 and a non-finite ``da`` at the first step: the product is redone without that step
-    (zeros times Inf would be NaN in dR); ``da`` then comes back from the packed operand, and
-    every result has the bits of the path that never packed ahead."""
+def test_a_non_finite_first_step_without_h0_makes_no_nan_in_dr(monkeypatch, direction):
+    """No H0 and a non-finite ``da`` at the first step: dR has no H0 term (zeros times Inf would be
+    NaN), and dX after the loops has the bits of dX in the loops.  (LSTMGrad's weight gradients are
+    per-chunk products since issue #33; the loops no longer write ``da`` into ``gemm2``'s packed
+    operand, which ``test_a_packed_ahead_gives_the_bits_of_a_packed_by_the_product`` still checks.)"""
     force_path(monkeypatch, "halves")
     monkeypatch.setattr(jit, "_on", True)
-    calls = _prepacked_calls(monkeypatch)
     rng = np.random.default_rng(9)
     S, nb, I, H = 6, 8, 5, 8
     ops = make_layer(rng, S, nb, I, H, direction, dtype=np.float32)
@@ -125,32 +80,8 @@ def test_a_non_finite_first_step_with_da_only_packed_is_redone_from_it(monkeypat
     fwd = run_forward(ops, H, direction)
     with np.errstate(all="ignore"):
         got = run_grad(ops, fwd, up, H, direction)
-        assert calls[:2] == [True, True] and len(calls) == 4 and not any(calls[2:])
-        monkeypatch.setattr(lstm_backward, "PREPACK", False)
+        monkeypatch.setattr(lstm_sweep, "DX_IN_LOOP", False)
         want = run_grad(ops, fwd, up, H, direction)
     assert not np.isnan(got[2]).any()
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.skipif(not jit_gemm.FAST_LARGE, reason="the step loops stream da only on the packed-kernel path "
-                    "(_jit_gemm.FAST_LARGE)")
-def test_dx_after_the_loops_keeps_da_in_row_order(monkeypatch):
-    """dX as one product after the loops (``DX_IN_LOOP`` off) reads ``da``: the loops then write
-    ``da`` itself, not the packed operand, and every result has the bits of the in-loop dX."""
-    force_path(monkeypatch, "halves")
-    monkeypatch.setattr(jit, "_on", True)
-    calls = _prepacked_calls(monkeypatch)
-    rng = np.random.default_rng(12)
-    S, nb, I, H = 7, 8, 5, 8
-    ops = make_layer(rng, S, nb, I, H, "forward", dtype=np.float32)
-    up = upstream(rng, S, nb, H, 1, "all", dtype=np.float32)
-    fwd = run_forward(ops, H, "forward")
-    want = run_grad(ops, fwd, up, H, "forward")
-    assert calls == [True, True]
-    monkeypatch.setattr(lstm_backward, "DX_IN_LOOP", False)
-    calls.clear()
-    got = run_grad(ops, fwd, up, H, "forward")
-    assert calls == [False, False]
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)

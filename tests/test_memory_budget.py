@@ -317,3 +317,55 @@ def test_cli_run_with_a_budget_writes_the_unbudgeted_outputs(mlp_file, tmp_path,
     a, b = np.load(ref), np.load(got)
     assert sorted(a.files) == sorted(b.files)
     assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+# -- the providers' choices, and what the planner checks ----------------------------------------------------
+def test_a_value_a_provider_rewrites_is_never_recomputed(mlp):
+    g, base, _, _ = mlp
+    plan = base.plan
+    model = remat.build(plan, [])
+    values = sorted({k[1].value for k in model.kinds if k[0] == "remat"})
+    assert values
+    from gradir.transforms.memory.model import Choice
+    model = remat.build(plan, [Choice("lstm", [], frozenset(values[:1]))])
+    assert values[0] not in {k[1].value for k in model.kinds if k[0] in ("remat", "chain")}
+
+
+def test_a_model_that_promises_too_much_never_gives_a_plan_over_the_budget(mlp, mlp_least, monkeypatch):
+    """An option whose intervals claim 4 KiB of savings its rewrite does not make (as a model that misses
+    an in-place reuse would): the real plan overshoots, the planner tightens the model's budget and
+    solves again, and the plan it returns fits."""
+    from gradir.transforms.memory import planner
+    from gradir.transforms.memory.model import Choice, Interval, Option
+    g, base, inputs, ref = mlp
+    applied = []
+
+    def choices(program, plan):
+        n = len(plan.steps)
+        lie = Option("keep everything (a lie)", 0.0, [Interval(-4096, 0, n - 1)], lambda p: applied.append(1),
+                     ["no checkpoints at all"])
+        return [Choice("fake", [lie])]
+
+    monkeypatch.setattr(planner, "collect_choices", choices)
+    least = parse_budget(re.search(r"least feasible budget is ([0-9.]+ [KMG]iB)", str(mlp_least)).group(1))
+    budget = (least + base.plan.peak_bytes) // 2
+    exe = gradir.compile(g, threads=1, memory_budget=budget)
+    assert exe.plan.peak_bytes <= budget and applied
+    out = exe.run(inputs)
+    assert all(np.array_equal(out[k], ref[k]) for k in ref)
+
+
+def test_chosen_options_are_reported_with_their_details(mlp, monkeypatch):
+    from gradir.transforms.memory import planner
+    from gradir.transforms.memory.model import Choice, Option
+    g, base, _, _ = mlp
+    opt = Option("LSTM t9: 3 checkpoints (free)", -1.0, [], lambda p: None, ["checkpoints at steps 0, 5, 10"])
+    monkeypatch.setattr(planner, "collect_choices", lambda program, plan: [Choice("fake", [opt])])
+    text = gradir.compile(g, threads=1, memory_budget=base.plan.peak_bytes - 1).plan.describe()
+    assert "#   LSTM t9: 3 checkpoints (free)\n#     checkpoints at steps 0, 5, 10" in text
+
+
+def test_a_budget_needs_static_shapes():
+    g = gradir.parse("graph d\ninput t0 : Float32 [?, 4]\nt1 = Tanh(t0)\nt2 = Relu(t1)\nt3 = Add(t2, t1)\noutput t3\n")
+    with pytest.raises(gradir.CompileError, match="needs every shape known"):
+        gradir.compile(g, memory_budget="1MiB")

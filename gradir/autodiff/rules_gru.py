@@ -27,3 +27,16 @@ def _gru_cell(e: Emitter, op: Op, cts: list, need: list) -> list:
     hs = op.attrs["hidden_size"]
     return [e.GradGRUCellInput(cts[0], *op.operands, input_index=k, hidden_size=hs) if need[k] else None
             for k in range(6)]
+
+
+@rule("LSTMTrainingCheckpointed")
+def _lstm_training_checkpointed(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """Exactly one ``LSTMGradRecompute`` from the checkpoints (the memory planner's rewrite of
+    LSTMTraining, differentiated as LSTMTraining is: States, like CAll and iofc, takes no gradient)."""
+    x, w, r, b, sl, h0, c0, p = (list(op.operands) + [None] * 8)[:8]
+    states = op.results[3]
+    attrs = {a.name: op.attrs[a.name] for a in op.ATTRS}
+    dx, dw, dr, db, dh0, dc0, dp = e.LSTMGradRecompute(x, w, r, b, sl, h0, c0, p, states, cts[0], cts[1], cts[2],
+                                                       **attrs)
+    return [dx, dw, dr, db if b is not None else None, None, dh0 if h0 is not None else None,
+            dc0 if c0 is not None else None, dp if p is not None else None]

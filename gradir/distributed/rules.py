@@ -445,6 +445,19 @@ def lstm_grad(ctx: RuleContext) -> list[Placement]:
     return batch_op(ctx, axes, [1, "partial", "partial", "partial", 1, 1, "partial"])
 
 
+@rule("lstm_training_checkpointed")
+def lstm_training_checkpointed(ctx: RuleContext) -> list[Placement]:
+    """LSTMTraining's operands; HAll on 2, HFinal and CFinal on 1, the checkpoints [K, 2, D, B, H] on 3."""
+    return batch_op(ctx, {0: 1, 1: None, 2: None, 3: None, 4: 0, 5: 1, 6: 1, 7: None}, [2, 1, 1, 3])
+
+
+@rule("lstm_grad_recompute")
+def lstm_grad_recompute(ctx: RuleContext) -> list[Placement]:
+    """LSTMTraining's operands, the checkpoints on 3 and the upstream gradients; results as LSTMGrad's."""
+    axes = {0: 1, 1: None, 2: None, 3: None, 4: 0, 5: 1, 6: 1, 7: None, 8: 3, 9: 2, 10: 1, 11: 1}
+    return batch_op(ctx, axes, [1, "partial", "partial", "partial", 1, 1, "partial"])
+
+
 CELL_AXES: dict[int, Optional[int]] = {0: 0, 1: 0, 2: 0, 3: None, 4: None, 5: None}
 
 

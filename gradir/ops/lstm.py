@@ -358,6 +358,21 @@ class LSTMGradOp(BackwardOp):
         return references.lstm_grad(*arrays, hidden_size=hidden_size, direction=direction)
 
 
+# -- the fixed chunks and segments of the sequence kernels (docs/memory.md, "Recurrences") -------------
+CHUNK_BYTES = 8 << 20
+
+
+def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int) -> int:
+    """T0, the steps of the sequence kernels' fixed chunk (their products and sums go chunk by chunk):
+    about ``CHUNK_BYTES`` of gate gradients, a function of the shapes alone (tests lower it)."""
+    return max(1, min(S, CHUNK_BYTES // max(1, nb * D * 4 * h * itemsize)))
+
+
+def unit_steps(segment: int, T0: int, S: int) -> int:
+    """The steps of a checkpointed layer's unit: ``segment`` rounded up to whole chunks of ``T0``."""
+    return min(max(1, -(-S // T0)) * T0, max(1, -(-segment // T0)) * T0)
+
+
 # -- examples (Op.example) -----------------------------------------------------------------------------
 def _cell_example(rng: Any, dtype: Any) -> list[Any]:
     """The six cell operands: B=4, I=3, Hd=2 (every dimension distinct: the batch axis is unambiguous)."""

@@ -236,7 +236,7 @@ def plan_with_budget(program: Any, pass_log: list[tuple[str, str]], kernels: str
     res = planner.fit(budget)
     assert res is not None
     plan = res.plan
-    steps = {st.results[0]: st.index for st in plan.steps if st.results}
+    steps = {r: st.index for st in plan.steps for r in st.results}
     program.__dict__.update(res.program.__dict__)  # the rewritten program is the one the backend runs
     plan.memory = MemoryReport(
         budget=budget, auto=auto, base_peak=base.peak_bytes, planned_peak=plan.peak_bytes,

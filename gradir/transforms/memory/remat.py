@@ -32,7 +32,7 @@ from .model import Choice, Problem
 
 __all__ = ["Site", "Model", "build", "apply", "copy_program", "rename_op", "recomputable", "MAX_CHAIN"]
 
-MAX_CHAIN = 3  # how many ops back a copy may recompute its operands
+MAX_CHAIN = 6  # how many ops back a copy may recompute its operands
 
 
 def recomputable(op: Any) -> bool:
@@ -96,13 +96,14 @@ class _Builder:
         self.rows: list[tuple[dict[int, float], float]] = []
         self.natural: dict[str, tuple[int, Site]] = {}  # value -> (variable, site)
         self.chains: dict[tuple[str, int], Optional[int]] = {}
+        self.refused: dict[tuple[str, int], int] = {}  # chains refused, at the depth they were asked
         self.extends: dict[tuple[str, int], int] = {}
 
     # -- points --------------------------------------------------------------------------------------
     def points(self, lo: int, hi: int) -> list[int]:
         """The points at positions ``lo..hi`` (step s at 2s, the point before step c at 2c-1)."""
         out = [s for s in range(max(0, (lo + 1) // 2), min(self.n - 1, hi // 2) + 1)]
-        out += [self.vpoint[c] for c in self.vcs if lo <= 2 * c - 1 <= hi]
+        out += [t for c in self.vcs if lo <= 2 * c - 1 <= hi for t in self.vpoint[c].values()]
         return out
 
     def var(self, seconds: float, memory: list[tuple[int, float]], kind: tuple) -> int:
@@ -148,17 +149,23 @@ class _Builder:
         return sites
 
     def build(self) -> Model:
-        sites = self.candidates()
-        self.vcs = sorted({s.before for s in sites})
-        self.vpoint = {c: self.n + k for k, c in enumerate(self.vcs)}
-        base = list(self.plan.curve) + [self.live_after[c - 1] for c in self.vcs]
-        for s in sites:
-            results = self.plan.steps[s.step].results
-            mem = [(t, -self.size[s.value]) for t in self.points(2 * s.early + 1, 2 * s.before - 1)]
-            mem.append((self.vpoint[s.before], sum(self.size.get(r, 0) for r in results)))
-            self.natural[s.value] = (self.var(self.plan.steps[s.step].cost, mem, ("remat", s)), s)
+        for s in self.candidates():
+            self.natural[s.value] = (self.var(self.plan.steps[s.step].cost, [], ("remat", s)), s)
         for x, s in list(self.natural.values()):
             self.require(x, s.step, s.before, 0)
+        # the points where copies run: before step c, one per copied op (in the order they run, the
+        # order of the ops they copy), each with what was live after step c-1
+        sites = [k[1] for k in self.kinds if k[0] in ("remat", "chain")]
+        self.vcs = sorted({s.before for s in sites})
+        self.vpoint: dict[int, dict[int, int]] = {}
+        base = list(self.plan.curve)
+        for c in self.vcs:
+            steps = sorted({s.step for s in sites if s.before == c})
+            self.vpoint[c] = {p: len(base) + k for k, p in enumerate(steps)}
+            base += [self.live_after[c - 1]] * len(steps)
+        for j, kind in enumerate(self.kinds):
+            if kind[0] in ("remat", "chain"):
+                self.memory[j] = self.copy_memory(kind[1], sites)
         self.finish_extends()
         for i, ch in enumerate(self.choices):
             opts = []
@@ -173,6 +180,24 @@ class _Builder:
         floor = sum(self.size.get(v, 0) for v in self.keep)
         problem = Problem([float(b) for b in base], self.seconds, self.memory, self.rows, float(floor))
         return Model(problem, self.kinds, self.choices)
+
+    def copy_memory(self, s: Site, sites: list[Site]) -> list[tuple[int, float]]:
+        """A copy's bytes: every result while it runs; the value it is for, on through the later copies
+        before the same step (a recomputed value up to its late readers, where the base plan has it;
+        a chain's up to the last copy there that may read it); a recomputed value's early life freed
+        from after its last early reader."""
+        here = self.vpoint[s.before]
+        results = self.plan.steps[s.step].results
+        mem = [(here[s.step], float(sum(self.size.get(r, 0) for r in results)))]
+        if s.kind == "remat":
+            last = max(here)
+        else:
+            last = max([q.step for q in sites if q.before == s.before
+                        and s.value in self.plan.steps[q.step].operands] + [s.step])
+        mem += [(t, float(self.size[s.value])) for p, t in here.items() if s.step < p <= last]
+        if s.kind == "remat":
+            mem += [(t, -float(self.size[s.value])) for t in self.points(2 * s.early + 1, 2 * s.before - 1)]
+        return mem
 
     def require(self, x: int, step: int, c: int, depth: int) -> None:
         """The operands of a copy of ``step`` run before step ``c`` (variable ``x``) must be live there."""
@@ -199,15 +224,14 @@ class _Builder:
 
     def chain(self, u: str, c: int, depth: int) -> Optional[int]:
         key = (u, c)
-        if key in self.chains:
+        if key in self.chains and (self.chains[key] is not None or self.refused[key] <= depth):
             return self.chains[key]
         if depth >= MAX_CHAIN or u in self.views or not self.eligible(u):
             self.chains[key] = None
+            self.refused[key] = depth  # (reached again from closer to a copy, it may be allowed)
             return None
         p = self.producer[u]
-        results = self.plan.steps[p].results
-        mem = [(self.vpoint[c], float(sum(self.size.get(r, 0) for r in results)))]
-        y = self.chains[key] = self.var(self.plan.steps[p].cost, mem, ("chain", Site("chain", u, p, c)))
+        y = self.chains[key] = self.var(self.plan.steps[p].cost, [], ("chain", Site("chain", u, p, c)))
         self.require(y, p, c, depth + 1)
         return y
 
@@ -330,7 +354,7 @@ def apply(program: Any, plan: Any, model: Model, x: tuple[bool, ...]) -> list[tu
                 rewire.setdefault(plan.steps[r].results[0], {})[s.value] = rmap[s.value]
         done.append((s.value, rmap[s.value], op.op_name, anchor))
     ops = []
-    for k, op in enumerate(program.ops):
+    for op in program.ops:
         first = op.results[0] if op.results else None
         ops += inserts.get(first, [])
         if first in rewire:

@@ -10,17 +10,19 @@ How the sequence kernels are made fast (docs/performance.md; measured by ``bench
   ``σ(a) = ½·tanh(a/2) + ½`` with the ``/2`` folded into the weight rows of the three
   sigmoid gates (scaling by ½ is exact), so one ``tanh`` covers all four gate blocks;
   ``scipy.special.expit`` measured ~10× slower than ``tanh`` here.
-* The backward keeps every step's gate gradient ``da`` in one ``[S, B, D, 4H]`` scratch
-  buffer (the only scratch that grows with S; it is reused between calls on a thread,
-  see ``release_scratch``).  Chunk by chunk (L2-sized; one chunk for small problems) it
-  first fills that buffer with the factors that do not depend on the carried gradients
-  (``τ·o(1-o)``, ``c̃·i(1-i)``, ...) using a few bulk ufuncs, then runs the step loop,
-  which multiplies them in place by ``dH``/``dC`` and does one GEMM ``da·R`` per step
-  (7 ufuncs).  ``dX``, ``dW``, ``dR`` and ``dB`` are large GEMMs over all steps afterwards
-  (on the packed-kernel path of large problems, one direction: dX's rows by the step loops
-  while each ``da_t`` is in cache, and dW and dR as one product ``daᵀ·[X | H_{t-1}]``,
-  ``_jit_goto.gemm2``; there the loops write each step's ``da`` straight into that product's
-  packed layout, in the same buffer, at most ``5·S·B`` elements larger, instead of ``da``).
+* The backward goes in fixed chunks of T0 steps (``common.chunk_steps``, about 8 MB of gate
+  gradients ``da``; a function of the shapes alone), each direction's chunks in visit order
+  (``sweep.py``): the step loops write the chunk's ``da`` into a scratch of T0 + 1 steps
+  (reused between calls on a thread, see ``release_scratch``; nothing grows with S), then the
+  chunk's rows of ``dX`` and its partial products of ``dW``, ``dR`` (fresh, then added in the
+  chunks' order) are large GEMMs over the chunk's rows.  The NumPy step loop goes piece by
+  piece (L2-sized): it first fills ``da`` with the factors that do not depend on the carried
+  gradients (``τ·o(1-o)``, ``c̃·i(1-i)``, ...) using a few bulk ufuncs, then runs the steps,
+  which multiply them in place by ``dH``/``dC`` and do one GEMM ``da·R`` per step (7 ufuncs).
+  On the packed-kernel path of large problems, one direction, dX's rows are computed by the
+  step loops while each ``da_t`` is in cache.  (Until issue #33, ``da`` was one ``[S, B, D,
+  4H]`` buffer and dW, dR one product over all steps, ``_jit_goto.gemm2``: the fixed chunks
+  make the checkpointed ops' recomputed segments give the same bits.)
 * Not done, because it was measured not to pay here: splitting the batch rows over
   threads (two threads issuing many small ufuncs serialize on the GIL) and running the
   bulk work on a helper thread beside the step loop (both slowed ~2×).
@@ -51,7 +53,9 @@ for the same operands, in particular zero at steps ``t >= SL[b]`` (the kernel re
 that instead of masking them again).  Padded entries of ``X`` and ``dHAll`` must be finite.
 
 Modules: ``cell`` (LSTMCell and its gradients), ``forward`` (LSTMTraining), ``backward``
-(LSTMGrad; its NumPy step loops in ``bptt``), ``common`` (checks and the size thresholds).
+(LSTMGrad, chunk by chunk in ``sweep``; its NumPy step loops in ``bptt``), ``checkpointed``
+(LSTMTrainingCheckpointed and LSTMGradRecompute: checkpoints and recomputed segments, with the
+bits of LSTMTraining + LSTMGrad), ``common`` (checks, the size thresholds, the fixed chunk T0).
 """
 
 from __future__ import annotations
@@ -61,9 +65,11 @@ from typing import Any
 import numpy as np
 
 from .....ops.lstm import LSTMGradOp, LSTMTrainingOp
+from .....ops.lstm_checkpointed import LSTMGradRecomputeOp, LSTMTrainingCheckpointedOp
 from .. import jit
 from ..registry import kernel
 from .backward import lstm_grad, release_scratch
+from .checkpointed import lstm_grad_recompute, lstm_training_checkpointed
 from .cell import grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell
 from .common import this_thread
 from .forward import lstm_training
@@ -73,7 +79,9 @@ __all__ = [
     "grad_lstm_cell_input_fused",
     "lstm_cell",
     "lstm_grad",
+    "lstm_grad_recompute",
     "lstm_training",
+    "lstm_training_checkpointed",
     "release_scratch",
 ]
 
@@ -110,3 +118,5 @@ def _warm_layers(dtype: Any) -> None:
 # Registered here, beside their warm hook, which runs both.
 kernel(LSTMTrainingOp, blas=True, warm=_warm_layers)(lstm_training)
 kernel(LSTMGradOp, blas=True, warm=_warm_layers)(lstm_grad)
+kernel(LSTMTrainingCheckpointedOp, blas=True, warm=_warm_layers)(lstm_training_checkpointed)
+kernel(LSTMGradRecomputeOp, blas=True, warm=_warm_layers)(lstm_grad_recompute)

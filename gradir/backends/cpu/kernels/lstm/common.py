@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .....ops.lstm import chunk_steps as ops_chunk_steps
 from .. import jit, parallel
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -23,6 +24,16 @@ WHOLE_LOOP_MAX = 1 << 14
 this_thread = threading.local()  # per_step: force the large-problem paths (the warm hooks)
 # The per-step path splits the batch into two independent halves from this many rows on.
 SPLIT_MIN_ROWS = 16
+
+
+def chunk_steps(S: int, nb: int, D: int, h: int, dtype: Any) -> int:
+    """T0: the steps of one fixed chunk of a layer of ``S`` steps.  The sequence kernels work in fixed
+    chunks: the forward's input product X·Wᵀ is one GEMM per chunk, and LSTMGrad's step loops, dX and
+    its weight gradients go chunk by chunk (each chunk's partial products fresh, then added in a fixed
+    order), so that the checkpointed ops (``checkpointed.py``), which recompute segments of whole
+    chunks, give the same bits.  T0 depends on the shapes alone (``gradir.ops.lstm.chunk_steps``,
+    which the memory planner reads too: about ``gradir.ops.lstm.CHUNK_BYTES`` of gate gradients)."""
+    return ops_chunk_steps(S, nb, D, h, np.dtype(dtype).itemsize)
 
 
 # -- small helpers ---------------------------------------------------------------------
