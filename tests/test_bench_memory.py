@@ -82,11 +82,18 @@ def test_the_lstm_lm_at_a_quarter(capsys):
     assert res["budget"] == int(0.25 * res["base_planned"])
     assert "the runtime's own peak (the same graph at sequence 2)" in text
     assert "takes no memory_budget" not in text  # the planner is there
-    if res["planned"] is None:
-        assert "INFEASIBLE: " in text and "[ n/a] lstm: the 25% budget runs" in text
+    if res["planned"] is None:  # the planner's error, and the least feasible budget run instead
+        assert "INFEASIBLE: " in text and "the least feasible budget is" in text
+        assert "[MISS] lstm: the 25% budget is feasible" in text
+        if res["least_feasible"] is None:
+            return
+        budget, peak = res["least_feasible"]
+        assert res["label"].startswith("gradir, least feasible")
     else:
-        assert res["planned"] <= res["budget"] and res["bits_equal"] is True
-        assert res["gradir, budget 25%"]["measured"] > 0
+        budget, peak = res["budget"], res["planned"]
+        assert res["label"] == "gradir, budget 25%"
+    assert peak <= budget and res["bits_equal"] is True
+    assert res[res["label"]]["measured"] > 0
 
 
 def test_bad_arguments():
