@@ -336,29 +336,40 @@ def run_sweep(args: argparse.Namespace, logdir: str) -> tuple[dict, list]:
     s = Session(args, logdir)
     rows: list[dict] = []
     try:
-        for f in [float(x) for x in args.sweep.split(",")]:
+        fractions = [float(x) for x in args.sweep.split(",")]
+        extra: Optional[float] = None  # the least feasible budget, added where the sweep crosses it
+        for f in fractions + [None]:  # type: ignore[list-item]
+            if f is None:
+                if extra is None:
+                    break
+                f = extra
             budget, p = planned(case, args.threads, f, p0)
+            if isinstance(p, str) and extra is None and f in fractions:
+                b2, _ = least_feasible(case, args.threads, p)
+                extra = (b2 + 2) / p0 if b2 and all(abs(b2 / p0 - x) > 1e-3 for x in fractions) else None
             row = {"fraction": f, "budget": budget, "planned": p if isinstance(p, int) else None,
                    "error": p if isinstance(p, str) else None}
             rows.append(row)
             if isinstance(p, int):
-                row["name"] = f"budget {f:.0%}"
+                row["name"] = f"budget {f:.1%}"
                 r = s.start(row["name"], impl="gradir", case="stack", budget=budget, warm=True)
                 if r is not None:
                     row["measured"] = r["step_peak"]
         s.time_all(max(1, args.repeats // 2))
+        rows.sort(key=lambda r: -r["budget"])
         first = next((r for r in rows if r.get("name") in s.rows), None)
         print(f"   {'budget':>16s} {'planned':>9s} {'measured':>9s} {'median':>10s} {'time':>7s}  bits")
         for r in rows:
             got = s.rows.get(r.get("name", ""), {})
             if r["error"]:
-                print(f"   {r['fraction']:>5.0%} {mib(r['budget']):>10s} infeasible: {r['error'][:150]}")
+                why = r["error"].split("error: ")[-1][:150]
+                print(f"   {r['fraction']:>6.1%} {mib(r['budget']):>9s} infeasible: {why}")
                 continue
             r["median"] = got.get("median")
             r["bits_equal"] = first is not None and "outputs" in got and \
                 same_bits(got["outputs"], s.rows[first["name"]]["outputs"])
             ratio = f"{r['median'] / first['median']:.2f}x" if r["median"] and first.get("median") else "-"
-            print(f"   {r['fraction']:>5.0%} {mib(r['budget']):>10s} {mib(r['planned']):>9s} "
+            print(f"   {r['fraction']:>6.1%} {mib(r['budget']):>9s} {mib(r['planned']):>9s} "
                   f"{mib(r.get('measured')):>9s} {r['median'] * 1e3 if r['median'] else 0:>7.1f} ms {ratio:>7s}  "
                   f"{'same' if r['bits_equal'] else 'DIFFER'}")
     finally:
