@@ -65,6 +65,10 @@ def _reply(**kw: Any) -> None:
 def _gradir_step(spec: dict, case: Any) -> tuple[Any, dict]:
     import gradir
     import numpy as np
+    try:  # the planner's solver (scipy's HiGHS, ~20 MiB) in every gradir process, budgeted or not: the
+        import scipy.optimize  # noqa: F401  runtime's own memory (the sequence-2 baseline) then includes it
+    except ImportError:
+        pass
     vals = case.make_inputs()
     fwd = gradir.parse(case.text)
     bwd = gradir.grad(fwd, wrt=case.wrt)
