@@ -239,6 +239,10 @@ class Session:
         row = dict(c.info, **m, outputs=outs, step_peak=m["hwm_step"] - m["rss_before"],
                    startup=time.perf_counter() - t0)
         self.rows[name] = row
+        planned = f"planned {row['planned_peak'] / 2**20:.1f} MiB, " if row.get("planned_peak") else ""
+        print(f"   {name}: {planned}one step's peak {row['step_peak'] / 2**20:.1f} MiB above "
+              f"{m['rss_before'] / 2**20:.1f} MiB resident before it, the process's peak "
+              f"{m['hwm_life'] / 2**20:.1f} MiB (started and measured in {row['startup']:.0f} s)", flush=True)
         return row
 
     def time_all(self, repeats: int) -> None:
