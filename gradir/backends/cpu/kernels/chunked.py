@@ -34,7 +34,7 @@ __all__ = ["chunked"]
 def _fused_body(lay: ChunkLayout, ins: Instr, n: int) -> FusedBody:
     """The fused loop of a ``FusedElementwise`` member for a block of ``n`` rows (kept on the layout)."""
     cache = lay.__dict__.setdefault("_bodies", {})
-    key = (id(ins.op), n)
+    key = (ins.op.results[0], n)  # (names, not ids: a layout may be unpickled)
     body = cache.get(key)
     if body is None:
         op: Any = ins.op
@@ -46,14 +46,15 @@ def _fused_body(lay: ChunkLayout, ins: Instr, n: int) -> FusedBody:
 
 def _call(lay: ChunkLayout, ins: Instr, args: list, n: int, out: Optional[np.ndarray] = None,
           packed: Any = None) -> Any:
-    """Run member ``ins`` on a block of ``n`` rows (into ``out``, the block of its result, if given)."""
+    """Run member ``ins`` on a block of ``n`` rows (into ``out``, the block of its result, if given); ``packed``
+    is what the call prepared for it: a product's packed B (``_pack``), a cross-entropy gradient's scale."""
     op = ins.op
     if op.op_name == "FusedElementwise":
         return fused.fused_elementwise(*args, out=out, body=_fused_body(lay, ins, n))
     if op.op_name == "SoftmaxCrossEntropyLossGrad" and not ins.rows[0]:
         # a reduced dY: scaled once over every row's targets (``_ce_scale``), then each block as a "sum"
         attrs = dict(op.kernel_attrs(), reduction="sum")
-        return KERNELS[type(op)].fn(lay.__dict__["_ce_scale"][id(op)], *args[1:], out=out, **attrs)
+        return KERNELS[type(op)].fn(packed, *args[1:], out=out, **attrs)
     cls = OPS["ReduceSum"] if ins.kind == "sum" and op.op_name == "ReduceMean" else type(op)
     if ins.kind == "kernel" and op.op_name in _PRODUCTS:
         # one 2-D product over the block's rows (NumPy would call BLAS once per matrix of a batch,
@@ -205,11 +206,10 @@ def chunked(*operands: np.ndarray, out: Any = None, layout: ChunkLayout) -> Any:
     # operand's rows first); the others are written straight into their buffers
     direct = {v for v, o in outs.items() if o is not None and v not in lay.sums
               and not any(np.shares_memory(o, x) for x in operands if isinstance(x, np.ndarray))}
-    scales = lay.__dict__.setdefault("_ce_scale", {})
-    for ins in lay.instrs:
-        if ins.op.op_name == "SoftmaxCrossEntropyLossGrad" and not ins.rows[0]:
-            scales[id(ins.op)] = _ce_scale(lay, ins.op, whole)
     packs = {k: pk for k, ins in enumerate(lay.instrs) if (pk := _pack(ins, whole)) is not None}
+    for k, ins in enumerate(lay.instrs):  # (per call: two runs of one plan may run at once)
+        if ins.op.op_name == "SoftmaxCrossEntropyLossGrad" and not ins.rows[0]:
+            packs[k] = _ce_scale(lay, ins.op, whole)
     spans = lay.lane_rows()
     accs: list[dict[str, np.ndarray]] = [{} for _ in spans]
 
