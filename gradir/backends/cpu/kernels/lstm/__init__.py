@@ -63,6 +63,7 @@ import numpy as np
 from .....ops.lstm import LSTMGradOp, LSTMTrainingOp
 from .. import jit
 from ..registry import kernel
+from . import backward as _backward
 from .backward import lstm_grad, release_scratch
 from .cell import grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell
 from .common import this_thread
@@ -107,6 +108,22 @@ def _warm_layers(dtype: Any) -> None:
 
 
 
+def _grad_scratch(operands: Any, results: Any, attrs: Any) -> int:
+    """LSTMGrad's scratch (``KernelInfo.scratch``): every step's da, ``[S, B, D, 4H]`` (or, one direction, the
+    weight gradients' packed operand in its place: at most 5·S·B elements more), kept by the thread for its next
+    call (``backward._scratch``)."""
+    X, dW = results[0], results[1]
+    S, nb, _ = X.shape
+    D, h4 = dW.shape[0], dW.shape[1]
+    return (S * nb * D * h4 + (5 * S * nb if D == 1 else 0)) * X.dtype.itemsize + 64
+
+
+def _grad_kept(operands: Any, results: Any, attrs: Any) -> int:
+    """What of it the thread keeps past the step (``KernelInfo.kept``): all of it, up to ``_SCRATCH_MAX_BYTES``."""
+    n = _grad_scratch(operands, results, attrs)
+    return n if n - 64 <= _backward._SCRATCH_MAX_BYTES else 0
+
+
 # Registered here, beside their warm hook, which runs both.
 kernel(LSTMTrainingOp, blas=True, warm=_warm_layers)(lstm_training)
-kernel(LSTMGradOp, blas=True, warm=_warm_layers)(lstm_grad)
+kernel(LSTMGradOp, blas=True, warm=_warm_layers, scratch=_grad_scratch, kept=_grad_kept)(lstm_grad)
