@@ -133,25 +133,33 @@ def test_lstm_grad_scratch_is_in_the_plan():
 
 
 def test_buffer_pool_keeps_only_what_the_plan_lets_it():
-    """A chain that frees a big buffer early and never makes one of its shape again: the pool used to keep
-    it (for ever, 64 MB here); now the measured peak is the plan's."""
+    """A buffer freed early whose shape comes back only at the next run's start: the pool used to keep it
+    (through the rest of the run and across runs: 4 MB above the plan's 8 MB here); now it is dropped, as
+    holding it would raise the peak, and the measured peak is the plan's."""
     text = """input t0 : Float32 [1024, 1024]
 t1 = Exp(t0)
 t2 = ReduceSum(t1, axes=[1], keepdims=true)
-t3 = Mul(t0, t2)
-t4 = Reshape(t3, shape=[2048, 512])
-t5 = Exp(t4)
-output t5
+t3 = Reshape(t0, shape=[2048, 512])
+t4 = Exp(t3)
+t5 = Neg(t4)
+output t5, t2
 """
-    exe = gradir.compile(text, threads=1, disable=["fuse-elementwise"])
+    exe = gradir.compile(text, threads=1, disable=["fuse-elementwise", "simplify"])
     x = np.full((1024, 1024), 0.01, np.float32)
+    assert exe.plan.peak_bytes == 2 * x.nbytes + 4096
     assert "t1" not in exe.plan.recycle
     got = measured_peak(exe, {"t0": x})
-    assert got <= 1.1 * exe.plan.peak_bytes, (got, exe.plan.peak_bytes)
+    assert got <= 1.02 * exe.plan.peak_bytes, (got, exe.plan.peak_bytes)
 
 
-def test_step_excess_names_the_steps_that_allocate_beside_their_results():
-    exe, inputs = _training("log_softmax_loss")
+@pytest.mark.parametrize("name", ["cnn", "lstm_lm"])
+def test_what_a_step_allocates_beside_its_results_is_declared(name):
+    """``step_excess``: what each step's kernel allocated beside its results, measured, is at most what it
+    declares (``KernelInfo.scratch``) and a few KiB (small fixed temporaries are not declared)."""
+    exe, inputs = _training(name)
     rows = step_excess(exe, inputs)
-    assert all(b > 0 for b, _k, _name in rows)
-    assert all(b < 64 << 10 for b, _k, _name in rows), rows  # no big temporaries left there
+    assert rows and all(b > 0 for b, _k, _name in rows)
+    from gradir.transforms.schedule import _scratch
+    for b, k, op in rows:
+        declared = _scratch(exe.plan.steps[k], exe.plan.types, "scratch")
+        assert b <= declared + (64 << 10), (op, k, b, declared)

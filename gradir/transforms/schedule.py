@@ -262,9 +262,14 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
             if not donated and v not in views:  # a view's buffer is its root's, freed with the root
                 live -= _bytes(types.get(v))
     # scratch kernels keep for their next call is held from their first run on, in every run: at every step
-    kept = [_scratch(st, types, "kept") for st in steps]
-    most = max(kept, default=0)
-    curve = [c + most - k for c, k in zip(curve, kept)]
+    # (named buffers, per thread: each name's largest; a plain number is named by its kernel)
+    kept = [_kept(st, types) for st in steps]
+    most: dict[str, int] = {}
+    for named in kept:
+        for name, n in named.items():
+            most[name] = max(most.get(name, 0), n)
+    held = sum(most.values())
+    curve = [c + held - sum(named.values()) for c, named in zip(curve, kept)]
     peak = max([peak] + curve)
     recycle = recycled(steps, types, curve, peak, inputs, program.live_outputs, views) if static else None
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
@@ -272,7 +277,13 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
                 bool(heavy), any(st.kernel.blas for st in steps), views, curve, recycle)
 
 
-def _scratch(st: Step, types: dict, what: str) -> int:
+def _kept(st: Step, types: dict) -> dict[str, int]:
+    """The scratch ``st``'s kernel keeps on its thread past the step, by buffer name (``KernelInfo.kept``)."""
+    got = _scratch(st, types, "kept")
+    return got if isinstance(got, dict) else ({st.op.op_name: got} if got else {})
+
+
+def _scratch(st: Step, types: dict, what: str) -> Any:
     """The bytes ``st``'s kernel allocates beside its results while it runs (``what="scratch"``,
     ``KernelInfo.scratch``) or keeps of them past the step (``"kept"``); 0 when it declares none, or
     its types are not all known."""
@@ -283,7 +294,8 @@ def _scratch(st: Step, types: dict, what: str) -> int:
     outs = [types.get(r) for r in st.results]
     if any(t is None or not t.is_static for t in outs) or any(t is not None and not t.is_static for t in ins):
         return 0
-    return int(fn(ins, outs, st.op.kernel_attrs()))
+    got = fn(ins, outs, st.op.kernel_attrs())
+    return got if isinstance(got, dict) else int(got)
 
 
 # Ops whose result is their first operand reshaped (``Op.VIEW``; static shapes): run as a NumPy reshape

@@ -36,8 +36,9 @@ class KernelInfo:
     # bytes (``Plan.curve``) and the peak.  None: nothing worth counting.  A kernel keeps no buffer past its
     # step: what outlives it is memory the plan cannot see.
     scratch: Callable[[Any, Any, Any], int] | None = None
-    # kept(operands, results, attrs) -> bytes: the part of its scratch the kernel keeps on its thread for its
-    # next call (LSTMGrad's da): held from its first run on, the plan counts the largest at every step
+    # kept(operands, results, attrs) -> bytes, or {buffer name: bytes}: the part of its scratch the kernel keeps
+    # on its thread for its next call (LSTMGrad's da, Conv's columns): held from its first run on, the plan
+    # counts each name's largest at every step (a number is named by the op)
     kept: Callable[[Any, Any, Any], int] | None = None
     op: Optional[type] = None  # the op class it computes
     generated: bool = False  # made from the op's FORMULA (``gradir.backends.cpu.kernels.generated``)
