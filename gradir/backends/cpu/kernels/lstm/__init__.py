@@ -63,7 +63,6 @@ import numpy as np
 from .....ops.lstm import LSTMGradOp, LSTMTrainingOp
 from .. import jit
 from ..registry import kernel
-from . import backward as _backward
 from .backward import lstm_grad, release_scratch
 from .cell import grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell
 from .common import this_thread
@@ -108,6 +107,11 @@ def _warm_layers(dtype: Any) -> None:
 
 
 
+# ``backward._SCRATCH_MAX_BYTES``: a larger da is not kept past the call (tests/test_memory_measured.py checks
+# that the two agree)
+KEPT_MAX_BYTES = 256 << 20
+
+
 def _grad_scratch(operands: Any, results: Any, attrs: Any) -> int:
     """LSTMGrad's scratch (``KernelInfo.scratch``): every step's da, ``[S, B, D, 4H]`` (or, one direction, the
     weight gradients' packed operand in its place: at most 5·S·B elements more), kept by the thread for its next
@@ -119,9 +123,9 @@ def _grad_scratch(operands: Any, results: Any, attrs: Any) -> int:
 
 
 def _grad_kept(operands: Any, results: Any, attrs: Any) -> int:
-    """What of it the thread keeps past the step (``KernelInfo.kept``): all of it, up to ``_SCRATCH_MAX_BYTES``."""
+    """What of it the thread keeps past the step (``KernelInfo.kept``): all of it, up to ``KEPT_MAX_BYTES``."""
     n = _grad_scratch(operands, results, attrs)
-    return n if n - 64 <= _backward._SCRATCH_MAX_BYTES else 0
+    return n if n - 64 <= KEPT_MAX_BYTES else 0
 
 
 # Registered here, beside their warm hook, which runs both.
