@@ -10,7 +10,9 @@ Two measures (docs/memory.md, "Measured peak"):
   what is held then.  So what outlives a run (a pooled buffer, a kept scratch) is counted: a training
   loop sees it on every step.  Left out: the Python objects (every other domain), and the runtime's
   own fixed per-thread buffers (``RUNTIME_OWN``: the products' 8 MB of packing buffers and the
-  element-wise kernels' L2-sized blocks, the same for any graph size).  ``trace_run`` returns the
+  element-wise kernels' L2-sized blocks, the same for any graph size; those a thread makes during the
+  measured run are subtracted from its peak too, which errs low by them if they came after the peak).
+  ``trace_run`` returns the
   details (and a snapshot to group the allocations by traceback).
 * ``resident_peak(text, inputs)``: the peak resident memory (``VmHWM`` of ``/proc/self/status``) of
   a run in a fresh subprocess, for benchmarks.  The high-water mark is reset (``/proc/self/clear_refs``,
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import tracemalloc
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
@@ -128,17 +131,24 @@ def trace_run(exe: "Executable", inputs: Mapping[str, Any], threads: Optional[in
                     numpy0 += tr.size
                     if _is_own(tr.traceback, lines):
                         own += tr.size
-            del start
             tracemalloc.reset_peak()
             out = exe.run(arrays)
             peak = tracemalloc.get_traced_memory()[1]
-            snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.DomainFilter(True, NUMPY_DOMAIN)]) \
-                if snapshot else None
+            snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.DomainFilter(True, NUMPY_DOMAIN)])
+            # a thread that first multiplied in this run made its packing buffers now: the runtime's too
+            before = Counter((tr.size, tr.traceback) for tr in start.traces if tr.domain == NUMPY_DOMAIN)
+            after = Counter((tr.size, tr.traceback) for tr in snap.traces)
+            late = sum(size * (k - before[size, tb]) for (size, tb), k in after.items()
+                       if k > before[size, tb] and _is_own(tb, lines))
+            del start
+            own += late
+            if not snapshot:
+                snap = None
             del out
         finally:
             tracemalloc.stop()
     python = total0 - numpy0
-    return Measure(nin + peak - python - own, nin, numpy0 - own, own, python, snap)
+    return Measure(nin + peak - python - own, nin, numpy0 - (own - late), own, python, snap)
 
 
 def _release_kept_scratch() -> None:
@@ -159,10 +169,12 @@ def step_excess(exe: "Executable", inputs: Mapping[str, Any]) -> list[tuple[int,
     """What each step allocates beside its results while it runs, biggest first: ``(bytes, step
     index, op name)`` for the steps whose traced NumPy peak exceeded their new results (the
     temporaries and scratch the plan does not know about, unless declared: ``KernelInfo.scratch``).
-    The steps run one by one on this thread, every result in a fresh buffer (no pool)."""
+    The steps run one by one on this thread, every result in a fresh buffer (no pool), after a run on this
+    thread (what kernels keep on their thread is then there; LSTMGrad's da is dropped first, and counted)."""
     from ..backends.cpu.executor import Run
     arrays, types = exe.check_inputs(inputs)
-    exe.run(arrays)  # compiles what it must
+    with _threads(exe, 1):
+        exe.run(arrays)  # compiles what it must; this thread's kept scratch is then there (not counted)
     _release_kept_scratch()
     rows = []
     saved = exe._pool
