@@ -12,8 +12,8 @@ Two measures (docs/memory.md, "Measured peak"):
   own fixed per-thread buffers (``RUNTIME_OWN``: the products' 8 MB of packing buffers and the
   element-wise kernels' L2-sized blocks, the same for any graph size; those a thread makes during the
   measured run are subtracted from its peak too, which errs low by them if they came after the peak).
-  ``trace_run`` returns the
-  details (and a snapshot to group the allocations by traceback).
+  ``trace_run`` returns the details (and a snapshot to group the allocations by traceback);
+  ``step_excess`` lists what each step allocates beside its results (the temporaries to find).
 * ``resident_peak(text, inputs)``: the peak resident memory (``VmHWM`` of ``/proc/self/status``) of
   a run in a fresh subprocess, for benchmarks.  The high-water mark is reset (``/proc/self/clear_refs``,
   "5") after a first run, so it is the measured run's, whatever compiling took; ``ru_maxrss``
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["NUMPY_DOMAIN", "RUNTIME_OWN", "Measure", "measured_peak", "trace_run", "step_excess",
            "resident_peak"]
 
-# The tracemalloc domain NumPy reports its data allocations in (``numpy/core/src/multiarray/alloc.c``).
+# The tracemalloc domain NumPy reports its data allocations in (NumPy's ``alloc.c``).
 NUMPY_DOMAIN = 389047
 
 # Fixed per-thread buffers of the runtime, by the function allocating them (module, function): the
