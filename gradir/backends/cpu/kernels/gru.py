@@ -10,14 +10,17 @@ reverses each row within its own length (a reverse row starts at ``X[SL[b]-1]``,
 packed sequences do) into scratch copies, calls the core, and reverses ``HAll``/``ZRH``/``dX`` back; since
 that reversal is an involution per row, the same index array does both ways.  Bidirectional is direction 0
 forward and direction 1 reverse.  ``cores(dtype, clip)`` chooses the core pair (compiled cores live in
-``_jit_gru.py``; the NumPy ones here are the fallback and the specification).
+``_jit_gru.py``; the NumPy ones here are the fallback and the specification).  The wrappers call the cores
+once per fixed chunk of ``T0`` steps (``gru_sweep.py``: a function of the shapes alone), carrying the state
+from chunk to chunk and adding the backward's per-chunk weight gradients in a fixed order, so that the
+checkpointed layer (``gru_checkpointed.py``), which recomputes whole chunks, gives the same bits.
 
 The NumPy forward core computes ``X·Wᵀ`` (plus the biases that do not meet the reset gate) for every step as
 one GEMM straight into ``ZRH``; each step then does one GEMM ``H_{t-1}·R_{zr}ᵀ`` (all of ``R`` with
 ``linear_before_reset=1``) and a few ufuncs.  Sigmoids are ``σ(a) = ½·tanh(a/2) + ½``.  With ``clip`` each
 gate's whole pre-activation is clipped to ``[-clip, clip]`` before its activation (ONNX).  The backward keeps
-every step's gate gradient in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and ``dB`` as GEMMs and
-sums over all steps afterwards; its step loop does the ``dH`` recurrence (with ``linear_before_reset=1`` one
+every step's gate gradient (of its chunk) in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and ``dB``
+as GEMMs and sums over the chunk's steps afterwards; its step loop does the ``dH`` recurrence (with ``linear_before_reset=1`` one
 more GEMM per step recomputes ``H_{t-1}·R_hᵀ``, which ``ZRH`` does not keep, as ORT does).  A row past its
 sequence length takes no part in a step: its ``H`` (forward) and ``dH`` (backward) pass through unchanged,
 its ``HAll``/``ZRH`` entries are zero, its ``dHAll`` entries ignored.
