@@ -1,8 +1,9 @@
 """The checkpointed GRU layer: GRUTraining and GRUGrad keeping only checkpoints of the hidden state.
 
 Between them they keep checkpoints of h instead of the gates (ZRH), which the backward recomputes segment
-by segment, with the same bits (docs/memory.md, "Recurrences").  The memory planner (``gradir.transforms.memory.recurrence``) rewrites a GRUTraining/GRUGrad
-pair into these under a memory budget."""
+by segment, with the same bits (docs/memory.md, "Recurrences").  The memory planner
+(``gradir.transforms.memory.recurrence``) rewrites a GRUTraining/GRUGrad pair into these under a memory
+budget."""
 
 from __future__ import annotations
 

@@ -19,11 +19,11 @@ The NumPy forward core computes ``X·Wᵀ`` (plus the biases that do not meet th
 one GEMM straight into ``ZRH``; each step then does one GEMM ``H_{t-1}·R_{zr}ᵀ`` (all of ``R`` with
 ``linear_before_reset=1``) and a few ufuncs.  Sigmoids are ``σ(a) = ½·tanh(a/2) + ½``.  With ``clip`` each
 gate's whole pre-activation is clipped to ``[-clip, clip]`` before its activation (ONNX).  The backward keeps
-every step's gate gradient (of its chunk) in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and ``dB``
-as GEMMs and sums over the chunk's steps afterwards; its step loop does the ``dH`` recurrence (with ``linear_before_reset=1`` one
-more GEMM per step recomputes ``H_{t-1}·R_hᵀ``, which ``ZRH`` does not keep, as ORT does).  A row past its
-sequence length takes no part in a step: its ``H`` (forward) and ``dH`` (backward) pass through unchanged,
-its ``HAll``/``ZRH`` entries are zero, its ``dHAll`` entries ignored.
+every step's gate gradient (of its chunk) in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and
+``dB`` as GEMMs and sums over the chunk's steps afterwards; its step loop does the ``dH`` recurrence (with
+``linear_before_reset=1`` one more GEMM per step recomputes ``H_{t-1}·R_hᵀ``, which ``ZRH`` does not keep, as
+ORT does).  A row past its sequence length takes no part in a step: its ``H`` (forward) and ``dH`` (backward)
+pass through unchanged, its ``HAll``/``ZRH`` entries are zero, its ``dHAll`` entries ignored.
 
 Contract for ``GRUGrad``: ``HAll`` and ``ZRH`` are what ``GRUTraining`` returned for the same operands, in
 particular zero at steps ``t >= SL[b]``.  Padded entries of ``X`` and ``dHAll`` must be finite.
