@@ -22,6 +22,18 @@ from cli_runner import run_cli
 
 
 # -- parsing a budget ------------------------------------------------------------------------------------
+def test_a_percentage_is_a_share_of_the_peak_without_a_budget():
+    from gradir.transforms.memory.budget import Share
+    assert parse_budget("25%") == Share(0.25) and isinstance(parse_budget(" 12.5 % "), Share)
+    assert str(parse_budget("25%")) == "25%"
+    text = gradir.grad(gradir.parse(MLP))
+    base = gradir.compile(text, threads=1)
+    half = gradir.compile(text, threads=1, memory_budget="99%")
+    assert half.plan.memory.budget == int(0.99 * base.plan.peak_bytes)
+    assert half.plan.peak_bytes <= 0.99 * base.plan.peak_bytes < base.plan.peak_bytes
+    assert gradir.compile(text, threads=1, memory_budget="100%").plan.peak_bytes == base.plan.peak_bytes
+
+
 @pytest.mark.parametrize("text, expected", [
     (1000, 1000), ("1000", 1000), ("512MiB", 512 << 20), ("1.5GiB", 3 << 29), ("2GB", 2 * 10 ** 9),
     ("100MB", 10 ** 8), ("64KiB", 65536), ("64 kib", 65536), (" 3 KiB ", 3072), ("1kB", 1000), ("auto", "auto"),
@@ -32,7 +44,7 @@ def test_parse_budget_forms(text, expected):
 
 
 @pytest.mark.parametrize("bad", [0, -5, "0", "-1MiB", "banana", "5XB", "12 parsecs", "", True, False,
-                                 float("nan"), float("inf"), [1], "1.5.2GB"])
+                                 float("nan"), float("inf"), [1], "1.5.2GB", "0%", "101%", "-5%", "%"])
 def test_parse_budget_errors_name_the_accepted_forms(bad):
     with pytest.raises(gradir.ArgumentError, match="512MiB, 1.5GiB") as e:
         parse_budget(bad)

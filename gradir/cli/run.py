@@ -306,8 +306,9 @@ def budget_arg(text: str) -> object:
 
 
 MEMORY_BUDGET_HELP = ("bound the planned peak memory (inputs and outputs included) to SIZE: 512MiB, 1.5GiB, 2GB, "
-                      "bytes, or auto (the knee of the peak/time curve); the plan recomputes values to fit, with the "
-                      "same bits, or says before running what the least feasible budget is (docs/memory.md)")
+                      "bytes, 25%% (of the peak planned without a budget), or auto (the knee of the peak/time "
+                      "curve); the plan recomputes values to fit, with the same bits, or says before running what "
+                      "the least feasible budget is (docs/memory.md)")
 
 
 def pair_arg(text: str) -> str:

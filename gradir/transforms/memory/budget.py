@@ -1,4 +1,5 @@
-"""Parsing a memory budget: ``512MiB``, ``1.5GiB``, ``2GB`` (SI: 10^9 bytes), ``1000`` (bytes), or ``auto``.
+"""Parsing a memory budget: ``512MiB``, ``1.5GiB``, ``2GB`` (SI: 10^9 bytes), ``1000`` (bytes), ``25%`` (of the
+planned peak without a budget), or ``auto``.
 
 Binary units (``KiB``, ``MiB``, ``GiB``, ``TiB``) are powers of 1024, SI units (``kB``/``KB``, ``MB``,
 ``GB``, ``TB``) powers of 1000, as ``ls``, ``df -H`` and the disk makers count; units are
@@ -15,27 +16,42 @@ from typing import Optional, Union
 
 from ...errors import ArgumentError, shown
 
-__all__ = ["parse_budget", "format_budget", "ACCEPTED", "UNITS"]
+__all__ = ["parse_budget", "format_budget", "Share", "ACCEPTED", "UNITS"]
 
 UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
          "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
 
 ACCEPTED = ("a positive number of bytes (1000), a size with a unit (512MiB, 1.5GiB, 64KiB, 2GB, 100MB; "
-            "KiB/MiB/GiB/TiB are powers of 1024, kB/MB/GB/TB powers of 1000), or auto")
+            "KiB/MiB/GiB/TiB are powers of 1024, kB/MB/GB/TB powers of 1000), a percentage of the planned peak "
+            "without a budget (25%), or auto")
 
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*")
+
+_SHARE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*")
+
+
+class Share(float):
+    """A budget given as a share of the plan's own peak without a budget (``25%`` is ``Share(0.25)``): the
+    planner turns it into bytes once it has planned that peak."""
+
+    def __repr__(self) -> str:
+        return f"{float(self) * 100:g}%"
+
+    __str__ = __repr__
+
 
 # more than any machine holds: a typo, not a budget (and the MILP's numbers stay well inside a float)
 MAX_BUDGET = 1 << 60
 
 
-def parse_budget(value: object) -> Union[int, str, None]:
-    """A budget in bytes (an ``int`` > 0), ``"auto"``, or None for None (no budget).
+def parse_budget(value: object) -> Union[int, "Share", str, None]:
+    """A budget in bytes (an ``int`` > 0), a ``Share`` of the peak without a budget (``"25%"``, above 0 and
+    at most 100%), ``"auto"``, or None for None (no budget).
 
     Raises ``gradir.ArgumentError`` naming the accepted forms for anything else (zero, a negative
     size, an unknown unit, a bool, a float that is not finite)."""
-    if value is None:
-        return None
+    if value is None or isinstance(value, Share):
+        return value
     if isinstance(value, bool):
         raise ArgumentError(f"memory budget must be {ACCEPTED}; got {shown(value)}")
     if isinstance(value, int):
@@ -48,6 +64,13 @@ def parse_budget(value: object) -> Union[int, str, None]:
         text = value.strip().lower()
         if text == "auto":
             return "auto"
+        share = _SHARE.fullmatch(text)
+        if share is not None:
+            p = float(share.group(1))
+            if not 0 < p <= 100:
+                raise ArgumentError(f"memory budget must be {ACCEPTED}; got {shown(value)} (a percentage above 0 "
+                                    f"and at most 100)")
+            return Share(p / 100)
         m = _SIZE.fullmatch(text)
         if m is None or m.group(2) not in UNITS and m.group(2) != "":
             unit = f" (unknown unit {m.group(2)!r})" if m is not None else ""

@@ -17,6 +17,7 @@ takes its knee: the point farthest from the chord between its ends.
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -25,7 +26,7 @@ from ...fileio import human_bytes
 from ..passes.pipeline import lint
 from ..schedule import Plan, build_plan
 from . import remat
-from .budget import format_budget, parse_budget
+from .budget import Share, format_budget, parse_budget
 from .model import Choice, solve
 
 __all__ = ["plan_with_budget", "MemoryReport", "CurvePoint", "collect_choices", "ROUNDS", "CURVE_POINTS"]
@@ -235,6 +236,8 @@ def plan_with_budget(program: Any, pass_log: list[tuple[str, str]], kernels: str
     base = build_plan(program, pass_log, kernels)
     if budget is None:
         return base
+    if isinstance(budget, Share):  # a share of this plan's own peak without a budget
+        budget = max(1, math.floor(float(budget) * (base.peak_bytes or 0)))
     where = program.graph.source.filename if getattr(program.graph, "source", None) else None
     if not base.static:
         raise CompileError(Diagnostic("a memory budget needs every shape known, and this graph has values "
