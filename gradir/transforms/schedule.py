@@ -33,7 +33,7 @@ from .passes.pipeline import Program
 from .recycling import recycled
 from ..ir.types import TensorType
 
-__all__ = ["Step", "Plan", "build_plan"]
+__all__ = ["Step", "Plan", "build_plan", "hold_in_order"]
 
 
 @dataclass
@@ -306,6 +306,18 @@ def _scratch(st: Step, types: dict, what: str) -> Any:
         return 0
     got = fn(ins, outs, st.op.kernel_attrs())
     return got if isinstance(got, dict) else int(got)
+
+
+def hold_in_order(plan: Plan, indices: list[int]) -> None:
+    """Hold the steps ``indices`` to their place in the schedule: each waits for the step before it, so the
+    dataflow executor runs them in the order the memory plan simulated (a memory budget holds every step:
+    its peak is then the planned one).  The estimates are made again for the new dependencies."""
+    for k in indices:
+        if k > 0:
+            plan.steps[k].deps.add(k - 1)
+    _estimate(plan.steps, plan.types)
+    plan.blas_concurrency = bool(_concurrent(plan.steps, lambda st: st.kernel.blas and not st.tiny))
+    plan.heavy_concurrency = bool(_concurrent(plan.steps, lambda st: not st.tiny))
 
 
 # Ops whose result is their first operand reshaped (``Op.VIEW``; static shapes): run as a NumPy reshape
