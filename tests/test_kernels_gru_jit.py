@@ -132,10 +132,10 @@ def test_the_kernels_on_the_compiled_cores_match_the_float64_references(directio
 def test_the_kernels_use_the_compiled_cores_except_with_clip() -> None:
     jg = _jg()
     for dt in (np.float32, np.float64):
-        assert gru._cores(np.dtype(dt), None) == (jg.forward_core, jg.backward_core)
-        assert gru._cores(np.dtype(dt), 0.5) == (gru.forward_core, gru.backward_core)
+        assert gru.cores(np.dtype(dt), None) == (jg.forward_core, jg.backward_core)
+        assert gru.cores(np.dtype(dt), 0.5) == (gru.forward_core, gru.backward_core)
     with jit.disabled():
-        assert gru._cores(np.dtype(np.float32), None) == (gru.forward_core, gru.backward_core)
+        assert gru.cores(np.dtype(np.float32), None) == (gru.forward_core, gru.backward_core)
 
 
 def test_compile_builds_the_gru_cores_so_runs_compile_nothing() -> None:

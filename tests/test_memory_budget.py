@@ -369,3 +369,15 @@ def test_a_budget_needs_static_shapes():
     g = gradir.parse("graph d\ninput t0 : Float32 [?, 4]\nt1 = Tanh(t0)\nt2 = Relu(t1)\nt3 = Add(t2, t1)\noutput t3\n")
     with pytest.raises(gradir.CompileError, match="needs every shape known"):
         gradir.compile(g, memory_budget="1MiB")
+
+
+def test_a_budgeted_plan_pickles_with_its_report(mlp, mlp_least):
+    """A plan is plain data that pickles: the report's planner (kept to make the curve when asked) is not."""
+    import pickle
+    g, _, _, _ = mlp
+    least = re.search(r"least feasible budget is ([0-9.]+ [KMG]iB)", str(mlp_least)).group(1)
+    plan = gradir.compile(g, threads=1, memory_budget=least).plan
+    curve = plan.memory.curve
+    again = pickle.loads(pickle.dumps(plan))
+    assert again.memory.curve == curve and again.memory.recomputed == plan.memory.recomputed
+    assert again.peak_bytes == plan.peak_bytes and again.memory.planner is None

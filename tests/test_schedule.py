@@ -479,3 +479,16 @@ def test_views_and_products_come_from_the_ops_traits(monkeypatch):
     assert cost.flops("MatMul", [a, b], [c], {}) == 2 * 4 * 2 * 8
     monkeypatch.setattr(OPS["MatMul"], "PRODUCT", False)
     assert cost.flops("MatMul", [a, b], [c], {}) == 0
+
+
+def test_a_freed_view_does_not_free_its_buffer_twice():
+    """A view (``Reshape``) has no bytes of its own: freeing it after its last reader must not take its
+    bytes off the plan again (the input it views stays live; the intermediate it views is freed once)."""
+    exe = gradir.compile("input t0 : Float32 [64, 1024]\ninput t1 : Float32 [1024, 8]\n"
+                         "t2 = Reshape(t0, shape=[64, 1, 1024])\nt3 = ReduceSum(t2, axes=[1])\n"
+                         "t4 = Exp(t0)\nt5 = Reshape(t4, shape=[65536])\nt6 = ReduceSum(t5)\n"
+                         "t7 = MatMul(t0, t1)\noutput t3, t6, t7\n", threads=1)
+    inputs = 64 * 1024 * 4 + 1024 * 8 * 4
+    # while the last step runs: the inputs, t3 and t6 (outputs), and t7; t4 (256 KiB) freed once
+    assert exe.plan.curve[-1] == inputs + 64 * 1024 * 4 + 4 + 64 * 8 * 4
+    assert min(exe.plan.curve) >= inputs

@@ -21,6 +21,16 @@ def _gru_training(e: Emitter, op: Op, cts: list, need: list) -> list:
     return [dx, dw, dr, db if b is not None else None, None, dh0 if h0 is not None else None]
 
 
+@rule("GRUTrainingCheckpointed")
+def _gru_training_checkpointed(e: Emitter, op: Op, cts: list, need: list) -> list:
+    """Exactly one ``GRUGradRecompute`` from the checkpoints (the memory planner's rewrite of GRUTraining,
+    differentiated as GRUTraining is: States, like ZRH, takes no gradient)."""
+    x, w, r, b, sl, h0 = (list(op.operands) + [None] * 6)[:6]
+    attrs = {a.name: op.attrs[a.name] for a in op.ATTRS}
+    dx, dw, dr, db, dh0 = e.GRUGradRecompute(x, w, r, b, sl, h0, op.results[2], cts[0], cts[1], **attrs)
+    return [dx, dw, dr, db if b is not None else None, None, dh0 if h0 is not None else None]
+
+
 @rule("GRUCell")
 def _gru_cell(e: Emitter, op: Op, cts: list, need: list) -> list:
     """One ``GradGRUCellInput`` per operand that needs a gradient (and no other), as for ``LSTMCell``."""

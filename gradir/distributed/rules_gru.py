@@ -6,7 +6,7 @@ from __future__ import annotations
 from .placement import Placement, RuleContext
 from .rules import batch_op, rule
 
-__all__ = ["gru_training", "gru_grad", "gru_cell", "gru_cell_grad"]
+__all__ = ["gru_training", "gru_grad", "gru_training_checkpointed", "gru_grad_recompute", "gru_cell", "gru_cell_grad"]
 
 
 @rule("gru_training")
@@ -20,6 +20,19 @@ def gru_grad(ctx: RuleContext) -> list[Placement]:
     """The batch operands of GRUTraining plus HAll, ZRH and the upstream gradients; the weight gradients
     dW, dR, dB are sums over the batch: partial."""
     axes = {0: 1, 1: None, 2: None, 3: None, 4: 0, 5: 1, 6: 2, 7: 2, 8: 2, 9: 1}
+    return batch_op(ctx, axes, [1, "partial", "partial", "partial", 1])
+
+
+@rule("gru_training_checkpointed")
+def gru_training_checkpointed(ctx: RuleContext) -> list[Placement]:
+    """GRUTraining's operands; HAll on 2, HFinal on 1, the checkpoints [K, D, B, H] on 2."""
+    return batch_op(ctx, {0: 1, 1: None, 2: None, 3: None, 4: 0, 5: 1}, [2, 1, 2])
+
+
+@rule("gru_grad_recompute")
+def gru_grad_recompute(ctx: RuleContext) -> list[Placement]:
+    """GRUTraining's operands, the checkpoints on 2 and the upstream gradients; results as GRUGrad's."""
+    axes = {0: 1, 1: None, 2: None, 3: None, 4: 0, 5: 1, 6: 2, 7: 2, 8: 1}
     return batch_op(ctx, axes, [1, "partial", "partial", "partial", 1])
 
 

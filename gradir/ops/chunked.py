@@ -44,12 +44,21 @@ class Instr:
 
 @dataclass
 class ChunkLayout:
-    """What the kernel needs: the rows, the block size, and each row-indexed value's *period* (how many
-    rows one index of its first axis holds: ``[S, 1, B, C]`` over ``S·B`` rows has period ``B``)."""
+    """What the kernel needs: the rows, the blocks, and each row-indexed value's *period* (how many rows
+    one index of its first axis holds: ``[S, 1, B, C]`` over ``S·B`` rows has period ``B``).
+
+    Two block sizes.  ``sub`` (fixed by the shapes) is the grain of the sums over the rows: the rows are
+    cut into ``sub``-row pieces, each lane (a contiguous run of pieces) adds its pieces' partial sums in
+    order, and the lanes' sums are added in lane order.  ``block`` (a multiple of ``sub``, at most a lane)
+    is how many rows the members run on at once: only memory and speed follow it, never the bits (a
+    row's values come from the same kernels on the same row, and the sums are still taken piece by
+    piece).  Without a budget a block is a few pieces (``chunking.DEFAULT_PIECES``: fewer kernel calls); a
+    budget may choose blocks of one piece (``gradir.transforms.memory.chunking.choices``)."""
 
     rows: int  # N: the rows of the region
-    block: int  # rows per block (a multiple of every period), fixed by the shapes
-    lanes: int  # blocks are dealt out to this many lanes (block i to lane i % lanes), each summing its own
+    sub: int  # rows per piece of the sums (a multiple of every period), fixed by the shapes
+    block: int  # rows the members run on at once: a multiple of ``sub``
+    lanes: int  # the pieces are cut into this many contiguous runs, each summing its own
     instrs: list[Instr]
     inputs: list[str]  # the op's operands
     outputs: list[str]  # the op's results
@@ -59,7 +68,18 @@ class ChunkLayout:
 
     @property
     def n_blocks(self) -> int:
-        return -(-self.rows // self.block)
+        return sum(-(-(hi - lo) // self.block) for lo, hi in self.lane_rows())
+
+    def lane_rows(self) -> list[tuple[int, int]]:
+        """Each lane's rows ``[lo, hi)``: a contiguous run of whole pieces, the same for every block size."""
+        pieces = -(-self.rows // self.sub)
+        per = -(-pieces // self.lanes)
+        return [(k * per * self.sub, min(self.rows, (k + 1) * per * self.sub)) for k in range(self.lanes)
+                if k * per * self.sub < self.rows]
+
+    def lane_block(self) -> int:
+        """The largest block: a whole lane."""
+        return max(hi - lo for lo, hi in self.lane_rows())
 
     def block_shape(self, v: str, n_rows: int) -> tuple[int, ...]:
         """The shape of ``v``'s block of ``n_rows`` rows."""
@@ -77,7 +97,8 @@ class ChunkedOp(Op):
     ATTRS = (Attr("body", "strs", doc="the region's ops, one line each, in order"),
              Attr("outputs", "strs", doc="the values the region writes (the op's results)"),
              Attr("rows", "int", doc="how many rows the region runs over"),
-             Attr("block", "int", doc="rows per block (fixed by the shapes)"))
+             Attr("sub", "int", doc="rows per piece of the sums over the rows (fixed by the shapes)"),
+             Attr("block", "int", doc="rows the members run on at once (a multiple of sub)"))
 
     def __init__(self, results: Sequence[str], operands: Sequence[Optional[str]],
                  attrs: Optional[Mapping[str, Any]] = None,
@@ -91,7 +112,8 @@ class ChunkedOp(Op):
         members = [i.op for i in layout.instrs]
         body = tuple(m.to_string() for m in members)
         return cls(list(layout.outputs), list(layout.inputs),
-                   {"body": body, "outputs": tuple(layout.outputs), "rows": layout.rows, "block": layout.block},
+                   {"body": body, "outputs": tuple(layout.outputs), "rows": layout.rows, "sub": layout.sub,
+                    "block": layout.block},
                    [layout.types[v] for v in layout.outputs], loc=members[0].loc, layout=layout)
 
     @classmethod
@@ -114,13 +136,20 @@ class ChunkedOp(Op):
         kw.update(changes)
         return type(self)(**kw)
 
+    def with_block(self, block: int) -> "ChunkedOp":
+        """This region run in blocks of ``block`` rows (a multiple of ``sub``): the same bits."""
+        from dataclasses import replace
+        assert self.layout is not None and block % self.layout.sub == 0
+        return ChunkedOp.build(replace(self.layout, block=min(block, self.layout.lane_block())))
+
     def scratch_bytes(self) -> int:
         """The bytes the kernel holds besides its operands and results: each lane's block of every
         value the region makes, and each lane's partial sums."""
         lay = self.layout
         if lay is None:
             return 0
-        made = [r for i in lay.instrs for r in i.op.results if r in lay.periods]
+        made = [i.op.results[0] for i in lay.instrs if i.kind == "kernel" and len(i.op.results) == 1
+                and i.op.results[0] not in lay.outputs]  # (an output's rows go straight to its buffer)
         per_lane = sum(math.prod(lay.block_shape(v, lay.block)) * lay.types[v].dtype.numpy.itemsize for v in made)
         per_lane += sum(_nbytes(lay.types[v]) for v in lay.sums)
         return per_lane * lay.lanes
@@ -134,7 +163,7 @@ class ChunkedOp(Op):
         rows = [v for v in lay.outputs if v not in lay.sums]
         sums = [f"{v} ({lay.sums[v]})" for v in lay.outputs if v in lay.sums]
         head = (f"{lay.rows} rows in {lay.n_blocks} blocks of {lay.block} ({lay.lanes} lanes); "
-                f"per block: {', '.join(rows) or 'nothing'}; summed over the blocks in order: "
+                f"per block: {', '.join(rows) or 'nothing'}; summed in pieces of {lay.sub} rows, in order: "
                 f"{', '.join(sums) or 'nothing'}; scratch {_mib(self.scratch_bytes())}")
         return [head] + list(self.attrs["body"])
 

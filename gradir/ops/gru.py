@@ -10,7 +10,7 @@ import numpy as np
 from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
 from ..ir.onnxmap import MS_DOMAIN, OnnxMap
 from ..ir.types import FLOAT_DTYPES, Dim, TensorType
-from . import references
+from . import lstm, references
 from .lstm import HIDDEN, LayerCheck
 
 _ACTS = ("sigmoid", "tanh")
@@ -45,7 +45,7 @@ _ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activation
                 ignored=("activation_alpha", "activation_beta"), ort_float32_only=True)
 
 
-def _check_layer_attrs(ctx: InferContext) -> None:
+def check_layer_attrs(ctx: InferContext) -> None:
     acts = ctx.attrs["activations"]
     D = 2 if ctx.attrs["direction"] == "bidirectional" else 1
     if acts is not None and len(acts) != 2 * D:
@@ -53,7 +53,7 @@ def _check_layer_attrs(ctx: InferContext) -> None:
                  f"{2 * D} (two per direction)", attr="activations")
 
 
-class _GRUCheck(LayerCheck):
+class GRUCheck(LayerCheck):
     """The LSTM layers' operand checker with the GRU's shapes (three gates, no cell state)."""
 
     def shapes(self) -> dict[str, list]:
@@ -67,7 +67,7 @@ class GRUTrainingOp(Op):
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
-        return _layer_flops(operands, attrs)
+        return layer_flops(operands, attrs)
 
     ONNX = _ONNX
     SHARDING = "gru_training"
@@ -83,10 +83,10 @@ class GRUTrainingOp(Op):
     NO_GRADIENT_RESULTS = (2,)
 
     def check_attrs(self, ctx: InferContext) -> None:
-        _check_layer_attrs(ctx)
+        check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
-        c = _GRUCheck(ctx)
+        c = GRUCheck(ctx)
         c.x(0)
         s = c.shapes()
         for _ in range(2):  # a second pass lets dims learnt late (e.g. B from H0) reach earlier checks
@@ -100,7 +100,7 @@ class GRUTrainingOp(Op):
         """5 steps of a batch of 4 (axis 1, the shard axis), every optional operand given, sequence
         lengths below S for some rows; bidirectional, PyTorch's linear_before_reset=1, a clip that clips
         some gates."""
-        return _layer_example(rng, dtype, 2), {"hidden_size": 2, "linear_before_reset": 1,
+        return layer_example(rng, dtype, 2), {"hidden_size": 2, "linear_before_reset": 1,
                                                "direction": "bidirectional", "clip": 0.5}
 
     @classmethod
@@ -120,7 +120,7 @@ class GRUGradOp(BackwardOp):
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
-        return 2 * _layer_flops(operands, attrs)  # dX/dH and the weight gradients
+        return 2 * layer_flops(operands, attrs)  # dX/dH and the weight gradients
 
     ONNX = _ONNX
     SHARDING = "gru_grad"
@@ -132,11 +132,11 @@ class GRUGradOp(BackwardOp):
     ATTRS = LAYER_ATTRS
 
     def check_attrs(self, ctx: InferContext) -> None:
-        _check_layer_attrs(ctx)
+        check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         _check_alignment(ctx)
-        c = _GRUCheck(ctx)
+        c = GRUCheck(ctx)
         c.x(0)
         s = c.shapes()
         for _ in range(2):
@@ -150,7 +150,7 @@ class GRUGradOp(BackwardOp):
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
         """The saved values of a reverse ``GRUTraining`` with linear_before_reset=0 and a clip that clips
         some gates (in float64, then ``dtype``) and upstream gradients of HAll and HFinal."""
-        X, W, R, B, SL, H0 = _layer_example(rng, np.float64)
+        X, W, R, B, SL, H0 = layer_example(rng, np.float64)
         attrs = {"hidden_size": 2, "direction": "reverse", "clip": 0.5}
         HAll, HFinal, ZRH = references.gru_training(X, W, R, B, SL, H0, **attrs)
         dy = [rng.standard_normal(a.shape) for a in (HAll, HFinal)]
@@ -162,6 +162,13 @@ class GRUGradOp(BackwardOp):
                   clip: Optional[float] = None, **_: Any) -> Any:
         return references.gru_grad(*arrays, hidden_size=hidden_size, direction=direction,
                                    linear_before_reset=linear_before_reset, clip=clip)
+
+
+def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int) -> int:
+    """T0, the steps of the GRU kernels' fixed chunk (each chunk's input product, dX rows and partial weight
+    gradients go chunk by chunk, added in a fixed order: ``kernels/gru_sweep.py``): about
+    ``gradir.ops.lstm.CHUNK_BYTES`` of gate gradients (``[T0, D, B, 3H]``), a function of the shapes alone."""
+    return max(1, min(S, lstm.CHUNK_BYTES // max(1, nb * D * 3 * h * itemsize)))
 
 
 def _check_alignment(ctx: InferContext) -> None:
@@ -176,7 +183,7 @@ def _check_alignment(ctx: InferContext) -> None:
                      f"dHAll, dHFinal (leave SL and H0 empty, not out)", operand=i)
 
 
-def _layer_example(rng: Any, dtype: Any, D: int = 1) -> list[Any]:
+def layer_example(rng: Any, dtype: Any, D: int = 1) -> list[Any]:
     """X, W, R, B, SL, H0 of a layer of D directions: S=5, B=4, I=3, H=2; sequence lengths 5, 2, 4, 1."""
     shapes = ((5, 4, 3), (D, 6, 3), (D, 6, 2), (D, 12))
     arrays = [(0.5 * rng.standard_normal(s)).astype(dtype) for s in shapes]
@@ -185,7 +192,7 @@ def _layer_example(rng: Any, dtype: Any, D: int = 1) -> list[Any]:
     return arrays
 
 
-def _layer_flops(operands: Any, attrs: Any) -> float:
+def layer_flops(operands: Any, attrs: Any) -> float:
     """Every step's gate products, both directions: 2 S B 3H (I + H) D."""
     if not operands or operands[0] is None:
         return 0.0

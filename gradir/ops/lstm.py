@@ -207,7 +207,7 @@ def _num_dirs(ctx: InferContext) -> int:
     return 2 if ctx.attrs["direction"] == "bidirectional" else 1
 
 
-def _check_layer_attrs(ctx: InferContext) -> None:
+def check_layer_attrs(ctx: InferContext) -> None:
     acts = ctx.attrs["activations"]
     D = _num_dirs(ctx)
     if acts is not None and len(acts) != 3 * D:
@@ -264,7 +264,7 @@ class LSTMTrainingOp(Op):
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
-        return _layer_flops(operands, attrs)
+        return layer_flops(operands, attrs)
 
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
@@ -285,7 +285,7 @@ class LSTMTrainingOp(Op):
     NO_GRADIENT_RESULTS = (3, 4)
 
     def check_attrs(self, ctx: InferContext) -> None:
-        _check_layer_attrs(ctx)
+        check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         c = LayerCheck(ctx)
@@ -301,7 +301,7 @@ class LSTMTrainingOp(Op):
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
         """5 steps of a batch of 4 (axis 1, the shard axis), every optional operand given, sequence
         lengths below S for some rows."""
-        return _layer_example(rng, dtype)[:8], {"hidden_size": 2}
+        return layer_example(rng, dtype)[:8], {"hidden_size": 2}
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str, **_: Any) -> Any:
@@ -313,7 +313,7 @@ class LSTMGradOp(BackwardOp):
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
-        return 2 * _layer_flops(operands, attrs)  # dX/dH and the weight gradients
+        return 2 * layer_flops(operands, attrs)  # dX/dH and the weight gradients
 
 
     ONNX = OnnxMap(domain=MS_DOMAIN, attrs=("hidden_size", "direction", "activations", "clip", "input_forget"),
@@ -330,7 +330,7 @@ class LSTMGradOp(BackwardOp):
     ATTRS = LAYER_ATTRS
 
     def check_attrs(self, ctx: InferContext) -> None:
-        _check_layer_attrs(ctx)
+        check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         c = LayerCheck(ctx)
@@ -347,7 +347,7 @@ class LSTMGradOp(BackwardOp):
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
         """The saved values of ``LSTMTraining``'s example (in float64, then ``dtype``) and upstream
         gradients of HAll, HFinal and CFinal."""
-        X, W, R, B, SL, H0, C0, P = _layer_example(rng, np.float64)
+        X, W, R, B, SL, H0, C0, P = layer_example(rng, np.float64)
         HAll, HFinal, CFinal, CAll, iofc = references.lstm_training(X, W, R, B, SL, H0, C0, P, hidden_size=2)
         dy = [rng.standard_normal(a.shape) for a in (HAll, HFinal, CFinal)]
         arrays = [X, W, R, SL, H0, C0, HAll, CAll, iofc, *dy, P]
@@ -380,7 +380,7 @@ def _cell_example(rng: Any, dtype: Any) -> list[Any]:
     return [rng.standard_normal(s).astype(dtype) for s in shapes]
 
 
-def _layer_example(rng: Any, dtype: Any) -> list[Any]:
+def layer_example(rng: Any, dtype: Any) -> list[Any]:
     """X, W, R, B, SL, H0, C0, P of a forward layer: S=5, B=4, I=3, H=2, D=1; sequence lengths 5, 2, 4, 1."""
     shapes = ((5, 4, 3), (1, 8, 3), (1, 8, 2), (1, 16))
     arrays = [(0.5 * rng.standard_normal(s)).astype(dtype) for s in shapes]
@@ -402,7 +402,7 @@ def _cell_flops(operands: Any, attrs: Any) -> float:
     return 2.0 * B * 4 * H * (I + H)
 
 
-def _layer_flops(operands: Any, attrs: Any) -> float:
+def layer_flops(operands: Any, attrs: Any) -> float:
     """Every step's gate products, both directions: 2 S B 4H (I + H) D."""
     if not operands or operands[0] is None:
         return 0.0

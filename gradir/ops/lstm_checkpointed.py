@@ -13,8 +13,8 @@ import numpy as np
 from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand
 from ..ir.types import TensorType
 from . import references
-from .lstm import (LAYER_ATTRS, LayerCheck, LSTMGradOp, LSTMTrainingOp, _check_layer_attrs, _layer_example,
-                   _layer_flops, chunk_steps, unit_steps)
+from .lstm import (LAYER_ATTRS, LayerCheck, LSTMGradOp, LSTMTrainingOp, check_layer_attrs, layer_example,
+                   layer_flops, chunk_steps, unit_steps)
 
 CHECKPOINT_ATTRS = LAYER_ATTRS + (
     Attr("segment", "int", min=1, doc="steps per unit (rounded up to whole fixed chunks of the kernels)"),
@@ -34,7 +34,7 @@ class LSTMTrainingCheckpointedOp(Op):
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
-        return _layer_flops(operands, attrs)
+        return layer_flops(operands, attrs)
 
     NO_ONNX = _NO_ONNX
     SHARDING = "lstm_training_checkpointed"
@@ -45,7 +45,7 @@ class LSTMTrainingCheckpointedOp(Op):
     NO_GRADIENT_RESULTS = (3,)
 
     def check_attrs(self, ctx: InferContext) -> None:
-        _check_layer_attrs(ctx)
+        check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         c = LayerCheck(ctx)
@@ -60,7 +60,7 @@ class LSTMTrainingCheckpointedOp(Op):
     @classmethod
     def example(cls, rng: Any, dtype: Any) -> tuple[list[Any], dict[str, Any]]:
         """LSTMTraining's example, in units of 2 steps with 2 slots."""
-        return _layer_example(rng, dtype)[:8], {"hidden_size": 2, "segment": 2, "checkpoints": 2}
+        return layer_example(rng, dtype)[:8], {"hidden_size": 2, "segment": 2, "checkpoints": 2}
 
     @classmethod
     def reference(cls, *arrays: Any, hidden_size: int, direction: str = "forward", segment: int,
@@ -125,7 +125,7 @@ class LSTMGradRecomputeOp(BackwardOp):
 
     @classmethod
     def flops(cls, operands: Any, results: Any, attrs: Any) -> float:
-        return 3 * _layer_flops(operands, attrs)  # at least one forward again
+        return 3 * layer_flops(operands, attrs)  # at least one forward again
 
     NO_ONNX = _NO_ONNX
     SHARDING = "lstm_grad_recompute"
@@ -136,7 +136,7 @@ class LSTMGradRecomputeOp(BackwardOp):
     ATTRS = CHECKPOINT_ATTRS
 
     def check_attrs(self, ctx: InferContext) -> None:
-        _check_layer_attrs(ctx)
+        check_layer_attrs(ctx)
 
     def infer(self, ctx: InferContext) -> list[TensorType]:
         c = LayerCheck(ctx)

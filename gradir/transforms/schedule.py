@@ -9,8 +9,9 @@ The plan is computed once per compiled graph:
   operand's buffer when that operand dies at this op and has the same dtype and
   shape.  The donor's other readers become dependencies of the step, so the
   reuse stays safe when steps run in parallel;
-* peak memory: the largest total size of live values along the schedule, next
-  to the naive total (every value kept alive);
+* peak memory: the largest total size of live values along the schedule (with the scratch each
+  step's kernel declares, ``KernelInfo.scratch``), next to the naive total (every value kept alive);
+  and which freed buffers a pool may keep without raising it (``recycling``);
 * for the executor (``gradir.transforms.cost``): each step's estimated cost, how many cores its kernel
   can use (``width``) and its ``priority``, the estimated length of the longest path from it
   to the end: the ready step with the highest starts first, so the critical path does.
@@ -29,6 +30,7 @@ from ..ir.op import Op
 from ..backends.base import table as kernel_table
 from ..ops.fused import FusedElementwiseOp
 from .passes.pipeline import Program
+from .recycling import recycled
 from ..ir.types import TensorType
 
 __all__ = ["Step", "Plan", "build_plan"]
@@ -77,7 +79,11 @@ class Plan:
     blas: bool = False  # some step calls BLAS: runs hold BLAS to one thread (``gradir.backends.cpu.executor``)
     views: dict[str, str] = field(default_factory=dict)  # a view step's result -> the value it shares a buffer with
     # the planned bytes live while each step runs (what was live before it and its new results), by step
+    # (each step's: its live values and its kernel's scratch, ``KernelInfo.scratch``)
     curve: list[int] = field(default_factory=list)
+    # the freed values and outputs whose buffers a backend's pool may keep for a later result without
+    # raising the peak (``gradir.transforms.recycling``); None: any (shapes not all known)
+    recycle: Optional[set[str]] = None
     memory: Any = None  # what a memory budget decided (``gradir.transforms.memory.planner.MemoryReport``), or None
 
     @property
@@ -128,7 +134,7 @@ class Plan:
                 notes.insert(0, f"recomputes {again} (memory budget)")
             line = f"#   [{s.index:>3}] {', '.join(s.results)} = {s.op.op_name}"
             lines.append(line + (f"  ({'; '.join(notes)})" if notes else ""))
-            if isinstance(s.op, FusedElementwiseOp):
+            if isinstance(s.op, FusedElementwiseOp) or s.op.op_name == "Chunked":
                 lines += [f"#           {text}" for text in s.op.plan_lines(self.types)]
         path = self.critical_path()
         if len(path) > 1 and self.heavy_concurrency:
@@ -256,15 +262,50 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         new = 0 if st.view else sum(_bytes(types.get(r)) for j, r in enumerate(st.results) if j not in st.inplace)
         naive += sum(_bytes(types.get(r)) for r in st.results)
         live += new
-        curve.append(live)
-        peak = max(peak, live)
+        # what the kernel holds while it runs besides its results (``KernelInfo.scratch``; a ``Chunked``
+        # region's blocks, which it says itself: it has no kernel table entry of its own)
+        held = (st.op.scratch_bytes() if hasattr(st.op, "scratch_bytes") else 0) + _scratch(st, types, "scratch")
+        naive += held
+        curve.append(live + held)
         for v in st.free_after:
             donated = any(st.operands[i] == v for i in st.inplace.values())
             if not donated and v not in views:  # a view's bytes are its root's, freed with the root
                 live -= _bytes(types.get(v))
+    # scratch kernels keep for their next call is held from their first run on, in every run: at every step
+    # (named buffers, per thread: each name's largest; a plain number is named by its kernel)
+    kept = [_kept(st, types) for st in steps]
+    most: dict[str, int] = {}
+    for named in kept:
+        for name, n in named.items():
+            most[name] = max(most.get(name, 0), n)
+    held = sum(most.values())
+    curve = [c + held - sum(named.values()) for c, named in zip(curve, kept)]
+    peak = max([peak] + curve)
+    recycle = recycled(steps, types, curve, peak, inputs, program.live_outputs, views) if static else None
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
                 peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),
-                bool(heavy), any(st.kernel.blas for st in steps), views, curve)
+                bool(heavy), any(st.kernel.blas for st in steps), views, curve, recycle)
+
+
+def _kept(st: Step, types: dict) -> dict[str, int]:
+    """The scratch ``st``'s kernel keeps on its thread past the step, by buffer name (``KernelInfo.kept``)."""
+    got = _scratch(st, types, "kept")
+    return got if isinstance(got, dict) else ({st.op.op_name: got} if got else {})
+
+
+def _scratch(st: Step, types: dict, what: str) -> Any:
+    """The bytes ``st``'s kernel allocates beside its results while it runs (``what="scratch"``,
+    ``KernelInfo.scratch``) or keeps of them past the step (``"kept"``); 0 when it declares none, or
+    its types are not all known."""
+    fn = getattr(st.kernel, what, None)
+    if fn is None:
+        return 0
+    ins = [types.get(v) if v is not None else None for v in st.operands]
+    outs = [types.get(r) for r in st.results]
+    if any(t is None or not t.is_static for t in outs) or any(t is not None and not t.is_static for t in ins):
+        return 0
+    got = fn(ins, outs, st.op.kernel_attrs())
+    return got if isinstance(got, dict) else int(got)
 
 
 # Ops whose result is their first operand reshaped (``Op.VIEW``; static shapes): run as a NumPy reshape

@@ -17,7 +17,10 @@ class BufferPool:
     output arrays of earlier runs (``lend``), taken back once nothing but the pool refers to them
     (``reclaim``: the caller dropped them, and no view of them is left).  A fresh output costs its
     page faults on every run: 2 ms per MB on these VMs for memory the guest had not touched yet,
-    0.3 ms per MB elsewhere; a training loop drops a step's gradients before the next step."""
+    0.3 ms per MB elsewhere; a training loop drops a step's gradients before the next step.
+
+    What it is given is what the plan lets it keep (``Plan.recycle``: buffers a later result of the same
+    shape takes, held only where that keeps the planned peak): the executors give it nothing else."""
 
     MAX_LENT = 256  # output arrays watched at most (those of the latest runs)
 
@@ -51,6 +54,13 @@ class BufferPool:
                         lst.append(a)
                 del a
             self._lent.reverse()
+
+    def clear(self) -> None:
+        """Drop every kept buffer and stop watching the lent ones (their memory goes back to the allocator
+        once nothing else holds it)."""
+        with self._lock:
+            self._free.clear()
+            self._lent.clear()
 
     def take(self, dtype: np.dtype, shape: tuple) -> Optional[np.ndarray]:
         with self._lock:

@@ -169,7 +169,9 @@ class Run:
 
     def _free(self, st: Step, v: str) -> None:
         a = self.values.pop(v, None)
-        if a is not None and v not in self.inputs and not any(st.operands[i] == v for i in st.inplace.values()):
+        recycle = self.plan.recycle
+        if (a is not None and v not in self.inputs and (recycle is None or v in recycle)
+                and not any(st.operands[i] == v for i in st.inplace.values())):
             self.exe._pool.give(a)
 
     def _fail(self, k: int, e: BaseException) -> None:
@@ -422,7 +424,8 @@ def straight_line_code(plan: Plan, pool: BufferPool):
                 lines.append(f"        {', '.join(res)}, = {call}")
         for v in st.free_after:
             donated = any(st.operands[i] == v for i in st.inplace.values())
-            if not st.tiny and not donated and v not in inputs:
+            # the pool keeps only what the plan says it can hold without raising the peak (``Plan.recycle``)
+            if not st.tiny and not donated and v not in inputs and (plan.recycle is None or v in plan.recycle):
                 lines.append(f"        _G({local[v]})")
             lines.append(f"        del {local[v]}")
     ret = ", ".join(f"{v!r}: {local[v]}" for v in dict.fromkeys(plan.live_outputs))

@@ -327,9 +327,12 @@ class Executable:
             self._check_input_numerics(arrays)
         self._pool.reclaim()  # the outputs of earlier runs that nobody holds any more
         run = Run(self, arrays, types, check_numerics, trace)
-        out = self.keyed_outputs(run.execute())
+        values = run.execute()
         del run
-        self._pool.lend(out.values())
+        out = self.keyed_outputs(values)
+        recycle = self.plan.recycle  # outputs the pool may take back without raising the peak
+        self._pool.lend(values[v] for v in self.plan.live_outputs if recycle is None or v in recycle)
+        del values
         return out
 
     def keyed_outputs(self, values: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -20,10 +20,9 @@ none): the plan without a budget already holds only a block of each intermediate
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any
 
-from ...ir.op import Op
-from ...ir.types import TensorType
+from .rows import ROW_RULES, Rows, Use, matmul_rule, row_rule, rule_of, softmax_rule, nbytes as _nbytes
 
 if TYPE_CHECKING:  # (the passes import this module: ``chunk-rows``)
     from ..passes.pipeline import Program
@@ -36,180 +35,17 @@ MIN_SAVED_BYTES = 8 << 20
 # lanes (the L2 and L3 of the 2-core machines measured, docs/performance.md)
 BLOCK_BYTES = 4 << 20
 ROW_ALIGN = 16  # block edges on multiples of this many rows (whole register tiles of the products)
+WORTH_SCRATCH_SHARE = 0.5  # a region's blocks hold at most this share of what it keeps from existing whole
+DEFAULT_PIECES = 4  # a block without a budget: this many pieces (a budget may choose one)
+DEFAULT_SCRATCH_SHARE = 0.25  # ... fewer if their blocks would hold more than this share of what chunking saves
 LANES = 2  # blocks dealt out to two lanes, each summing its own; fixed: the bits must not follow the cores
-
-
-class Use:
-    """What a rule says of one op: per operand, its block of rows (True) or whole (False); per result,
-    ``"rows"`` or a reduction (``"sum"`` / ``"mean"``, with ``count``, the values a mean divides by)."""
-
-    def __init__(self, rows: tuple[bool, ...], results: tuple[str, ...], kind: str = "kernel", count: int = 1) -> None:
-        self.rows, self.results, self.kind, self.count = rows, results, kind, count
-
-
-Rule = Callable[[Op, "_Rows"], Optional[Use]]
-ROW_RULES: dict[type, Rule] = {}
-
-
-def row_rule(*classes: type) -> Callable[[Rule], Rule]:
-    """Register ``fn(op, rows) -> Use | None`` as the row rule of ``classes``."""
-    def deco(fn: Rule) -> Rule:
-        for c in classes:
-            ROW_RULES[c] = fn
-        return fn
-    return deco
-
-
-class _Rows:
-    """The row structure for ``N`` rows: which values are row-indexed and their periods."""
-
-    def __init__(self, types: dict[str, TensorType], n: int) -> None:
-        self.types, self.n = types, n
-
-    def shape(self, v: Optional[str]) -> Optional[tuple[int, ...]]:
-        t = self.types.get(v) if v is not None else None
-        if t is None or not t.is_static:
-            return None
-        return tuple(int(d) for d in t.shape)
-
-    def k(self, v: Optional[str]) -> Optional[int]:
-        """How many leading axes of ``v`` are rows (the fewest whose product is N), or None."""
-        s = self.shape(v)
-        if not s or s[0] < 2:
-            return None
-        p = 1
-        for k, d in enumerate(s, 1):
-            p *= d
-            if p == self.n:
-                return k
-            if p > self.n:
-                return None
-        return None
-
-    def period(self, v: str) -> int:
-        s = self.shape(v)
-        assert s is not None
-        return math.prod(s[1:self.k(v)])
-
-    def row_shape(self, v: Optional[str]) -> Optional[tuple[int, ...]]:
-        k = self.k(v)
-        s = self.shape(v)
-        return None if k is None or s is None else s[:k]
-
-
-def _broadcast(op: Op, r: _Rows) -> Optional[Use]:
-    """Element-wise ops (and ``BroadcastTo``): each operand either has the result's row axes (its block)
-    or size 1 on all of them (read whole)."""
-    if len(op.results) != 1:
-        return None
-    res = r.shape(op.results[0])
-    rs = r.row_shape(op.results[0])
-    if res is None or rs is None:
-        return None
-    rows = []
-    for v in op.operands:
-        s = r.shape(v)
-        if v is None or s is None:
-            return None
-        padded = (1,) * (len(res) - len(s)) + s
-        if len(s) == len(res) and s[:len(rs)] == rs:
-            rows.append(True)
-        elif all(d == 1 for d in padded[:len(rs)]):
-            rows.append(False)
-        else:
-            return None
-    return Use(tuple(rows), ("rows",))
-
-
-def _axis_free(axis: int, rank: int, k: int) -> bool:
-    return (axis + rank if axis < 0 else axis) >= k
-
-
-def _softmax(op: Op, r: _Rows) -> Optional[Use]:
-    """Softmax-like ops over one axis (or, the pre-13 ones, the axes from it on): not a row axis."""
-    x = op.operands[-1]
-    k, s = r.k(x), r.shape(x)
-    if k is None or s is None or any(r.row_shape(v) != r.row_shape(x) or r.shape(v) != s for v in op.operands):
-        return None
-    if not _axis_free(int(op.attrs.get("axis", -1)), len(s), k):
-        return None
-    return Use((True,) * len(op.operands), ("rows",))
-
-
-def _reduce(op: Op, r: _Rows) -> Optional[Use]:
-    """A reduction over inner axes keeps the rows; ``ReduceSum``/``ReduceMean`` over every row axis is a
-    sum over the region's rows (its result read whole, after the region)."""
-    x = op.operands[0]
-    k, s = r.k(x), r.shape(x)
-    if k is None or s is None:
-        return None
-    axes = op.attrs.get("axes")
-    norm = sorted({a + len(s) if a < 0 else a for a in (range(len(s)) if axes is None else axes)})
-    if all(a >= k for a in norm):
-        return Use((True,), ("rows",)) if r.row_shape(op.results[0]) == s[:k] else None
-    if set(range(k)) <= set(norm) and op.op_name in ("ReduceSum", "ReduceMean"):
-        kind = "mean" if op.op_name == "ReduceMean" else "sum"
-        return Use((True,), (kind,), "sum", math.prod(s[a] for a in norm))
-    return None
-
-
-def _view(op: Op, r: _Rows) -> Optional[Use]:
-    """A reshape (``Reshape``, ``Unsqueeze``, ``Squeeze``, ...): row n of the operand is row n of the result
-    when both merge their leading axes into N rows."""
-    if r.k(op.operands[0]) is None or len(op.results) != 1 or r.k(op.results[0]) is None:
-        return None
-    return Use((True,) + (False,) * (len(op.operands) - 1), ("rows",), "view")
-
-
-def _matmul(op: Op, r: _Rows) -> Optional[Use]:
-    """``A·B`` with A's rows the region's (not its last axis) and B one matrix read whole; or ``Aᵀ·B`` with
-    both ``[N, ·]``: the sum over the rows of the rows' products (a weight's gradient)."""
-    a, b = op.operands[:2]
-    sa, sb = r.shape(a), r.shape(b)
-    if sa is None or sb is None or len(sb) != 2:
-        return None
-    at = op.attrs
-    if at.get("transBatchA", 0) or at.get("transBatchB", 0):
-        return None
-    if not at.get("transA", 0):
-        k = r.k(a)
-        if k is None or k >= len(sa) or r.row_shape(op.results[0]) != sa[:k]:
-            return None
-        return Use((True, False), ("rows",))
-    if len(sa) == 2 and r.k(a) == 1 and r.k(b) == 1 and not at.get("transB", 0):
-        return Use((True, True), ("sum",), "sum")
-    return None
-
-
-def _install_rules() -> None:
-    from ...ir.op import OPS
-
-    def named(*names: str) -> list[type]:
-        return [OPS[n] for n in names if n in OPS]
-    row_rule(*named("Softmax", "LogSoftmax", "SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad",
-                    "LogSoftmaxGrad_13"))(_softmax)
-    row_rule(*named("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"))(_reduce)
-    row_rule(*named("Reshape", "Unsqueeze", "Squeeze", "Flatten"))(_view)
-    row_rule(*named("MatMul", "FusedMatMul"))(_matmul)
-    row_rule(*named("BroadcastTo"))(_broadcast)
-
-
-def rule_of(op: Op) -> Optional[Rule]:
-    if not ROW_RULES:
-        _install_rules()
-    rule = ROW_RULES.get(type(op))
-    if rule is None and (getattr(op, "ELEMENTWISE", None) or op.op_name == "FusedElementwise"):
-        if op.op_name == "FusedElementwise" and op.body.sums:  # type: ignore[attr-defined]
-            return None  # sums over its leading axes: not the region's kind of sum
-        return _broadcast
-    return rule
 
 
 class Region:
     """A region found in a program: its members (indices into ``program.ops``, in order), what each rule
     said, and the row structure."""
 
-    def __init__(self, members: list[int], uses: dict[int, Use], rows: _Rows) -> None:
+    def __init__(self, members: list[int], uses: dict[int, Use], rows: Rows) -> None:
         self.members, self.uses, self.rows = members, uses, rows
 
 
@@ -218,13 +54,13 @@ def _seeds(program: Program) -> list[int]:
     out: list[int] = []
     for op in program.ops:
         rule = rule_of(op)
-        if rule not in (_matmul, _softmax) or not op.operands or op.operands[0] is None:
+        if rule not in (matmul_rule, softmax_rule) or not op.operands or op.operands[0] is None:
             continue
-        t = program.types.get(op.operands[0] if rule is _matmul else op.operands[-1])
+        t = program.types.get(op.operands[0] if rule is matmul_rule else op.operands[-1])
         if t is None or not t.is_static or t.rank < 2:
             continue
         s = [int(d) for d in t.shape]
-        if rule is _matmul:
+        if rule is matmul_rule:
             if op.attrs.get("transA", 0):
                 continue
             n = math.prod(s[:-1])
@@ -236,10 +72,12 @@ def _seeds(program: Program) -> list[int]:
     return out
 
 
-def _candidates(program: Program, r: _Rows, taken: set[int]) -> dict[int, Use]:
+def _candidates(program: Program, r: Rows, taken: set[int]) -> dict[int, Use]:
     """Every op that can run in blocks of N rows, reading the region's values only by their rows."""
     uses: dict[int, Use] = {}
     kind: dict[str, str] = {}  # a candidate's result -> "rows" or its reduction
+    read = {v for op in program.ops for v in op.operands}
+    live = set(program.live_outputs)
     for k, op in enumerate(program.ops):
         if k in taken:
             continue
@@ -250,6 +88,8 @@ def _candidates(program: Program, r: _Rows, taken: set[int]) -> dict[int, Use]:
         if any(v in kind and (kind[v] != "rows" or not use.rows[i]) for i, v in enumerate(op.operands)):
             continue
         if any(u == "rows" and r.k(v) is None for u, v in zip(use.results, op.results)):
+            continue
+        if any(u == "drop" and (v in read or v in live) for u, v in zip(use.results, op.results)):
             continue
         uses[k] = use
         kind.update(zip(op.results, use.results))
@@ -304,7 +144,7 @@ def find_regions(program: Program) -> list[Region]:
     regions: list[Region] = []
     taken: set[int] = set()
     for n in _seeds(program):
-        r = _Rows(program.types, n)
+        r = Rows(program.types, n)
         uses = _candidates(program, r, taken)
         pending = _components(program, set(uses))
         while pending:
@@ -314,10 +154,22 @@ def find_regions(program: Program) -> list[Region]:
                 pending.extend(_components(program, set(kept)))
                 continue
             if len(kept) >= 2 and _saved_bytes(program, kept, uses) >= MIN_SAVED_BYTES:
-                regions.append(Region(kept, {k: uses[k] for k in kept}, r))
-                taken.update(kept)
+                region = Region(kept, {k: uses[k] for k in kept}, r)
+                if _worth_it(program, region):
+                    regions.append(region)
+                    taken.update(kept)
     regions.sort(key=lambda g: g.members[0])
     return regions
+
+
+def _worth_it(program: Program, region: Region) -> bool:
+    """Enough pieces for two lanes of a few pieces each, and blocks holding less than half of what the
+    region keeps from existing whole."""
+    from ...ops.chunked import ChunkedOp
+    lay = layout_of(program, region)
+    pieces = -(-lay.rows // lay.sub)
+    return pieces >= 2 * LANES and ChunkedOp.build(lay).scratch_bytes() <= WORTH_SCRATCH_SHARE * _saved_bytes(
+        program, region.members, region.uses)
 
 
 def _outputs(program: Program, members: list[int]) -> list[str]:
@@ -336,12 +188,6 @@ def _saved_bytes(program: Program, members: list[int], uses: dict[int, Use]) -> 
             outs.add(program.ops[k].operands[0])
     return sum(_nbytes(program.types[v]) for k in members if uses[k].kind != "view"
                for v, u in zip(program.ops[k].results, uses[k].results) if u == "rows" and v not in outs)
-
-
-def _nbytes(t: Optional[TensorType]) -> int:
-    if t is None or not t.is_static:
-        return 0
-    return math.prod(int(d) for d in t.shape) * t.dtype.numpy.itemsize
 
 
 def block_rows(n: int, periods: list[int], row_bytes: int) -> int:
@@ -374,6 +220,8 @@ def layout_of(program: Program, region: Region) -> Any:
             if rows:
                 periods[v] = r.period(v)
         for v, u in zip(op.results, use.results):
+            if u == "drop":
+                continue
             if u == "rows":
                 periods[v] = r.period(v)
                 if use.kind != "view":
@@ -382,11 +230,21 @@ def layout_of(program: Program, region: Region) -> Any:
                 sums[v] = u
         instrs.append(Instr(op, use.kind, use.rows, use.count))
     outputs = _outputs(program, region.members)
-    block = block_rows(r.n, sorted(set(periods.values())), row_bytes)
-    lanes = LANES if -(-r.n // block) >= LANES else 1
+    sub = block_rows(r.n, sorted(set(periods.values())), row_bytes)
+    lanes = LANES if -(-r.n // sub) >= LANES else 1
     names = set(inputs) | inside
-    return ChunkLayout(r.n, block, lanes, instrs, inputs, outputs, periods, sums,
-                       {v: program.types[v] for v in names})
+    lay = ChunkLayout(r.n, sub, sub, lanes, instrs, inputs, outputs, periods, sums,
+                      {v: program.types[v] for v in names})
+    # without a budget: blocks of a few pieces (fewer kernel calls), holding at most a quarter of what the
+    # region keeps from existing whole; ``choices`` offers blocks of one piece
+    from ...ops.chunked import ChunkedOp
+    saved = _saved_bytes(program, region.members, region.uses)
+    m = DEFAULT_PIECES
+    while True:
+        lay.block = min(lay.lane_block(), sub * m)
+        if m <= 1 or ChunkedOp.build(lay).scratch_bytes() <= saved * DEFAULT_SCRATCH_SHARE:
+            return lay
+        m //= 2
 
 
 def chunk(program: Program, region: Region) -> None:
@@ -412,6 +270,10 @@ def chunk(program: Program, region: Region) -> None:
 
 def chunk_rows(program: Program) -> str:
     """The ``chunk-rows`` pass: every region worth it (``find_regions``) becomes a ``Chunked`` op."""
+    from ...backends.base import kernel_info
+    from ...ops.chunked import ChunkedOp
+    if kernel_info(program.backend, ChunkedOp) is None:
+        return "nothing to chunk: the backend has no Chunked kernel"
     n = 0
     described = []
     while True:
@@ -426,7 +288,36 @@ def chunk_rows(program: Program) -> str:
 
 
 def choices(program: Program, plan: Any) -> list:
-    """The budget's choices (``gradir.transforms.memory.model``): none.  The ``chunk-rows`` pass forms
-    every region in every run (its blocks fixed by the shapes, for the same bits with and without a
-    budget), so the base plan already holds only a block of each intermediate."""
-    return []
+    """The budget's choices (``gradir.transforms.memory.model``): for each ``Chunked`` step of the base plan
+    that runs in whole lanes, the option of running it in blocks of ``sub`` rows: its intermediates then
+    hold one block per lane instead of every row.  The bits are the same (``ChunkLayout``): only the
+    blocks the members run on change, not the pieces the sums are taken in."""
+    from ...ops.chunked import ChunkedOp
+    from .model import Choice, Interval, Option
+    out = []
+    for st in plan.steps:
+        op = st.op
+        if not isinstance(op, ChunkedOp) or op.layout is None or op.layout.block <= op.layout.sub:
+            continue
+        small = op.with_block(op.layout.sub)
+        saved = op.scratch_bytes() - small.scratch_bytes()
+        if saved <= 0:
+            continue
+        extra = (small.layout.n_blocks - op.layout.n_blocks) * len(op.layout.instrs) * CALL_SECONDS
+
+        def apply(p: Program, results: tuple = tuple(op.results), block: int = op.layout.sub) -> None:
+            for k, o in enumerate(p.ops):
+                if isinstance(o, ChunkedOp) and tuple(o.results) == results:
+                    p.ops[k] = o.with_block(block)
+                    return
+            raise ValueError(f"no Chunked op makes {', '.join(results)}")
+
+        label = (f"run {', '.join(op.results)} ({len(op.layout.instrs)} ops over {op.layout.rows} rows) in "
+                 f"blocks of {op.layout.sub} rows: {saved / 2**20:.1f} MiB of intermediates never whole")
+        out.append(Choice(f"chunk {op.results[0]}", [Option(label, extra, [Interval(-saved, st.index, st.index)],
+                                                           apply)], frozenset()))
+    return out
+
+
+# the predicted cost of one more member call on a block (Python and the kernel's set-up; measured ~20-50 µs)
+CALL_SECONDS = 40e-6

@@ -133,16 +133,25 @@ def _solve(problem: Problem, objective: str, budget: Optional[float], seconds: O
         for t, b in mem:
             touched.setdefault(t, []).append((j, b))
     fixed = max([problem.floor] + [b for t, b in enumerate(problem.base) if t not in touched])
-    r, c, v, lo, hi = [], [], [], [], []
-    row = 0
-    for t in sorted(touched):  # base[t] + sum(b x) - m <= 0
+    # points with the same decisions and the same bytes for each: only the one of most base bytes
+    # binds (the steps between two events of a long interval are many, their rows the same)
+    rows: dict[tuple, float] = {}
+    for t in sorted(touched):
         merged: dict[int, float] = {}
         for j, b in touched[t]:
             merged[j] = merged.get(j, 0.0) + b
-        for j, b in merged.items():
+        key = tuple(sorted((j, b) for j, b in merged.items() if b != 0))
+        if not key:
+            fixed = max(fixed, problem.base[t])
+        elif rows.get(key, -np.inf) < problem.base[t]:
+            rows[key] = problem.base[t]
+    r, c, v, lo, hi = [], [], [], [], []
+    row = 0
+    for key, base in rows.items():  # base + sum(b x) - m <= 0
+        for j, b in key:
             r.append(row), c.append(j), v.append(b / scale_b)
         r.append(row), c.append(n), v.append(-1.0)
-        lo.append(-np.inf), hi.append(-problem.base[t] / scale_b)
+        lo.append(-np.inf), hi.append(-base / scale_b)
         row += 1
     for coefs, upper in problem.rows:
         for j, a in coefs.items():

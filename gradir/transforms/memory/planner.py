@@ -55,9 +55,30 @@ class MemoryReport:
     # value, its copy, the op, the copy's step, the step it runs before (the first late reader)
     recomputed: list[tuple[str, str, str, int, int]] = field(default_factory=list)
     options: list[tuple[str, list[str]]] = field(default_factory=list)  # chosen options: label, details
-    curve: list[CurvePoint] = field(default_factory=list)
-    least_feasible: Optional[int] = None
     floor: int = 0  # inputs and outputs alone
+    # the curve and the least feasible budget cost a few more solves each: made when first asked
+    # (``gradir plan`` prints them), by the planner, which is dropped when the report pickles
+    points: Optional[list[CurvePoint]] = None
+    least: Optional[int] = None
+    planner: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def curve(self) -> list[CurvePoint]:
+        """Planned peak and predicted extra time for a few budgets from the least feasible to the base peak."""
+        if self.points is None:
+            self.points = self.planner.curve(self.budget) if self.planner is not None else []
+        return self.points
+
+    @property
+    def least_feasible(self) -> Optional[int]:
+        if self.least is None and self.planner is not None:
+            self.least = self.planner.least().plan.peak_bytes
+        return self.least
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["planner"] = None
+        return state
 
     @property
     def copies(self) -> dict[str, str]:
@@ -115,7 +136,9 @@ class _Result:
 
 class _Planner:
     def __init__(self, program: Any, pass_log: list, kernels: str, base: Plan) -> None:
-        self.program, self.pass_log, self.kernels, self.base = program, pass_log, kernels, base
+        # (a copy: the planner outlives the call, which rewrites ``program`` for the chosen plan)
+        self.program = remat.copy_program(program)
+        self.pass_log, self.kernels, self.base = pass_log, kernels, base
         self.model = remat.build(base, collect_choices(program, base))
         self.realized: dict[tuple, _Result] = {}
         self.fits: dict[int, Optional[_Result]] = {}
@@ -232,7 +255,7 @@ def plan_with_budget(program: Any, pass_log: list[tuple[str, str]], kernels: str
             raise CompileError(Diagnostic(
                 f"no schedule fits a memory budget of {format_budget(budget)}: the least feasible budget is "
                 f"{format_budget(lf, up=True)} (inputs and outputs alone: {format_budget(floor)})", filename=where))
-        points = planner.curve(budget)
+        points = None
     res = planner.fit(budget)
     assert res is not None
     plan = res.plan
@@ -243,5 +266,5 @@ def plan_with_budget(program: Any, pass_log: list[tuple[str, str]], kernels: str
         extra_seconds=res.seconds, base_seconds=sum(st.cost for st in base.steps),
         recomputed=[(v, c, op, steps.get(c, -1), steps.get(a, -1)) for v, c, op, a in res.recomputed],
         options=res.options,
-        curve=points, least_feasible=planner.least().plan.peak_bytes, floor=int(planner.model.problem.floor))
+        floor=int(planner.model.problem.floor), points=points, planner=planner)
     return plan

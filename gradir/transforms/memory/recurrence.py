@@ -1,7 +1,10 @@
 """The recurrences' memory choices (docs/memory.md, "Recurrences"): an ``LSTMTraining`` whose cell states
 and gates (``CAll``, ``iofc``) only its ``LSTMGrad`` reads can become ``LSTMTrainingCheckpointed`` +
 ``LSTMGradRecompute``, which keep binomial checkpoints of the (h, c) state instead and recompute the
-gates unit by unit in the backward, with the same bits.  One ``Choice`` per such pair; its options are
+gates unit by unit in the backward, with the same bits; likewise a ``GRUTraining`` whose gates (``ZRH``)
+only its ``GRUGrad`` reads, as ``GRUTrainingCheckpointed`` + ``GRUGradRecompute`` (checkpoints of h; the
+backward recomputes HAll too, so HAll lives on only for its other readers).  One ``Choice`` per such
+pair; its options are
 ``revolve.lstm_plans``' Pareto set (segment length, snapshot slots), each with its memory change against
 the base plan (``Interval``s) and its predicted extra time (the forward's recomputed steps at the base
 plan's estimated cost per step, ``gradir.transforms.cost``).
@@ -13,6 +16,7 @@ from typing import Any, Optional
 
 from ...ir.op import OPS
 from ...ir.types import TensorType
+from ...ops.gru import chunk_steps as gru_chunk_steps
 from ...ops.lstm import chunk_steps, unit_steps
 from ..cost import value_bytes
 from ..passes.pipeline import Program
@@ -21,12 +25,15 @@ from .model import Choice, Interval, Option
 
 __all__ = ["choices"]
 
+# GRUGrad's operands: X, W, R, B, SL, H0 (GRUTraining's), HAll, ZRH, dHAll, dHFinal
+_GRU_SAME = tuple((i, i) for i in range(6))
 # LSTMGrad's operands: X, W, R, SL, H0, C0, HAll, CAll, iofc, dHAll, dHFinal, dCFinal, P
 _SAME = ((0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 6), (12, 7))  # (LSTMGrad operand, LSTMTraining operand)
 
 
 def choices(program: Program, plan: Any) -> list[Choice]:
-    """One ``Choice`` per LSTMTraining/LSTMGrad pair that can keep checkpoints instead of CAll and iofc."""
+    """One ``Choice`` per LSTMTraining/LSTMGrad pair that can keep checkpoints instead of CAll and iofc, and
+    per GRUTraining/GRUGrad pair that can keep them instead of ZRH."""
     readers: dict[str, list[int]] = {}
     for st in plan.steps:
         for v in set(st.operands):
@@ -35,10 +42,10 @@ def choices(program: Program, plan: Any) -> list[Choice]:
     keep = set(plan.keep) | set(plan.live_outputs)
     out = []
     for st in plan.steps:
-        if st.op.op_name == "LSTMTraining":
-            c = _choice(program, plan, st, readers, keep)
-            if c is not None:
-                out.append(c)
+        c = (_choice(program, plan, st, readers, keep) if st.op.op_name == "LSTMTraining" else
+             _gru_choice(plan, st, readers, keep) if st.op.op_name == "GRUTraining" else None)
+        if c is not None:
+            out.append(c)
     return out
 
 
@@ -93,6 +100,82 @@ def _choice(program: Program, plan: Any, f: Any, readers: dict[str, list[int]], 
         opt.scratch = scratch  # type: ignore[attr-defined]  # (tests: what the plan's values do not show)
         options.append(opt)
     return Choice(f"lstm {HAll}", options, frozenset({CAll, iofc}))
+
+
+def _gru_choice(plan: Any, f: Any, readers: dict[str, list[int]], keep: set[str]) -> Optional[Choice]:
+    """The GRU pair's choice: as the LSTM's, with h the only state, ZRH the values dropped, and HAll
+    (which GRUGradRecompute recomputes) freed after its last other reader."""
+    HAll, _hf, ZRH = f.results
+    rd = readers.get(ZRH, [])
+    if len(rd) != 1 or ZRH in keep:
+        return None
+    g = plan.steps[rd[0]]
+    if g.op.op_name != "GRUGrad" or g.operands[6] != HAll or g.operands[7] != ZRH:
+        return None
+    fops = list(f.operands) + [None] * (6 - len(f.operands))
+    if any(g.operands[i] != fops[j] for i, j in _GRU_SAME):
+        return None  # the backward of other operands than the forward's
+    types = plan.types
+    tx, th = types.get(fops[0]), types.get(HAll)
+    if tx is None or th is None or any(not isinstance(d, int) for d in (*tx.shape, *th.shape)):
+        return None  # dimensions known only at run time
+    S, D, nb, h = th.shape
+    itemsize = tx.dtype.itemsize
+    T0 = gru_chunk_steps(S, nb, D, h, itemsize)
+    state = D * nb * h * itemsize  # one snapshot of h
+    tape = nb * 4 * h * itemsize  # one step of the unit buffer (H and the gates; one direction at a time)
+    views = getattr(plan, "views", {})
+    shared = {HAll} | {v for v in views if _root(views, v) == HAll}
+    others = [k for v in shared for k in readers.get(v, []) if k != g.index]
+    h_end = max(others, default=f.index)
+    free_h = not (shared & keep) and h_end < g.index
+    attrs = {a: f.op.attrs[a] for a in f.op.attrs}
+    removed = value_bytes(types[ZRH])
+    options = []
+    for p in revolve.lstm_plans(S, T0, state, tape, 0, f.cost / max(1, S)):
+        L = unit_steps(p.segment, T0, S)
+        n = -(-S // L)
+        values = [Interval(-removed + p.slots * state, f.index, g.index)]
+        if free_h and h_end + 1 <= g.index:
+            values.append(Interval(-value_bytes(th), h_end + 1, g.index))
+        scratch = [Interval((min(L, S) + 1) * tape + p.slots * state, g.index, g.index),
+                   Interval(min(T0, S) * nb * 3 * h * itemsize, f.index, f.index)]
+        label = (f"{HAll}: GRU keeps {p.slots} checkpoint{'s' if p.slots != 1 else ''} of h for {n} "
+                 f"segment{'s' if n != 1 else ''} of {L} steps, recomputes the gates ({p.recomputed_steps} steps)")
+        details = [f"checkpoints {p.slots}, segment {L} steps ({n} segments, chunk {T0}), at most "
+                   f"{p.max_recomputations} recomputation{'s' if p.max_recomputations != 1 else ''} per step",
+                   f"drops {ZRH} ({_mib(removed)}); keeps {_mib(p.slots * state)} of checkpoints"]
+        opt = Option(label, p.extra_seconds, values + scratch, _gru_apply(f.results, g.results, attrs, L, p.slots),
+                     details)
+        opt.scratch = scratch  # type: ignore[attr-defined]
+        options.append(opt)
+    return Choice(f"gru {HAll}", options, frozenset({ZRH}))
+
+
+def _gru_apply(fres: list[str], gres: list[str], attrs: dict[str, Any], segment: int, slots: int):  # type: ignore[no-untyped-def]
+    """The GRU pair's rewrite into GRUTrainingCheckpointed + GRUGradRecompute."""
+    HAll, HFinal, ZRH = fres
+
+    def apply(program: Program) -> None:
+        fi = next(i for i, op in enumerate(program.ops) if op.results and op.results[0] == HAll)
+        gi = next(i for i, op in enumerate(program.ops) if list(op.results) == list(gres))
+        fwd, grad = program.ops[fi], program.ops[gi]
+        ops = list(fwd.operands) + [None] * (6 - len(fwd.operands))
+        t = program.types[HAll]
+        S, D, nb, h = t.shape
+        states = _fresh(program, f"{HAll}_checkpoints")
+        program.types[states] = TensorType(t.dtype, [slots, D, nb, h])
+        a = dict(attrs, segment=segment, checkpoints=slots)
+        program.ops[fi] = OPS["GRUTrainingCheckpointed"](
+            [HAll, HFinal, states], ops[:6], a, result_types=[program.types[v] for v in (HAll, HFinal, states)],
+            loc=fwd.loc)
+        gops = list(grad.operands) + [None] * (10 - len(grad.operands))
+        program.ops[gi] = OPS["GRUGradRecompute"](
+            list(grad.results), ops[:6] + [states] + gops[8:10], a,
+            result_types=[program.types[v] for v in grad.results], loc=grad.loc)
+        program.types.pop(ZRH, None)
+
+    return apply
 
 
 def _root(views: dict[str, str], v: str) -> str:

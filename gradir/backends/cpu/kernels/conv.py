@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from functools import partial
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -34,6 +35,7 @@ from ....ops.conv import ConvGradOp, ConvOp, Window, window
 from ....ops.pool import (AveragePoolGradOp, AveragePoolOp, MaxPoolGradOp, MaxPoolOp, average_counts, pool_windows,
                           window_positions)
 from . import blocked, jit, parallel
+from .conv_scratch import conv_grad_scratch, conv_scratch
 from .registry import kernel
 
 __all__ = ["conv", "conv_grad", "max_pool", "max_pool_grad", "average_pool", "average_pool_grad"]
@@ -370,7 +372,16 @@ def _warm(dtype: Any) -> None:
         jit.load("conv")
 
 
-@kernel(ConvOp, blas=True, width=_conv_width, warm=_warm)
+def _conv_grad_width(operands: Any, results: Any, attrs: Any) -> int:
+    return _conv_width(operands[1:], operands[:1], attrs)
+
+
+# what each keeps on its threads (``conv._scratch``) and allocates per call (``conv_scratch``)
+_SCRATCH = {k: (partial(f, _BLOCK_BYTES, wd), partial(f, _BLOCK_BYTES, wd, kept=True))
+            for k, f, wd in [("conv", conv_scratch, _conv_width), ("grad", conv_grad_scratch, _conv_grad_width)]}
+
+
+@kernel(ConvOp, blas=True, width=_conv_width, warm=_warm, scratch=_SCRATCH["conv"][0], kept=_SCRATCH["conv"][1])
 def conv(X: np.ndarray, W: np.ndarray, B: Optional[np.ndarray] = None, *, out: Any = None, **attrs: Any) -> np.ndarray:
     """Y (docs/ops.md)."""
     geo, group = _geo(X, W, attrs), attrs.get("group", 1)
@@ -380,7 +391,8 @@ def conv(X: np.ndarray, W: np.ndarray, B: Optional[np.ndarray] = None, *, out: A
     return _conv_fast(jc, X, W, B, geo, group, out)
 
 
-@kernel(ConvGradOp, blas=True, width=lambda o, r, a: _conv_width(o[1:], o[:1], a), warm=_warm)
+@kernel(ConvGradOp, blas=True, width=_conv_grad_width, warm=_warm, scratch=_SCRATCH["grad"][0],
+        kept=_SCRATCH["grad"][1])
 def conv_grad(dY: np.ndarray, X: np.ndarray, W: np.ndarray, *, out: Any = None, **attrs: Any) -> tuple:
     """(dX, dW, dB) (docs/ops.md)."""
     jc = _jc(dY, X, W, rank=X.ndim - 2)

@@ -9,18 +9,21 @@ operands and handle the direction, and call two per-direction CORES, ``forward_c
 reverses each row within its own length (a reverse row starts at ``X[SL[b]-1]``, as ONNX, ORT and PyTorch's
 packed sequences do) into scratch copies, calls the core, and reverses ``HAll``/``ZRH``/``dX`` back; since
 that reversal is an involution per row, the same index array does both ways.  Bidirectional is direction 0
-forward and direction 1 reverse.  ``_cores(dtype, clip)`` chooses the core pair (compiled cores live in
-``_jit_gru.py``; the NumPy ones here are the fallback and the specification).
+forward and direction 1 reverse.  ``cores(dtype, clip)`` chooses the core pair (compiled cores live in
+``_jit_gru.py``; the NumPy ones here are the fallback and the specification).  The wrappers call the cores
+once per fixed chunk of ``T0`` steps (``gru_sweep.py``: a function of the shapes alone), carrying the state
+from chunk to chunk and adding the backward's per-chunk weight gradients in a fixed order, so that the
+checkpointed layer (``gru_checkpointed.py``), which recomputes whole chunks, gives the same bits.
 
 The NumPy forward core computes ``X·Wᵀ`` (plus the biases that do not meet the reset gate) for every step as
 one GEMM straight into ``ZRH``; each step then does one GEMM ``H_{t-1}·R_{zr}ᵀ`` (all of ``R`` with
 ``linear_before_reset=1``) and a few ufuncs.  Sigmoids are ``σ(a) = ½·tanh(a/2) + ½``.  With ``clip`` each
 gate's whole pre-activation is clipped to ``[-clip, clip]`` before its activation (ONNX).  The backward keeps
-every step's gate gradient in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and ``dB`` as GEMMs and
-sums over all steps afterwards; its step loop does the ``dH`` recurrence (with ``linear_before_reset=1`` one
-more GEMM per step recomputes ``H_{t-1}·R_hᵀ``, which ``ZRH`` does not keep, as ORT does).  A row past its
-sequence length takes no part in a step: its ``H`` (forward) and ``dH`` (backward) pass through unchanged,
-its ``HAll``/``ZRH`` entries are zero, its ``dHAll`` entries ignored.
+every step's gate gradient (of its chunk) in one ``[S, B, 3H]`` buffer and does ``dX``, ``dW``, ``dR`` and
+``dB`` as GEMMs and sums over the chunk's steps afterwards; its step loop does the ``dH`` recurrence (with
+``linear_before_reset=1`` one more GEMM per step recomputes ``H_{t-1}·R_hᵀ``, which ``ZRH`` does not keep, as
+ORT does).  A row past its sequence length takes no part in a step: its ``H`` (forward) and ``dH`` (backward)
+pass through unchanged, its ``HAll``/``ZRH`` entries are zero, its ``dHAll`` entries ignored.
 
 Contract for ``GRUGrad``: ``HAll`` and ``ZRH`` are what ``GRUTraining`` returned for the same operands, in
 particular zero at steps ``t >= SL[b]``.  Padded entries of ``X`` and ``dHAll`` must be finite.
@@ -34,10 +37,12 @@ import numpy as np
 
 from ....ops.gru import GRUGradOp, GRUTrainingOp
 from . import jit
+from .gru_sweep import Backward, Forward, chunk_steps, chunks
 from .lstm.common import check_dtype, expect, result
 from .registry import kernel
 
-__all__ = ["gru_training", "gru_grad", "forward_core", "backward_core"]
+__all__ = ["gru_training", "gru_grad", "forward_core", "backward_core", "cores", "check_operands", "reversal",
+           "reverse_rows", "direction_parts", "lengths_of", "warm_layers"]
 
 _ACTS = ("sigmoid", "tanh")
 
@@ -251,7 +256,7 @@ forward_core = _forward_core_np
 backward_core = _backward_core_np
 
 
-def _cores(dtype: np.dtype, clip: float | None) -> tuple[Callable[..., None], Callable[..., None]]:
+def cores(dtype: np.dtype, clip: float | None) -> tuple[Callable[..., None], Callable[..., None]]:
     """The (forward, backward) core pair for ``dtype`` and ``clip``: compiled where ``_jit_gru`` has one,
     else the NumPy cores (which compute every case)."""
     jg = jit.load("gru")
@@ -261,7 +266,7 @@ def _cores(dtype: np.dtype, clip: float | None) -> tuple[Callable[..., None], Ca
 
 
 # -- the wrappers: operands, directions, sequence lengths ------------------------------------------------------
-def _check(op: str, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any, SL: Any, H0: Any, hidden_size: int,
+def check_operands(op: str, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any, SL: Any, H0: Any, hidden_size: int,
            direction: str, activations: Any, clip: Any, lbr: int) -> tuple[int, int, int, int, int]:
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ValueError(f"{op}: direction must be forward, reverse or bidirectional, got {direction!r}")
@@ -284,7 +289,7 @@ def _check(op: str, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any, SL: Any
     return S, nb, I, n, D
 
 
-def _reversal(SL: Any, S: int, nb: int) -> np.ndarray:
+def reversal(SL: Any, S: int, nb: int) -> np.ndarray:
     """``idx [S, B]``: step t of row b reversed within the row's length (``L-1-t`` for ``t < L``, else ``t``).
     An involution per row: ``a[idx, cols]`` reverses and un-reverses."""
     t = np.arange(S)[:, None]
@@ -294,18 +299,18 @@ def _reversal(SL: Any, S: int, nb: int) -> np.ndarray:
     return np.where(t < L, L - 1 - t, t)
 
 
-def _rev(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def reverse_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``a [S, B, ...]`` with each row's valid steps reversed (a fresh C-contiguous array)."""
     return a[idx, np.arange(a.shape[1])[None, :]]
 
 
-def _dir_parts(W: np.ndarray, R: np.ndarray, B: Any, H0: Any, d: int, n: int) -> tuple:
+def direction_parts(W: np.ndarray, R: np.ndarray, B: Any, H0: Any, d: int, n: int) -> tuple:
     wb = None if B is None else B[d, :3 * n]
     rb = None if B is None else B[d, 3 * n:]
     return W[d], R[d], wb, rb, None if H0 is None else H0[d]
 
 
-def _sl(SL: Any) -> np.ndarray | None:
+def lengths_of(SL: Any) -> np.ndarray | None:
     return None if SL is None else np.ascontiguousarray(SL, np.int64)
 
 
@@ -315,24 +320,28 @@ def gru_training(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | No
                  linear_before_reset: int = 0, out: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(HAll [S,D,B,H], HFinal [D,B,H], ZRH [S,D,B,3H]) of ONNX's GRU, every direction."""
     dt = check_dtype("GRUTraining", X, W, R, B, H0)
-    S, nb, I, n, D = _check("GRUTraining", X, W, R, B, SL, H0, hidden_size, direction, activations, clip,
+    S, nb, I, n, D = check_operands("GRUTraining", X, W, R, B, SL, H0, hidden_size, direction, activations, clip,
                             linear_before_reset)
     HAll = result(out, 0, (S, D, nb, n), dt)
     HFinal = result(out, 1, (D, nb, n), dt)
     ZRH = result(out, 2, (S, D, nb, 3 * n), dt)
     c = None if clip is None else float(clip)
-    fwd, _ = _cores(dt, c)
-    sl = _sl(SL)
+    fwd, _ = cores(dt, c)
+    sl = lengths_of(SL)
+    T0 = chunk_steps(S, nb, D, n, dt)
+    X = np.ascontiguousarray(X)
     for d in range(D):
-        Wd, Rd, wb, rb, h0 = _dir_parts(W, R, B, H0, d, n)
-        if direction == "reverse" or d == 1:
-            idx = _reversal(sl, S, nb)
-            hall, zrh = np.empty((S, nb, n), dt), np.empty((S, nb, 3 * n), dt)
-            fwd(_rev(X, idx), Wd, Rd, wb, rb, sl, h0, linear_before_reset, c, hall, HFinal[d], zrh)
-            HAll[:, d] = _rev(hall, idx)
-            ZRH[:, d] = _rev(zrh, idx)
-        else:
-            fwd(X, Wd, Rd, wb, rb, sl, h0, linear_before_reset, c, HAll[:, d], HFinal[d], ZRH[:, d])
+        rev = direction == "reverse" or d == 1
+        idx = reversal(sl, S, nb) if rev else None
+        xd = reverse_rows(X, idx) if rev else X
+        hall, zrh = (np.empty((S, nb, n), dt), np.empty((S, nb, 3 * n), dt)) if rev else (HAll[:, d], ZRH[:, d])
+        f = Forward(fwd, xd, direction_parts(W, R, B, H0, d, n), sl, linear_before_reset, c, T0)
+        for lo, hi in chunks(0, S, T0):
+            f.run(lo, hi, hall[lo:hi], zrh[lo:hi])
+        HFinal[d] = f.h
+        if rev:
+            HAll[:, d] = reverse_rows(hall, idx)
+            ZRH[:, d] = reverse_rows(zrh, idx)
     return HAll, HFinal, ZRH
 
 
@@ -343,7 +352,7 @@ def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, 
              out: Any = None) -> tuple[np.ndarray, ...]:
     """(dX, dW, dR, dB, dH0) of ``gru_training`` from its saved HAll and ZRH (ORT's GRUGrad), every direction."""
     dt = check_dtype("GRUGrad", X, W, R, B, H0, HAll, ZRH, dHAll, dHFinal)
-    S, nb, I, n, D = _check("GRUGrad", X, W, R, B, SL, H0, hidden_size, direction, activations, clip,
+    S, nb, I, n, D = check_operands("GRUGrad", X, W, R, B, SL, H0, hidden_size, direction, activations, clip,
                             linear_before_reset)
     expect("GRUGrad", ("HAll", HAll, (S, D, nb, n)), ("ZRH", ZRH, (S, D, nb, 3 * n)),
            ("dHAll", dHAll, (S, D, nb, n)), ("dHFinal", dHFinal, (D, nb, n)))
@@ -353,30 +362,34 @@ def gru_grad(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarray | None, 
     dB = result(out, 3, (D, 6 * n), dt)
     dH0 = result(out, 4, (D, nb, n), dt)
     c = None if clip is None else float(clip)
-    _, bwd = _cores(dt, c)
-    sl = _sl(SL)
+    _, bwd = cores(dt, c)
+    sl = lengths_of(SL)
+    T0 = chunk_steps(S, nb, D, n, dt)
+    X = np.ascontiguousarray(X)
     dxd = np.empty((S, nb, I), dt) if D == 2 else None
     for d in range(D):
-        Wd, Rd, wb, rb, h0 = _dir_parts(W, R, B, H0, d, n)
-        dfin = None if dHFinal is None else dHFinal[d]
-        target = dX if d == 0 else dxd
-        if direction == "reverse" or d == 1:
-            idx = _reversal(sl, S, nb)
-            dall = None if dHAll is None else _rev(dHAll[:, d], idx)
-            dxr = np.empty((S, nb, I), dt)
-            bwd(_rev(X, idx), Wd, Rd, wb, rb, sl, h0, _rev(HAll[:, d], idx), _rev(ZRH[:, d], idx), dall, dfin,
-                linear_before_reset, c, dxr, dW[d], dR[d], dB[d], dH0[d])
-            target[...] = _rev(dxr, idx)
-        else:
-            dall = None if dHAll is None else dHAll[:, d]
-            bwd(X, Wd, Rd, wb, rb, sl, h0, HAll[:, d], ZRH[:, d], dall, dfin, linear_before_reset, c, target,
-                dW[d], dR[d], dB[d], dH0[d])
+        rev = direction == "reverse" or d == 1
+        idx = reversal(sl, S, nb) if rev else None
+        parts = direction_parts(W, R, B, H0, d, n)
+        g = Backward(bwd, reverse_rows(X, idx) if rev else X, parts, sl, None if dHFinal is None else dHFinal[d],
+                     linear_before_reset, c)
+        hall = reverse_rows(HAll[:, d], idx) if rev else HAll[:, d]
+        zrh = reverse_rows(ZRH[:, d], idx) if rev else ZRH[:, d]
+        dall = None if dHAll is None else (reverse_rows(dHAll[:, d], idx) if rev else dHAll[:, d])
+        target = np.empty((S, nb, I), dt) if rev else (dX if d == 0 else dxd)
+        h0 = np.zeros((nb, n), dt) if parts[4] is None else parts[4]
+        for lo, hi in reversed(chunks(0, S, T0)):
+            g.run(lo, hi, h0 if lo == 0 else hall[lo - 1], hall[lo:hi], zrh[lo:hi],
+                  None if dall is None else dall[lo:hi], target[lo:hi])
+        dW[d], dR[d], dB[d], dH0[d] = g.dW, g.dR, g.dB, g.dh
+        if rev:
+            (dX if d == 0 else dxd)[...] = reverse_rows(target, idx)
     if D == 2:
         dX += dxd
     return dX, dW, dR, dB, dH0
 
 
-def _warm(dtype: Any) -> None:
+def warm_layers(dtype: Any) -> None:
     """``warm`` hook of GRUTraining and GRUGrad (see ``gradir.backends.cpu.kernels``): run both on a tiny
     layer, one direction and two (contiguous and strided per-direction results), with and without ``dHAll``,
     so numba builds or loads the compiled cores' machine code before a run needs it."""
@@ -392,5 +405,5 @@ def _warm(dtype: Any) -> None:
 
 
 # Registered here: the kernels take the whole sequence (BLAS for the products).
-kernel(GRUTrainingOp, blas=True, warm=_warm)(gru_training)
-kernel(GRUGradOp, blas=True, warm=_warm)(gru_grad)
+kernel(GRUTrainingOp, blas=True, warm=warm_layers)(gru_training)
+kernel(GRUGradOp, blas=True, warm=warm_layers)(gru_grad)

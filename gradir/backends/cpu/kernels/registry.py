@@ -31,6 +31,15 @@ class KernelInfo:
     # width(operands, results, attrs): how many cores the kernel can keep busy for these types
     # (``gradir.transforms.cost.step_width`` asks it; None: one core, or the row-chunk rule for ``splits``)
     width: Callable[[Any, Any, Any], int] | None = None
+    # scratch(operands, results, attrs) -> bytes: what the kernel allocates beside its results while it runs
+    # (its temporaries at their peak, by the operand and result types); the plan counts it in the step's
+    # bytes (``Plan.curve``) and the peak.  None: nothing worth counting.  A kernel keeps no buffer past its
+    # step: what outlives it is memory the plan cannot see.
+    scratch: Callable[[Any, Any, Any], int] | None = None
+    # kept(operands, results, attrs) -> bytes, or {buffer name: bytes}: the part of its scratch the kernel keeps
+    # on its thread for its next call (LSTMGrad's da, Conv's columns): held from its first run on, the plan
+    # counts each name's largest at every step (a number is named by the op)
+    kept: Callable[[Any, Any, Any], int] | None = None
     op: Optional[type] = None  # the op class it computes
     generated: bool = False  # made from the op's FORMULA (``gradir.backends.cpu.kernels.generated``)
 
@@ -145,7 +154,9 @@ KERNELS: KernelTable = TABLES["cpu"]
 def kernel(op: type | str, *, backend: str = "cpu", inplace: bool = False, blas: bool = False, ufunc: Any = None,
            warm: Callable[[Any], None] | None = None, prepare: Callable[[Any, Any], None] | None = None,
            scalar: str | None = None, splits: bool = False,
-           width: Callable[[Any, Any, Any], int] | None = None) -> Callable:
+           width: Callable[[Any, Any, Any], int] | None = None,
+           scratch: Callable[[Any, Any, Any], int] | None = None,
+           kept: Callable[[Any, Any, Any], int] | None = None) -> Callable:
     """Decorator: register ``fn`` as the kernel of op class ``op`` in ``backend``'s table (an op name
     is accepted as a deprecated alias).
 
@@ -153,6 +164,8 @@ def kernel(op: type | str, *, backend: str = "cpu", inplace: bool = False, blas:
     runtime calls it directly for tiny arrays, where a kernel's own overhead shows.
     ``warm``: see the module docstring.  ``splits``: the kernel divides large arrays over the
     cores the runtime gives it (``parallel.threads_here``); the scheduler then gives it more than one.
+    ``scratch``: the bytes it allocates beside its results (``KernelInfo.scratch``); ``kept``: those it keeps
+    for its next call.
     """
 
     cls = _op_class(op)
@@ -166,7 +179,7 @@ def kernel(op: type | str, *, backend: str = "cpu", inplace: bool = False, blas:
         if table.registered(cls):
             raise ValueError(f"kernel for {cls.op_name!r} registered twice for backend {backend!r}")
         table[cls] = KernelInfo(cls.op_name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare,
-                                scalar=scalar, splits=splits, width=width, op=cls)
+                                scalar=scalar, splits=splits, width=width, scratch=scratch, kept=kept, op=cls)
         return fn
 
     return register

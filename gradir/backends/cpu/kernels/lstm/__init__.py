@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from .....ops.lstm import LSTMGradOp, LSTMTrainingOp
+from .....ops.lstm import LSTMGradOp, LSTMTrainingOp, chunk_steps
 from .....ops.lstm_checkpointed import LSTMGradRecomputeOp, LSTMTrainingCheckpointedOp
 from .. import jit
 from ..registry import kernel
@@ -115,8 +115,39 @@ def _warm_layers(dtype: Any) -> None:
 
 
 
+# ``sweep._SCRATCH_MAX_BYTES``: a larger buffer is not kept past the call (tests/test_memory_measured.py checks
+# that the two agree)
+KEPT_MAX_BYTES = 256 << 20
+
+
+def _grad_buffers(operands: Any, results: Any) -> tuple[int, int, int]:
+    """Bytes of LSTMGrad's buffers (``sweep.Sweep``): a chunk's window of da (``T0 + 1`` steps of
+    ``[B, D, 4H]``), the step loops' two-row ring, and the chunk's fresh partial products of dW and dR."""
+    X, dW = results[0], results[1]
+    S, nb, I = X.shape
+    D, h4 = dW.shape[0], dW.shape[1]
+    item = X.dtype.itemsize
+    T0 = chunk_steps(S, nb, D, h4 // 4, item)
+    da = (min(S, T0 + 1) * nb * D * h4) * item + 64
+    ring = 2 * nb * D * (h4 + 64 // item) * item + 64
+    tmp = D * h4 * (I + h4 // 4) * item
+    return da, ring, tmp
+
+
+def _grad_scratch(operands: Any, results: Any, attrs: Any) -> int:
+    """LSTMGrad's scratch (``KernelInfo.scratch``): its buffers (``_grad_buffers``) while it runs."""
+    return sum(_grad_buffers(operands, results))
+
+
+def _grad_kept(operands: Any, results: Any, attrs: Any) -> dict[str, int]:
+    """What its thread keeps past the step (``KernelInfo.kept``): the da window and the ring, each up to
+    ``KEPT_MAX_BYTES`` (named as ``sweep.scratch`` names them: the checkpointed backward shares them)."""
+    da, ring, _ = _grad_buffers(operands, results)
+    return {name: n for name, n in (("lstm buf", da), ("lstm ring", ring)) if n - 64 <= KEPT_MAX_BYTES}
+
+
 # Registered here, beside their warm hook, which runs both.
 kernel(LSTMTrainingOp, blas=True, warm=_warm_layers)(lstm_training)
-kernel(LSTMGradOp, blas=True, warm=_warm_layers)(lstm_grad)
+kernel(LSTMGradOp, blas=True, warm=_warm_layers, scratch=_grad_scratch, kept=_grad_kept)(lstm_grad)
 kernel(LSTMTrainingCheckpointedOp, blas=True, warm=_warm_layers)(lstm_training_checkpointed)
 kernel(LSTMGradRecomputeOp, blas=True, warm=_warm_layers)(lstm_grad_recompute)
