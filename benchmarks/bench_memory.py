@@ -14,10 +14,10 @@ Cases (``memory_cases.py``):
   ``--compile-budgets``.  gradir at 50% is compared with the checkpointed model and with the torch.compile
   budget whose measured peak is closest to gradir's without being above it (goal: gradir faster at equal
   memory).
-* ``lstm``: the judged LSTM language model (X [2048, 32, 512], hidden 512, 256 classes, LogSoftmax, mean
-  NLL of int targets; gradients of W, R, B, W_out, and X with ``--with-dx``), without a budget and with 25%
-  of the unbudgeted planned peak: planned peaks, the measured peak against the budget (goal <= 1.1x), the
-  time (goal <= 1.35x) and whether every output is bit-identical (``np.array_equal``).
+* ``lstm``: the judged LSTM language model (X [2048, 32, 512], hidden 512, 256 classes, mean cross-entropy
+  (``SoftmaxCrossEntropyLoss``) of int targets; gradients of W, R, B, W_out, and X with ``--with-dx``),
+  without a budget and with 25% of the unbudgeted planned peak: planned peaks, the measured peak against the
+  budget (goal <= 1.1x), the time (goal <= 1.35x) and whether every output is bit-identical (``np.array_equal``).
 * ``sweep``: the stack at a sweep of budgets: planned and measured peak and time per budget, and whether
   the peaks are monotonic in the budget.
 

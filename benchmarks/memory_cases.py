@@ -118,18 +118,17 @@ def stack(N: int, C: int, L: int, seed: int = 0) -> MemCase:
 
 def lstm_lm(S: int, B: int, I: int, H: int, C: int, with_dx: bool = False, seed: int = 0) -> MemCase:
     """The judged LSTM language model: ``LSTMTraining`` (hidden ``H``) on X [S, B, I], ``MatMul`` to ``C``
-    classes, ``LogSoftmax``, and the mean negative log-likelihood of integer targets [S*B] (gradir has no
-    ``NegativeLogLikelihoodLoss``: ``GatherElements`` of the targets' log-probabilities, ``ReduceMean``,
-    ``Neg``); gradients of W, R, B, W_out (and X with ``with_dx``)."""
+    classes, and the mean cross-entropy of integer targets [S*B] (ONNX's ``SoftmaxCrossEntropyLoss``, the loss
+    ORT's training artifacts use: log-softmax and the mean negative log-likelihood in one op); gradients of W,
+    R, B, W_out (and X with ``with_dx``)."""
     lines = [f"input t0 : {_f32((S, B, I))}", f"input t1 : {_f32((1, 4 * H, I))}",
              f"input t2 : {_f32((1, 4 * H, H))}", f"input t3 : {_f32((1, 8 * H))}", f"input t4 : {_f32((H, C))}",
-             f"input t5 : Int64 [{S * B}, 1]",
+             f"input t5 : Int64 [{S * B}]",
              f"t6, t7, t8, t9, t10 = LSTMTraining(t0, t1, t2, t3, hidden_size={H})",
              "t11 = MatMul(t6, t4)",                                   # [S, 1, B, C]
              f"t12 = Reshape(t11, shape=[{S * B}, {C}])",
-             "t13 = LogSoftmax(t12)",
-             "t14 = GatherElements(t13, t5, axis=1)",                  # [S*B, 1]
-             "t15 = ReduceMean(t14)", "t16 = Neg(t15)", "output t16"]
+             "t13, t14 = SoftmaxCrossEntropyLoss(t12, t5)",            # mean; t14 the log-probabilities
+             "output t13"]
     wrt = (["t0"] if with_dx else []) + ["t1", "t2", "t3", "t4"]
     labels = (["X"] if with_dx else []) + ["W", "R", "B", "W_out"]
 
@@ -141,11 +140,12 @@ def lstm_lm(S: int, B: int, I: int, H: int, C: int, with_dx: bool = False, seed:
                 "t2": ((rng.random((1, 4 * H, H), dtype=F32) * 2 - 1) * u).astype(F32),
                 "t3": ((rng.random((1, 8 * H), dtype=F32) * 2 - 1) * u).astype(F32),
                 "t4": (rng.standard_normal((H, C), dtype=F32) * u).astype(F32),
-                "t5": rng.integers(0, C, (S * B, 1), dtype=np.int64)}
+                "t5": rng.integers(0, C, (S * B,), dtype=np.int64)}
 
     dx = "with dX" if with_dx else "without dX"
-    return MemCase("lstm", f"LSTM LM: X [{S}, {B}, {I}], LSTMTraining hidden {H}, MatMul to {C} classes, LogSoftmax, "
-                           f"mean NLL of int targets; gradients of {', '.join(labels)} ({dx})",
+    return MemCase("lstm", f"LSTM LM: X [{S}, {B}, {I}], LSTMTraining hidden {H}, MatMul to {C} classes, mean "
+                           f"cross-entropy (SoftmaxCrossEntropyLoss) of int targets; gradients of "
+                           f"{', '.join(labels)} ({dx})",
                    "\n".join(lines) + "\n", wrt, labels, make_inputs)
 
 
