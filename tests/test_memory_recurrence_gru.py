@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gradir
-import gradir.ops.lstm as ops_lstm
+import gradir.ops.gru as ops_gru
 from gradir.backends.base import get_backend
 from gradir.backends.cpu.kernels import gru_weights, parallel
 from gradir.backends.cpu.kernels.gru import gru_grad, gru_training
@@ -29,7 +29,7 @@ SCHEDULES = [(3, 8), (3, 2), (6, 3), (7, 1), (40, 2)]
 
 @pytest.fixture
 def chunk_bytes(monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(ops_lstm, "CHUNK_BYTES", ops_lstm.CHUNK_BYTES)  # restored after the test
+    monkeypatch.setattr(ops_gru, "CHUNK_BYTES", ops_gru.CHUNK_BYTES)  # restored after the test
 
 
 def _layer(rng, S, nb, I, H, D, dt, sl, h0):  # type: ignore[no-untyped-def]
@@ -46,7 +46,7 @@ def _layer(rng, S, nb, I, H, D, dt, sl, h0):  # type: ignore[no-untyped-def]
 
 def _check_bits(rng, S, nb, I, H, direction, dt, sl, h0, lbr, clip, T0, schedules=SCHEDULES):  # type: ignore[no-untyped-def]
     D = 2 if direction == "bidirectional" else 1
-    ops_lstm.CHUNK_BYTES = T0 * nb * D * 3 * H * np.dtype(dt).itemsize
+    ops_gru.CHUNK_BYTES = T0 * nb * D * 3 * H * np.dtype(dt).itemsize
     X, W, R, B, SL, H0 = _layer(rng, S, nb, I, H, D, dt, sl, h0)
     kw = dict(hidden_size=H, direction=direction, linear_before_reset=lbr, clip=clip)
     HA, HF, ZRH = gru_training(X, W, R, B, SL, H0, **kw)
@@ -73,6 +73,26 @@ def test_checkpointed_gru_has_the_bits_of_gru_training_and_gru_grad(direction, k
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
+def test_gru_kernels_in_small_chunks_match_the_references(direction, kernel_path, chunk_bytes):
+    """GRUTraining and GRUGrad in chunks of 3 steps (the state carried from chunk to chunk, the weight
+    gradients summed chunk by chunk) compute the layer: the float64 references, to rounding."""
+    from gradir.ops import references
+    rng = np.random.default_rng(4)
+    for sl, h0, lbr, clip in itertools.product([False, True], [False, True], [0, 1], [None, 0.5]):
+        D = 2 if direction == "bidirectional" else 1
+        ops_gru.CHUNK_BYTES = 3 * 5 * D * 3 * 4 * 8
+        X, W, R, B, SL, H0 = _layer(rng, 13, 5, 3, 4, D, np.float64, sl, h0)
+        kw = dict(hidden_size=4, direction=direction, linear_before_reset=lbr, clip=clip)
+        got = gru_training(X, W, R, B, SL, H0, **kw)
+        want = references.gru_training(X, W, R, B, SL, H0, **kw)
+        dy = [rng.standard_normal(a.shape) for a in got[:2]]
+        got = (*got, *gru_grad(X, W, R, B, SL, H0, got[0], got[2], *dy, **kw))
+        want = (*want, *references.gru_grad(X, W, R, B, SL, H0, want[0], want[2], *dy, **kw))
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("packed", [True, False])
 def test_checkpointed_gru_has_the_bits_with_two_halves_and_threads(monkeypatch, direction, threads, packed,
@@ -91,7 +111,7 @@ def test_the_reference_checkpoints_are_the_kernels(chunk_bytes):
     """``GRUTrainingCheckpointed.reference``'s States (from the reference HAll) are the kernel's, to
     rounding: the state carried into each snapshotted unit, a reverse row's in its own time order."""
     rng = np.random.default_rng(2)
-    ops_lstm.CHUNK_BYTES = 2 * 4 * 2 * 3 * 2 * 8  # T0 = 2 for the example's shapes (bidirectional)
+    ops_gru.CHUNK_BYTES = 2 * 4 * 2 * 3 * 2 * 8  # T0 = 2 for the example's shapes (bidirectional)
     arrays, attrs = GRUTrainingCheckpointedOp.example(rng, np.float64)
     want = GRUTrainingCheckpointedOp.reference(*arrays, **attrs)
     got = gru_training_checkpointed(*arrays, **attrs)
@@ -140,7 +160,7 @@ def test_gru_options_run_bit_identical_and_their_intervals_match_the_plan(direct
     unbudgeted outputs bit for bit, and whose planned bytes at every step are the base curve plus the
     option's intervals (those of values exactly; the kernels' working sets are intervals too)."""
     S, B, I, H, C = 24, 4, 6, 5, 7
-    ops_lstm.CHUNK_BYTES = 3 * B * (2 if direction == "bidirectional" else 1) * 3 * H * 4  # T0 = 3
+    ops_gru.CHUNK_BYTES = 3 * B * (2 if direction == "bidirectional" else 1) * 3 * H * 4  # T0 = 3
     graph = _lm(S, B, I, H, C, direction, lbr)
     lower, program, log, base = _compiled(graph)
     inputs = _inputs(graph, 0)
@@ -176,7 +196,7 @@ def test_a_budgeted_gru_lm_compiles_to_checkpoints_with_the_unbudgeted_bits(chun
     """``gradir.compile(..., memory_budget=...)`` of a GRU LM at its least feasible budget: the plan runs
     GRUGradRecompute and gives the unbudgeted outputs bit for bit."""
     S, B, I, H, C = 48, 4, 6, 8, 5
-    ops_lstm.CHUNK_BYTES = 2 * B * 3 * H * 4  # T0 = 2
+    ops_gru.CHUNK_BYTES = 2 * B * 3 * H * 4  # T0 = 2
     graph = _lm(S, B, I, H, C, "reverse", 1)
     inputs = _inputs(graph, 1)
     free = gradir.compile(graph, threads=1)

@@ -10,7 +10,7 @@ import numpy as np
 from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_value
 from ..ir.onnxmap import MS_DOMAIN, OnnxMap
 from ..ir.types import FLOAT_DTYPES, Dim, TensorType
-from . import lstm, references
+from . import references
 from .lstm import HIDDEN, LayerCheck
 
 _ACTS = ("sigmoid", "tanh")
@@ -164,11 +164,18 @@ class GRUGradOp(BackwardOp):
                                    linear_before_reset=linear_before_reset, clip=clip)
 
 
+# Bytes of gate gradients per fixed chunk of the GRU kernels (``chunk_steps``).  Each chunk is one call of the
+# per-direction cores, whose packed weights and thread hand-offs cost per call: with the LSTM's 8 MiB the
+# benchmark's layer (S, B, H = 100, 64, 256) ran in three chunks and its GRUGrad took 352 against 259 ms
+# on these two (busy) cores; at 32 MiB a chunk is at least ~100 ms of work there.
+CHUNK_BYTES = 32 << 20
+
+
 def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int) -> int:
     """T0, the steps of the GRU kernels' fixed chunk (each chunk's input product, dX rows and partial weight
-    gradients go chunk by chunk, added in a fixed order: ``kernels/gru_sweep.py``): about
-    ``gradir.ops.lstm.CHUNK_BYTES`` of gate gradients (``[T0, D, B, 3H]``), a function of the shapes alone."""
-    return max(1, min(S, lstm.CHUNK_BYTES // max(1, nb * D * 3 * h * itemsize)))
+    gradients go chunk by chunk, added in a fixed order: ``kernels/gru_sweep.py``): about ``CHUNK_BYTES`` of
+    gate gradients (``[T0, D, B, 3H]``), a function of the shapes alone (tests lower it)."""
+    return max(1, min(S, CHUNK_BYTES // max(1, nb * D * 3 * h * itemsize)))
 
 
 def _check_alignment(ctx: InferContext) -> None:
