@@ -122,7 +122,8 @@ KEPT_MAX_BYTES = 256 << 20
 
 def _grad_buffers(operands: Any, results: Any) -> tuple[int, int, int]:
     """Bytes of LSTMGrad's buffers (``sweep.Sweep``): a chunk's window of da (``T0 + 1`` steps of
-    ``[B, D, 4H]``), the step loops' two-row ring, and the chunk's fresh partial products of dW and dR."""
+    ``[B, D, 4H]``), the step loops' two-row ring, and the chunk's fresh partial product of dW, then of dR
+    (one buffer)."""
     X, dW = results[0], results[1]
     S, nb, I = X.shape
     D, h4 = dW.shape[0], dW.shape[1]
@@ -130,7 +131,7 @@ def _grad_buffers(operands: Any, results: Any) -> tuple[int, int, int]:
     T0 = chunk_steps(S, nb, D, h4 // 4, item)
     da = (min(S, T0 + 1) * nb * D * h4) * item + 64
     ring = 2 * nb * D * (h4 + 64 // item) * item + 64
-    tmp = D * h4 * (I + h4 // 4) * item
+    tmp = h4 * max(I, h4 // 4) * item  # dW's partial product, then dR's, in one buffer
     return da, ring, tmp
 
 
