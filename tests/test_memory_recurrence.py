@@ -157,6 +157,40 @@ def test_checkpointed_ops_have_the_bits_on_a_large_problem(chunk_bytes):
     _check_bits(rng, 12, 64, 16, 80, "bidirectional", np.float64, False, False, False, T0=4, schedules=[(4, 3)])
 
 
+def _check_donated_bits(rng, S, nb, H, direction, sl, T0, schedules):  # type: ignore[no-untyped-def]
+    """LSTMGradRecompute writing dX over dHAll (``I == H``, one direction: the plan's donation): the bits of
+    fresh buffers (each chunk reads a step's dHAll before it writes that step's dX)."""
+    dt = np.float32
+    ops_lstm.CHUNK_BYTES = T0 * nb * 4 * H * 4
+    X, W, R, B, SL, H0, C0, P = _layer(rng, S, nb, H, H, 1, dt, sl, True, True)
+    HA, HF, CF, _, _ = lstm_training(X, W, R, B, SL, H0, C0, P, hidden_size=H, direction=direction)
+    dy = [rng.standard_normal(a.shape).astype(dt) for a in (HA, HF, CF)]
+    for segment, k in schedules:
+        attrs = dict(hidden_size=H, direction=direction, segment=segment, checkpoints=k)
+        States = lstm_training_checkpointed(X, W, R, B, SL, H0, C0, P, **attrs)[3]
+        want = lstm_grad_recompute(X, W, R, B, SL, H0, C0, P, States, *dy, **attrs)
+        dH = dy[0].copy()
+        out = (dH.reshape(X.shape),) + tuple(np.empty_like(a) for a in want[1:])
+        got = lstm_grad_recompute(X, W, R, B, SL, H0, C0, P, States, dH, dy[1], dy[2], out=out, **attrs)
+        assert np.shares_memory(got[0], dH)
+        for a, b in zip(want, got):
+            assert np.array_equal(a, b), (direction, sl, segment, k)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("path", ["default", "per_step", "halves", "halves_blas"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dx_written_over_dhall_has_the_bits_of_fresh_buffers(monkeypatch, direction, path, threads, chunk_bytes):
+    if path != "default":
+        force_path(monkeypatch, path)
+        monkeypatch.setattr(jit, "_on", True)
+    rng = np.random.default_rng(11)
+    with parallel.cores(threads):
+        for sl in (False, True):
+            _check_donated_bits(rng, 17, 6, 5, direction, sl, T0=2, schedules=[(2, 9), (4, 2)])
+        _check_donated_bits(rng, 12, 64, 80, direction, True, T0=4, schedules=[(4, 2)])  # the large paths
+
+
 # -- the provider: choices, their intervals against the plan, a checkpointed LM run ------------------
 import gradir  # noqa: E402
 from gradir.backends.base import get_backend  # noqa: E402
@@ -198,13 +232,13 @@ def _inputs(graph: gradir.Graph, seed: int) -> dict:
             for i in graph.inputs}
 
 
-@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_recurrence_options_run_bit_identical_and_their_intervals_match_the_plan(direction, chunk_bytes):
+@pytest.mark.parametrize("direction, I", [("forward", 6), ("bidirectional", 6), ("forward", 5)])
+def test_recurrence_options_run_bit_identical_and_their_intervals_match_the_plan(direction, I, chunk_bytes):
     """Every option of the LSTM's choice, applied to the program: a valid program whose run gives the
     unbudgeted outputs bit for bit, and whose planned bytes at every step are the base curve plus the
-    option's intervals (those of values exactly; the kernels' working sets are intervals too, which the
-    plan counts once the kernels declare their scratch)."""
-    S, B, I, H, C = 24, 4, 6, 5, 7
+    option's intervals (the values', the kernels' declared scratch, and with ``I == H`` dX written over
+    dHAll, which the rewrite allows: exactly)."""
+    S, B, H, C = 24, 4, 5, 7
     ops_lstm.CHUNK_BYTES = 3 * B * (2 if direction == "bidirectional" else 1) * 4 * H * 4  # T0 = 3
     graph = _lm(S, B, I, H, C, direction)
     lower, program, log, base = _compiled(graph)
@@ -221,11 +255,11 @@ def test_recurrence_options_run_bit_identical_and_their_intervals_match_the_plan
         assert lint(prog) is None
         assert [op.op_name for op in prog.ops].count("LSTMGradRecompute") == 1
         plan = build_plan(prog, log, lower.kernels)
+        grad = next(st for st in plan.steps if st.op.op_name == "LSTMGradRecompute")
+        assert bool(grad.inplace) == (I == H and direction == "forward")
         assert len(plan.curve) == len(base.curve)
         expect = list(base.curve)
-        for iv in opt.intervals:
-            if iv in opt.scratch:  # the kernels' working sets: not planned values
-                continue
+        for iv in opt.intervals:  # the values' and the kernels' working sets (declared scratch) alike
             for k in range(iv.start, iv.end + 1):
                 expect[k] += iv.bytes
         for k, (a, b) in enumerate(zip(plan.curve, expect)):

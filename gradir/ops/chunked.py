@@ -142,14 +142,16 @@ class ChunkedOp(Op):
         assert self.layout is not None and block % self.layout.sub == 0
         return ChunkedOp.build(replace(self.layout, block=min(block, self.layout.lane_block())))
 
-    def scratch_bytes(self) -> int:
+    def scratch_bytes(self, staged: Any = ()) -> int:
         """The bytes the kernel holds besides its operands and results: each lane's block of every
-        value the region makes, and each lane's partial sums."""
+        value the region makes, and each lane's partial sums.  ``staged``: results written over an operand
+        (the plan's donation), whose blocks are made in the lane's buffer first."""
         lay = self.layout
         if lay is None:
             return 0
         made = [i.op.results[0] for i in lay.instrs if i.kind == "kernel" and len(i.op.results) == 1
-                and i.op.results[0] not in lay.outputs]  # (an output's rows go straight to its buffer)
+                and (i.op.results[0] not in lay.outputs  # (an output's rows go straight to its buffer)
+                     or i.op.results[0] in staged and i.op.results[0] not in lay.sums)]
         per_lane = sum(math.prod(lay.block_shape(v, lay.block)) * lay.types[v].dtype.numpy.itemsize for v in made)
         per_lane += sum(_nbytes(lay.types[v]) for v in lay.sums)
         return per_lane * lay.lanes

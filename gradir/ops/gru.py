@@ -178,6 +178,34 @@ def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int) -> int:
     return max(1, min(S, CHUNK_BYTES // max(1, nb * D * 3 * h * itemsize)))
 
 
+def scratch_bytes(kind: str, S: int, nb: int, I: int, h: int, D: int, itemsize: int, direction: str,
+                  segment: int = 1, checkpoints: int = 1) -> int:
+    """The bytes a GRU kernel allocates beside its results (``KernelInfo.scratch``), the buffers that grow
+    with the sequence or the chunk: ``kind`` one of ``"training"``, ``"grad"``, ``"checkpointed"``,
+    ``"recompute"`` (``kernels/gru.py``, ``kernels/gru_checkpointed.py``).  A reverse direction runs on
+    row-reversed copies (X, and what the kernel reads or writes per step of it), and the results are
+    reversed back through a temporary; two directions add dX through a second buffer.  The memory
+    planner's GRU options (``transforms/memory/recurrence.py``) are the differences of these."""
+    rev = direction in ("reverse", "bidirectional")
+    T0 = chunk_steps(S, nb, D, h, itemsize)
+    z = min(T0, S) * nb * 3 * h  # ``gru_sweep.Forward``'s chunk of gates
+    if kind == "training":
+        n = z + (S * nb * (I + h + 3 * h + 3 * h) if rev else 0)  # X, HAll, ZRH copies; ZRH reversed back
+    elif kind == "checkpointed":
+        n = z + (S * nb * (I + h + h) if rev else 0)  # X, HAll copies; HAll reversed back
+    else:
+        n = S * nb * I if D == 2 else 0  # the second direction's dX
+        if kind == "grad":
+            n += S * nb * (3 * I + 5 * h) if rev else 0  # X, HAll, ZRH, dHAll, dX copies; dX reversed back
+        else:
+            L = lstm.unit_steps(segment, T0, S)
+            m = min(L, S)
+            s = min(checkpoints, -(-S // L))
+            n += (m + 1) * nb * h + m * nb * 3 * h + s * nb * h  # a unit's HAll and gates, its snapshots
+            n += z + (S * nb * (3 * I + h) if rev else 0)  # X, dHAll, dX copies; dX reversed back
+    return n * itemsize
+
+
 def _check_alignment(ctx: InferContext) -> None:
     """ORT's gradient builder gives GRUGrad the forward node's inputs as listed: from a GRU that lists fewer
     than six, HAll lands in the SL (4 inputs) or H0 (5 inputs) slot.  Say so rather than only that a shape

@@ -227,17 +227,22 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         if v not in outputs and v not in inputs:
             steps[pos].free_after.append(v)
 
-    # in-place reuse of a dying operand's buffer
+    # in-place reuse of a dying operand's buffer: any same-typed operand for an element-wise (``inplace``)
+    # kernel, the pairs a kernel declares (``KernelInfo.donate``: same dtype and size) for the others
     for st in steps:
-        if not st.kernel.inplace:
+        pairs = donations(st, types) if not st.kernel.inplace else None
+        if not st.kernel.inplace and not pairs:
             continue
         used: set[int] = set()
         for j, r in enumerate(st.results):
             tr = types.get(r)
             for i, v in enumerate(st.operands):
-                if (v is None or i in used or v in inputs or v in outputs or v in views or last_use.get(v) != st.index
-                        or types.get(v) != tr or tr is None or tr.rank == 0):  # a rank-0 result may be a
-                    # NumPy scalar (ufuncs return one), which cannot be written into; nothing to save there
+                tv = types.get(v) if v is not None else None
+                fits = (tv == tr) if pairs is None else ((j, i) in pairs and tv is not None and tr is not None
+                                                          and tv.dtype == tr.dtype and 0 < _bytes(tv) == _bytes(tr))
+                if (v is None or i in used or j in st.inplace or v in inputs or v in outputs or v in views
+                        or last_use.get(v) != st.index or not fits or tr is None or tr.rank == 0):  # a rank-0
+                    # result may be a NumPy scalar (ufuncs return one), which cannot be written into
                     continue
                 st.inplace[j] = i
                 used.update(k for k, w in enumerate(st.operands) if w == v)
@@ -264,7 +269,8 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         live += new
         # what the kernel holds while it runs besides its results (``KernelInfo.scratch``; a ``Chunked``
         # region's blocks, which it says itself: it has no kernel table entry of its own)
-        held = (st.op.scratch_bytes() if hasattr(st.op, "scratch_bytes") else 0) + _scratch(st, types, "scratch")
+        held = (st.op.scratch_bytes({st.results[j] for j in st.inplace}) if hasattr(st.op, "scratch_bytes") else 0) \
+            + _scratch(st, types, "scratch")
         naive += held
         curve.append(live + held)
         for v in st.free_after:
@@ -287,6 +293,12 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
                 bool(heavy), any(st.kernel.blas for st in steps), views, curve, recycle)
 
 
+def donations(st: Step, types: dict) -> set[tuple[int, int]]:
+    """The (result, operand) index pairs ``st``'s kernel may write over (``KernelInfo.donate``)."""
+    got = _scratch(st, types, "donate")
+    return set(got) if got else set()
+
+
 def _kept(st: Step, types: dict) -> dict[str, int]:
     """The scratch ``st``'s kernel keeps on its thread past the step, by buffer name (``KernelInfo.kept``)."""
     got = _scratch(st, types, "kept")
@@ -305,7 +317,7 @@ def _scratch(st: Step, types: dict, what: str) -> Any:
     if any(t is None or not t.is_static for t in outs) or any(t is not None and not t.is_static for t in ins):
         return 0
     got = fn(ins, outs, st.op.kernel_attrs())
-    return got if isinstance(got, dict) else int(got)
+    return got if isinstance(got, (dict, list, tuple, set)) else int(got)
 
 
 def hold_in_order(plan: Plan, indices: list[int]) -> None:

@@ -106,10 +106,11 @@ class Run:
         args = [None if v is None else values[v] for v in st.operands]
         outs: list[Optional[np.ndarray]] = []
         for j, r in enumerate(st.results):
-            if j in st.inplace:
-                outs.append(args[st.inplace[j]])
-                continue
             t = self.types.get(r)
+            if j in st.inplace:  # a donated buffer (reshaped: ``KernelInfo.donate`` allows another shape)
+                a = args[st.inplace[j]]
+                outs.append(a if t is None or a.shape == tuple(t.shape) else a.reshape(t.shape))
+                continue
             outs.append(self.exe._pool.take(t.dtype.numpy, t.shape)
                         if t is not None and t.is_static and not st.view else None)
         start = time.perf_counter() if self.trace is not None else 0.0
@@ -398,7 +399,12 @@ def straight_line_code(plan: Plan, pool: BufferPool):
         outs = []
         for j, r in enumerate(st.results):
             if j in st.inplace:
-                outs.append(args[st.inplace[j]])
+                t, o = plan.types.get(r), plan.types.get(st.operands[st.inplace[j]])
+                if t is not None and o is not None and tuple(t.shape) != tuple(o.shape):  # ``KernelInfo.donate``
+                    env[f"_D{k}_{j}"] = t.shape
+                    outs.append(f"{args[st.inplace[j]]}.reshape(_D{k}_{j})")
+                else:
+                    outs.append(args[st.inplace[j]])
             elif not st.tiny and plan.types.get(r) is not None and plan.types[r].is_static:
                 t = plan.types[r]
                 env[f"_T{k}_{j}"] = (t.dtype.numpy, t.shape)

@@ -17,9 +17,11 @@ from typing import Any, Optional
 from ...ir.op import OPS
 from ...ir.types import TensorType
 from ...ops.gru import chunk_steps as gru_chunk_steps
+from ...ops.gru import scratch_bytes as gru_scratch
 from ...ops.lstm import chunk_steps, unit_steps
 from ..cost import value_bytes
 from ..passes.pipeline import Program
+from ..schedule import donations
 from . import revolve
 from .model import Choice, Interval, Option
 
@@ -78,6 +80,7 @@ def _choice(program: Program, plan: Any, f: Any, readers: dict[str, list[int]], 
     free_h = not (shared & keep) and h_end < g.index
     attrs = {a: f.op.attrs[a] for a in f.op.attrs}
     removed = value_bytes(types[CAll]) + value_bytes(types[iofc])
+    donated = _donated(plan, g, f, HAll, h_end, free_h, views, readers, keep)
     options = []
     for p in revolve.lstm_plans(S, T0, state, tape, 0, step_seconds):
         L = unit_steps(p.segment, T0, S)
@@ -86,6 +89,7 @@ def _choice(program: Program, plan: Any, f: Any, readers: dict[str, list[int]], 
         values = [Interval(-removed + p.slots * state, f.index, g.index)]
         if free_h and h_end + 1 <= g.index:
             values.append(Interval(-value_bytes(th), h_end + 1, g.index))
+        values += donated
         # the kernels' working sets (outside the planned values: a unit's buffer in the backward, a
         # chunk's in the forward)
         scratch = [Interval(work, g.index, g.index), Interval(fwd_scratch, f.index, f.index)]
@@ -100,6 +104,44 @@ def _choice(program: Program, plan: Any, f: Any, readers: dict[str, list[int]], 
         opt.scratch = scratch  # type: ignore[attr-defined]  # (tests: what the plan's values do not show)
         options.append(opt)
     return Choice(f"lstm {HAll}", options, frozenset({CAll, iofc}))
+
+
+def _donated(plan: Any, g: Any, f: Any, HAll: str, h_end: int, free_h: bool, views: dict, readers: dict,
+             keep: set[str]) -> list[Interval]:
+    """What the rewrite lets the plan write in place (``KernelInfo.donate``, ``schedule.build_plan``), as
+    intervals: once the backward no longer reads HAll, HAll's last other reader may write a result over it
+    (a ``Chunked`` region: dH over HAll), its blocks then staged in its scratch; and LSTMGradRecompute
+    writes dX over a dHAll that dies there (one direction, ``I == H``), which LSTMGrad does not."""
+    types, out = plan.types, []
+    st = plan.steps[h_end]
+    if free_h and h_end > f.index and HAll in st.operands and HAll not in views:
+        pairs = donations(st, types)
+        for j, r in enumerate(st.results):
+            i = next((i for i, v in enumerate(st.operands) if v == HAll and (j, i) in pairs), None)
+            if i is None or j in st.inplace or types.get(r) is None or types[r].dtype != types[HAll].dtype \
+                    or value_bytes(types[r]) != value_bytes(types[HAll]):
+                continue
+            if any(k != i and (j, k) in pairs and _dies(st.operands[k], st, plan, views, readers, keep)
+                   for k in range(len(st.operands))):
+                break  # another operand would be given first: the base plan may not already count on it
+            grow = 0
+            if hasattr(st.op, "scratch_bytes"):
+                now = {st.results[k] for k in st.inplace}
+                grow = st.op.scratch_bytes(now | {r}) - st.op.scratch_bytes(now)
+            out.append(Interval(grow - value_bytes(types[HAll]), h_end, h_end))
+            break
+    dH, dX = (g.operands[9] if len(g.operands) > 9 else None), g.results[0]
+    tx, td = types.get(g.operands[0]), types.get(dH) if dH is not None else None
+    if (td is not None and tx is not None and td.shape[1] == 1 and td.shape[3] == tx.shape[2]
+            and _dies(dH, g, plan, views, readers, keep) and types.get(dX) is not None):
+        out.append(Interval(-value_bytes(types[dX]), g.index, g.index))
+    return out
+
+
+def _dies(v: Any, st: Any, plan: Any, views: dict, readers: dict, keep: set[str]) -> bool:
+    """``v`` is made by a step, not kept, not a view nor viewed, and read last by ``st``."""
+    return (v is not None and v not in keep and v not in plan.inputs and v not in views
+            and v not in views.values() and max(readers.get(v, [-1])) == st.index)
 
 
 def _gru_choice(plan: Any, f: Any, readers: dict[str, list[int]], keep: set[str]) -> Optional[Choice]:
@@ -138,8 +180,10 @@ def _gru_choice(plan: Any, f: Any, readers: dict[str, list[int]], keep: set[str]
         values = [Interval(-removed + p.slots * state, f.index, g.index)]
         if free_h and h_end + 1 <= g.index:
             values.append(Interval(-value_bytes(th), h_end + 1, g.index))
-        scratch = [Interval((min(L, S) + 1) * tape + p.slots * state, g.index, g.index),
-                   Interval(min(T0, S) * nb * 3 * h * itemsize, f.index, f.index)]
+        # the kernels' declared scratch, new against old (``gradir.ops.gru.scratch_bytes``)
+        sizes = (S, nb, tx.shape[2], h, D, itemsize, attrs.get("direction", "forward"), L, p.slots)
+        scratch = [Interval(gru_scratch("recompute", *sizes) - gru_scratch("grad", *sizes), g.index, g.index),
+                   Interval(gru_scratch("checkpointed", *sizes) - gru_scratch("training", *sizes), f.index, f.index)]
         label = (f"{HAll}: GRU keeps {p.slots} checkpoint{'s' if p.slots != 1 else ''} of h for {n} "
                  f"segment{'s' if n != 1 else ''} of {L} steps, recomputes the gates ({p.recomputed_steps} steps)")
         details = [f"checkpoints {p.slots}, segment {L} steps ({n} segments, chunk {T0}), at most "

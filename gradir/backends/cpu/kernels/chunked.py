@@ -12,7 +12,8 @@ GEMM, whose elements are each one fixed sum over K, or on BLAS on the piece (the
 A row-indexed result is written block by block straight into its buffer; were that buffer an operand's
 (a caller's ``out``), the block is staged and written after the block's members have all run: each block
 reads its rows of the operand before its rows of the result are written, and no block reads another's
-rows.  (The kernel is not marked ``inplace``: the plan gives it fresh buffers.)
+rows.  (The kernel is not marked ``inplace``; it declares those pairs, ``_donate``: the plan writes such a
+result over an operand that dies at the region, the gradient ``dH`` over ``HAll`` of a checkpointed LSTM LM.)
 """
 
 from __future__ import annotations
@@ -187,7 +188,20 @@ def _scratch(lay: ChunkLayout, direct: set[str]) -> dict[str, np.ndarray]:
     return out
 
 
-@kernel(ChunkedOp, blas=True,
+def _donate(operands: Any, results: Any, attrs: Any) -> list[tuple[int, int]]:
+    """``KernelInfo.donate``: a row-indexed result may be written over a row-indexed operand of the same type
+    that every member reads by its rows only (a block's rows of it are read by that block alone, before the
+    block's rows of the result are written: staged, see ``_run_block``)."""
+    lay: Optional[ChunkLayout] = attrs.get("layout")
+    if lay is None:
+        return []
+    whole = {v for ins in lay.instrs for v, rows in zip(ins.op.operands, ins.rows) if v is not None and not rows}
+    return [(j, i) for j, r in enumerate(lay.outputs) if r not in lay.sums and r in lay.periods
+            for i, v in enumerate(lay.inputs) if v in lay.periods and v not in whole
+            and lay.types[v] == lay.types[r] and lay.periods[v] == lay.periods[r]]
+
+
+@kernel(ChunkedOp, blas=True, donate=_donate,
         width=lambda operands, results, attrs: attrs["layout"].lanes if attrs.get("layout") else 1)
 def chunked(*operands: np.ndarray, out: Any = None, layout: ChunkLayout) -> Any:
     """Run the region (``layout``) over its blocks; returns its results in order."""
@@ -204,7 +218,10 @@ def chunked(*operands: np.ndarray, out: Any = None, layout: ChunkLayout) -> Any:
     whole = dict(zip(lay.inputs, operands))
     # a result written in place over an operand is staged per block (the block's members read the
     # operand's rows first); the others are written straight into their buffers
-    direct = {v for v, o in outs.items() if o is not None and v not in lay.sums
+    # (a result that is a view of a member's block, ``dH = Reshape(dH2)``, is copied from it: only a member's
+    # own kernel writes straight into a buffer)
+    viewed = {ins.op.results[0] for ins in lay.instrs if ins.kind == "view"}
+    direct = {v for v, o in outs.items() if o is not None and v not in lay.sums and v not in viewed
               and not any(np.shares_memory(o, x) for x in operands if isinstance(x, np.ndarray))}
     packs = {k: pk for k, ins in enumerate(lay.instrs) if (pk := _pack(ins, whole)) is not None}
     for k, ins in enumerate(lay.instrs):  # (per call: two runs of one plan may run at once)

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ....ops.gru import GRUGradOp, GRUTrainingOp
+from ....ops.gru import GRUGradOp, GRUTrainingOp, scratch_bytes
 from . import jit
 from .gru_sweep import Backward, Forward, chunk_steps, chunks
 from .lstm.common import check_dtype, expect, result
@@ -405,5 +405,16 @@ def warm_layers(dtype: Any) -> None:
 
 
 # Registered here: the kernels take the whole sequence (BLAS for the products).
-kernel(GRUTrainingOp, blas=True, warm=warm_layers)(gru_training)
-kernel(GRUGradOp, blas=True, warm=warm_layers)(gru_grad)
+def declared_scratch(kind: str):  # type: ignore[no-untyped-def]
+    """A ``KernelInfo.scratch`` hook for the GRU kernel ``kind`` (``gradir.ops.gru.scratch_bytes``)."""
+    def scratch(operands: Any, results: Any, attrs: Any) -> int:
+        X, W = operands[0], operands[1]
+        S, nb, I = X.shape
+        D, h = W.shape[0], W.shape[1] // 3
+        return scratch_bytes(kind, S, nb, I, h, D, X.dtype.itemsize, attrs.get("direction", "forward"),
+                             attrs.get("segment", 1), attrs.get("checkpoints", 1))
+    return scratch
+
+
+kernel(GRUTrainingOp, blas=True, warm=warm_layers, scratch=declared_scratch("training"))(gru_training)
+kernel(GRUGradOp, blas=True, warm=warm_layers, scratch=declared_scratch("grad"))(gru_grad)

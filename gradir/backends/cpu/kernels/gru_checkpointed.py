@@ -24,7 +24,7 @@ import numpy as np
 from ....ops.gru_checkpointed import GRUGradRecomputeOp, GRUTrainingCheckpointedOp
 from ....ops.lstm import unit_steps
 from ....transforms.memory import revolve
-from .gru import (check_operands, cores, direction_parts, forward_core, lengths_of, reversal,
+from .gru import (check_operands, cores, declared_scratch, direction_parts, forward_core, lengths_of, reversal,
                   reverse_rows, warm_layers)
 from .gru_sweep import Backward, Forward, chunk_steps, chunks, halo
 from .lstm.common import check_dtype, expect, result
@@ -152,5 +152,6 @@ def gru_grad_recompute(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarra
     return dX, dW, dR, dB, dH0
 
 
-kernel(GRUTrainingCheckpointedOp, blas=True, warm=warm_layers)(gru_training_checkpointed)
-kernel(GRUGradRecomputeOp, blas=True, warm=warm_layers)(gru_grad_recompute)
+kernel(GRUTrainingCheckpointedOp, blas=True, warm=warm_layers, scratch=declared_scratch("checkpointed"))(
+    gru_training_checkpointed)
+kernel(GRUGradRecomputeOp, blas=True, warm=warm_layers, scratch=declared_scratch("recompute"))(gru_grad_recompute)

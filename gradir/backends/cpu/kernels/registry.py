@@ -40,6 +40,11 @@ class KernelInfo:
     # on its thread for its next call (LSTMGrad's da, Conv's columns): held from its first run on, the plan
     # counts each name's largest at every step (a number is named by the op)
     kept: Callable[[Any, Any, Any], int] | None = None
+    # donate(operands, results, attrs) -> [(result index, operand index), ...]: besides ``inplace``, the pairs
+    # where the kernel may write a result over an operand's buffer of the same dtype and number of elements
+    # (the shapes may differ: the buffer is reshaped) because it reads what it needs of the operand first;
+    # the plan donates the operand when it dies at the step (``schedule.build_plan``)
+    donate: Callable[[Any, Any, Any], Any] | None = None
     op: Optional[type] = None  # the op class it computes
     generated: bool = False  # made from the op's FORMULA (``gradir.backends.cpu.kernels.generated``)
 
@@ -54,8 +59,8 @@ def _default_width(name: str, blas: bool, splits: bool, operands: Any, results: 
 
 
 # kernels with a width rule of their own in ``widths.step_width`` (besides those that are blas or split)
-_WIDE = frozenset({"MatMul", "FusedMatMul", "LSTMTraining", "LSTMGrad", "LSTMCell", "GradLSTMCellInput",
-                   "GradLSTMCellInputFused"})
+_WIDE = frozenset({"MatMul", "FusedMatMul", "LSTMTraining", "LSTMGrad", "LSTMTrainingCheckpointed",
+                   "LSTMGradRecompute", "LSTMCell", "GradLSTMCellInput", "GradLSTMCellInputFused"})
 
 
 def _op_class(key: object) -> type:
@@ -156,7 +161,8 @@ def kernel(op: type | str, *, backend: str = "cpu", inplace: bool = False, blas:
            scalar: str | None = None, splits: bool = False,
            width: Callable[[Any, Any, Any], int] | None = None,
            scratch: Callable[[Any, Any, Any], int] | None = None,
-           kept: Callable[[Any, Any, Any], int] | None = None) -> Callable:
+           kept: Callable[[Any, Any, Any], int] | None = None,
+           donate: Callable[[Any, Any, Any], Any] | None = None) -> Callable:
     """Decorator: register ``fn`` as the kernel of op class ``op`` in ``backend``'s table (an op name
     is accepted as a deprecated alias).
 
@@ -165,7 +171,7 @@ def kernel(op: type | str, *, backend: str = "cpu", inplace: bool = False, blas:
     ``warm``: see the module docstring.  ``splits``: the kernel divides large arrays over the
     cores the runtime gives it (``parallel.threads_here``); the scheduler then gives it more than one.
     ``scratch``: the bytes it allocates beside its results (``KernelInfo.scratch``); ``kept``: those it keeps
-    for its next call.
+    for its next call.  ``donate``: the (result, operand) pairs it may write over (``KernelInfo.donate``).
     """
 
     cls = _op_class(op)
@@ -179,7 +185,8 @@ def kernel(op: type | str, *, backend: str = "cpu", inplace: bool = False, blas:
         if table.registered(cls):
             raise ValueError(f"kernel for {cls.op_name!r} registered twice for backend {backend!r}")
         table[cls] = KernelInfo(cls.op_name, fn, inplace=inplace, blas=blas, ufunc=ufunc, warm=warm, prepare=prepare,
-                                scalar=scalar, splits=splits, width=width, scratch=scratch, kept=kept, op=cls)
+                                scalar=scalar, splits=splits, width=width, scratch=scratch, kept=kept, donate=donate,
+                                op=cls)
         return fn
 
     return register

@@ -15,6 +15,11 @@ from .parallel import MIN_CHUNK_BYTES
 
 __all__ = ["step_width"]
 
+# the LSTM layers' kernels (the checkpointed pair runs the same loops and products as LSTMTraining and LSTMGrad:
+# the same cores, and so the same per-core decisions and bits)
+_LSTM_LAYERS = ("LSTMTraining", "LSTMGrad", "LSTMTrainingCheckpointed", "LSTMGradRecompute")
+
+
 def step_width(op_name: str, blas: bool, splits: bool, operands: Sequence[Optional[TensorType]],
                results: Sequence[Optional[TensorType]], attrs: dict[str, Any]) -> int:
     """How many cores the op's kernel can keep busy: its blocks (``MatMul``), two half-batch
@@ -22,7 +27,7 @@ def step_width(op_name: str, blas: bool, splits: bool, operands: Sequence[Option
     rule); 1 for the rest."""
     if getattr(OPS.get(op_name), "PRODUCT", False) and len(operands) >= 2 and None not in operands[:2]:
         return blocked.partition(*product_shapes(operands, attrs))[1]
-    if op_name in ("LSTMTraining", "LSTMGrad") and operands and operands[0] is not None:
+    if op_name in _LSTM_LAYERS and operands and operands[0] is not None:
         S, B, I = (value_shape(operands[0]) + (1, 1, 1))[:3]
         H = int(attrs.get("hidden_size") or 1)
         halves = B >= lstm_common.SPLIT_MIN_ROWS and B * 4 * H > lstm_common.WHOLE_LOOP_MAX  # split_wanted

@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from .....ops.lstm import LSTMGradOp, LSTMTrainingOp, chunk_steps
+from .....ops.lstm import LSTMGradOp, LSTMTrainingOp, chunk_steps, unit_steps
 from .....ops.lstm_checkpointed import LSTMGradRecomputeOp, LSTMTrainingCheckpointedOp
 from .. import jit
 from ..registry import kernel
@@ -122,7 +122,8 @@ KEPT_MAX_BYTES = 256 << 20
 
 def _grad_buffers(operands: Any, results: Any) -> tuple[int, int, int]:
     """Bytes of LSTMGrad's buffers (``sweep.Sweep``): a chunk's window of da (``T0 + 1`` steps of
-    ``[B, D, 4H]``), the step loops' two-row ring, and the chunk's fresh partial products of dW and dR."""
+    ``[B, D, 4H]``), the step loops' two-row ring, and the chunk's fresh partial product of dW, then of dR
+    (one buffer)."""
     X, dW = results[0], results[1]
     S, nb, I = X.shape
     D, h4 = dW.shape[0], dW.shape[1]
@@ -130,7 +131,7 @@ def _grad_buffers(operands: Any, results: Any) -> tuple[int, int, int]:
     T0 = chunk_steps(S, nb, D, h4 // 4, item)
     da = (min(S, T0 + 1) * nb * D * h4) * item + 64
     ring = 2 * nb * D * (h4 + 64 // item) * item + 64
-    tmp = D * h4 * (I + h4 // 4) * item
+    tmp = h4 * max(I, h4 // 4) * item  # dW's partial product, then dR's, in one buffer
     return da, ring, tmp
 
 
@@ -146,8 +147,45 @@ def _grad_kept(operands: Any, results: Any, attrs: Any) -> dict[str, int]:
     return {name: n for name, n in (("lstm buf", da), ("lstm ring", ring)) if n - 64 <= KEPT_MAX_BYTES}
 
 
-# Registered here, beside their warm hook, which runs both.
+def _recompute_scratch(operands: Any, results: Any, attrs: Any) -> int:
+    """LSTMGradRecompute's scratch: LSTMGrad's buffers, plus a unit's recomputed values (``L + 1`` steps of
+    the gates, C and H: ``[L + 1, D, B, 6H]``) and its own copy of the used snapshot slots
+    (``checkpointed.lstm_grad_recompute``; ``recurrence.py`` counts the same, against LSTMGrad's)."""
+    X, dW = results[0], results[1]
+    S, nb, _ = X.shape
+    D, h = dW.shape[0], dW.shape[1] // 4
+    item = X.dtype.itemsize
+    L = unit_steps(attrs["segment"], chunk_steps(S, nb, D, h, item), S)
+    s = min(attrs["checkpoints"], -(-S // L))
+    return _grad_scratch(operands, results, attrs) + ((min(L, S) + 1) * 6 + s * 2) * D * nb * h * item
+
+
+def _checkpointed_scratch(operands: Any, results: Any, attrs: Any) -> int:
+    """LSTMTrainingCheckpointed's scratch: one chunk's cell states and gates (``[T0, D, B, 5H]``; LSTMTraining
+    writes them into its results CAll and iofc)."""
+    HAll = results[0]
+    S, D, nb, h = HAll.shape
+    T0 = chunk_steps(S, nb, D, h, HAll.dtype.itemsize)
+    return min(T0, S) * D * nb * 5 * h * HAll.dtype.itemsize
+
+
+def _recompute_donate(operands: Any, results: Any, attrs: Any) -> list[tuple[int, int]]:
+    """``KernelInfo.donate`` of LSTMGradRecompute: dX (``[S, B, I]``) over dHAll (``[S, 1, B, H]``, operand 9)
+    when there is one direction and ``I == H``: the same bytes per step and row, and every chunk's step loops
+    read a step's dHAll before they write its dX (``sweep.Sweep``: a chunk's dX rows are written by its
+    step loops at the step, or by one product after them, and no later chunk reads its dHAll)."""
+    X, dHAll = operands[0], operands[9] if len(operands) > 9 else None
+    if dHAll is None or dHAll.shape[1] != 1 or X.shape[2] != dHAll.shape[3]:
+        return []
+    return [(0, 9)]
+
+
+# Registered here, beside their warm hook, which runs both.  (LSTMTraining's own step temporaries are a
+# few ``[B, 4H]`` rows: not declared.)
 kernel(LSTMTrainingOp, blas=True, warm=_warm_layers)(lstm_training)
 kernel(LSTMGradOp, blas=True, warm=_warm_layers, scratch=_grad_scratch, kept=_grad_kept)(lstm_grad)
-kernel(LSTMTrainingCheckpointedOp, blas=True, warm=_warm_layers)(lstm_training_checkpointed)
-kernel(LSTMGradRecomputeOp, blas=True, warm=_warm_layers)(lstm_grad_recompute)
+kernel(LSTMTrainingCheckpointedOp, blas=True, warm=_warm_layers, scratch=_checkpointed_scratch)(
+    lstm_training_checkpointed)
+kernel(LSTMGradRecomputeOp, blas=True, warm=_warm_layers, scratch=_recompute_scratch, kept=_grad_kept,
+       donate=_recompute_donate)(
+    lstm_grad_recompute)

@@ -114,6 +114,7 @@ class Sweep:
         self.db = [np.zeros((D, 4 * h), dt), np.zeros((D, 4 * h), dt)]
         self.dHA = None if k.dHAll is None else np.ascontiguousarray(k.dHAll)
         self.wanted = common.split_wanted(self.jl, nb, h) if wanted is None else wanted
+        self._part: np.ndarray | None = None  # a chunk's partial product of dW, then of dR (``_products``)
 
     def __enter__(self) -> "Sweep":
         k = self.k
@@ -280,15 +281,20 @@ class Sweep:
         if self.jl is None:  # dB's sums (the compiled loops sum them step by step)
             part = np.matmul(np.ones(dac.shape[0], dt), dac) if dac.shape[0] >= 1024 else np.add.reduce(dac, axis=0)
             self.db[0][d] += part
-        # the weight gradients: this chunk's partial products, fresh, then added
+        # the weight gradients: this chunk's partial products, fresh, then added; dW's and dR's one after the
+        # other through one buffer (the same products and additions: the same bits, half the scratch)
         fresh = self.first_dW
         self.first_dW = False
         dW, dR = k.dW[d], k.dR[d]
-        pW = dW if fresh else np.empty_like(dW)
+        if not fresh and self._part is None:
+            self._part = np.empty(4 * h * max(I, h), dt)
+        pW = dW if fresh else view(self._part[: 4 * h * I], (4 * h, I))
         k.mm(dac.T, X2, pW)
+        if not fresh:
+            dW += pW
         # steps whose H_{t∓1} is a step: t >= 1 (forward) or t <= S-2 (reverse)
         a, b = (max(lo, 1), c_hi) if not rev else (lo, min(c_hi, S - 1))
-        pR = dR if fresh else np.empty_like(dR)
+        pR = dR if fresh else view(self._part[: 4 * h * h], (4 * h, h))
         if b > a:
             s = 1 if rev else -1
             hp = HA[a + s - base: b + s - base, d]
@@ -306,5 +312,4 @@ class Sweep:
                 first_da = da[self.first[starts] - base, starts, d]
                 k.mm(first_da.T, k.H0[d][starts], pR, np.empty_like(pR))
         if not fresh:
-            dW += pW
             dR += pR
