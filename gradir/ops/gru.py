@@ -11,7 +11,7 @@ from ..ir.op import Attr, BackwardOp, InferContext, Op, Operand, format_attr_val
 from ..ir.onnxmap import MS_DOMAIN, OnnxMap
 from ..ir.types import FLOAT_DTYPES, Dim, TensorType
 from . import references
-from .lstm import HIDDEN, LayerCheck
+from .lstm import HIDDEN, LayerCheck, unit_steps
 
 _ACTS = ("sigmoid", "tanh")
 
@@ -198,7 +198,7 @@ def scratch_bytes(kind: str, S: int, nb: int, I: int, h: int, D: int, itemsize: 
         if kind == "grad":
             n += S * nb * (3 * I + 5 * h) if rev else 0  # X, HAll, ZRH, dHAll, dX copies; dX reversed back
         else:
-            L = lstm.unit_steps(segment, T0, S)
+            L = unit_steps(segment, T0, S)
             m = min(L, S)
             s = min(checkpoints, -(-S // L))
             n += (m + 1) * nb * h + m * nb * 3 * h + s * nb * h  # a unit's HAll and gates, its snapshots
