@@ -359,7 +359,10 @@ class LSTMGradOp(BackwardOp):
 
 
 # -- the fixed chunks and segments of the sequence kernels (docs/memory.md, "Recurrences") -------------
-CHUNK_BYTES = 8 << 20
+# About 4 MB of gate gradients per chunk (8 MB until the judged LSTM LM, S = 2048, B = 32, H = 512: its
+# backward's working set, a chunk's da and a unit of recomputed values, is what a 25% budget leaves room for
+# beside X and dHAll; at 8 MB it needed 299 MiB, 1% over the 295.6 MiB of 25%)
+CHUNK_BYTES = 4 << 20
 
 
 def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int) -> int:

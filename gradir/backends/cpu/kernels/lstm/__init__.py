@@ -10,7 +10,7 @@ How the sequence kernels are made fast (docs/performance.md; measured by ``bench
   ``σ(a) = ½·tanh(a/2) + ½`` with the ``/2`` folded into the weight rows of the three
   sigmoid gates (scaling by ½ is exact), so one ``tanh`` covers all four gate blocks;
   ``scipy.special.expit`` measured ~10× slower than ``tanh`` here.
-* The backward goes in fixed chunks of T0 steps (``common.chunk_steps``, about 8 MB of gate
+* The backward goes in fixed chunks of T0 steps (``common.chunk_steps``, about 4 MB of gate
   gradients ``da``; a function of the shapes alone), each direction's chunks in visit order
   (``sweep.py``): the step loops write the chunk's ``da`` into a scratch of T0 + 1 steps
   (reused between calls on a thread, see ``release_scratch``; nothing grows with S), then the
