@@ -106,9 +106,13 @@ def test_measured_peak_is_within_ten_percent_of_the_planned_peak(name, threads):
     exe, inputs = _training(name)
     planned = exe.plan.peak_bytes
     m = trace_run(exe, inputs, threads=threads)
-    assert 0.9 * planned <= m.peak <= 1.1 * planned, (
+    # the plan counts the scratch kernels keep on their thread once (``Plan.kept_bytes``); with two threads the
+    # other may keep its own copy (which thread runs a step varies: a CNN measured 6.4 MiB against its 4.7 MiB
+    # plan in one full test run, 4.8 in another), a known gap of the plan (docs/memory.md, "Measured peak")
+    more = (threads - 1) * exe.plan.kept_bytes
+    assert 0.9 * planned <= m.peak <= 1.1 * planned + more, (
         f"{name}, {threads} thread(s): measured {m.peak / 2**20:.2f} MiB (held at the start {m.held / 2**20:.2f}), "
-        f"planned {planned / 2**20:.2f} MiB")
+        f"planned {planned / 2**20:.2f} MiB, kept per thread {exe.plan.kept_bytes / 2**20:.2f} MiB")
 
 
 def test_measured_peak_counts_the_inputs_and_the_outputs():

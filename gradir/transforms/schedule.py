@@ -84,6 +84,9 @@ class Plan:
     # the freed values and outputs whose buffers a backend's pool may keep for a later result without
     # raising the peak (``gradir.transforms.recycling``); None: any (shapes not all known)
     recycle: Optional[set[str]] = None
+    # the scratch kernels keep on a thread for their next call, counted once in ``curve`` (each name's largest);
+    # with more threads each thread that runs such a kernel may keep a copy of its own (docs/memory.md)
+    kept_bytes: int = 0
     memory: Any = None  # what a memory budget decided (``gradir.transforms.memory.planner.MemoryReport``), or None
 
     @property
@@ -290,7 +293,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
     recycle = recycled(steps, types, curve, peak, inputs, program.live_outputs, views) if static else None
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
                 peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),
-                bool(heavy), any(st.kernel.blas for st in steps), views, curve, recycle)
+                bool(heavy), any(st.kernel.blas for st in steps), views, curve, recycle, kept_bytes=held)
 
 
 def donations(st: Step, types: dict) -> set[tuple[int, int]]:
