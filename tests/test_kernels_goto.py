@@ -95,6 +95,36 @@ def test_a_second_product_over_two_operands_is_one_over_their_rows(dtype: type) 
         jo.gemm2(A, B1, B2[:64], C1, C2, *buffers, B2y=B2[65:])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_added_piece_by_piece_give_the_bits_of_one_product(dtype: type) -> None:
+    """``gemm_acc`` and ``gemm2(acc=True)`` continue each element's chain of FMAs from its value in C: a
+    product over k split into pieces (one across a KC block, one an edge of a few k), the first by ``gemm``
+    and the rest added, is one ``gemm`` over all of k, bit for bit, in any row split (an LSTM's weight
+    gradients, chunk by chunk).  Shapes it does not take are refused."""
+    rng = np.random.default_rng(4)
+    buffers = jo.buffers(dtype)
+    for M, K, N1, N2, cuts in ((100, 2 * jo.KC + 40, 33, 17, (7, jo.KC + 3)), (13, 9, 5, 16, (1, 2, 8))):
+        A = _operand(rng, M, K, dtype, True)
+        B1, B2 = (_operand(rng, K, n, dtype, False) for n in (N1, N2))
+        W1, W2 = np.empty((M, N1), dtype), np.empty((M, N2), dtype)
+        jo.gemm(A, B1, W1, *buffers)
+        jo.gemm(A, B2, W2, *buffers)
+        edges = [0, *cuts, K]
+        C1, C2 = np.full((M, N1), np.nan, dtype), np.full((M, N2), np.nan, dtype)
+        jo.gemm(A[:, : edges[1]], B1[: edges[1]], C1, *buffers)
+        jo.gemm(A[:, : edges[1]], B2[: edges[1]], C2, *buffers)
+        for i, (k0, k1) in enumerate(zip(edges[1:], edges[2:])):
+            for r0, r1 in ((0, M // 2), (M // 2, M)):  # two row halves, as an LSTM's two threads
+                if i % 2:
+                    jo.gemm_acc(A[r0:r1, k0:k1], B1[k0:k1], C1[r0:r1], *buffers)
+                    jo.gemm_acc(A[r0:r1, k0:k1], B2[k0:k1], C2[r0:r1], *buffers)
+                else:
+                    jo.gemm2(A[r0:r1, k0:k1], B1[k0:k1], B2[k0:k1], C1[r0:r1], C2[r0:r1], *buffers, acc=True)
+        assert np.array_equal(C1, W1) and np.array_equal(C2, W2), (M, K)
+    with pytest.raises(ValueError, match="gemm_acc"):
+        jo.gemm_acc(A, B1[:-1], C1, *buffers)
+
+
 def test_special_values_and_empty_reductions() -> None:
     a = np.zeros((8, 20), np.float32)
     a[0, 0], a[1, 1], a[2, 2] = np.inf, np.nan, -0.0

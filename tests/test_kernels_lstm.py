@@ -507,21 +507,23 @@ def force_path(monkeypatch, path):
     """Make small problems take a large-problem path of the compiled LSTMGrad: ``per_step``
     (one loop, BLAS per step), ``halves`` (two half-batch loops, compiled whole with the
     packed-panel GEMM, as on CPUs where it beats BLAS), ``halves_blas`` (two half-batch loops,
-    BLAS per step, as on the others)."""
-    if path in ("per_step", "halves", "halves_blas"):
+    BLAS per step, as on the others), ``halves_acc`` (``halves`` with each chunk's weight-gradient products
+    added straight into dW and dR by the packed kernels, as large problems there: ``sweep.accumulating``)."""
+    if path in ("per_step", "halves", "halves_blas", "halves_acc"):
         monkeypatch.setattr(lstm_common, "WHOLE_LOOP_MAX", 0)  # large-problem paths
-    if path in ("halves", "halves_blas"):
+    if path in ("halves", "halves_blas", "halves_acc"):
         monkeypatch.setattr(lstm_common, "SPLIT_MIN_ROWS", 2)  # two half-batch step loops
         monkeypatch.setattr(parallel, "_idle_sleep", True)  # as where BLAS threads sleep soon
         monkeypatch.setattr(lstm_sweep, "BLOCK_ELEMENTS", 1)  # one step per compiled call
-        monkeypatch.setattr(jit_gemm, "FAST_LARGE", path == "halves")
+        monkeypatch.setattr(jit_gemm, "FAST_LARGE", path != "halves_blas")
+        monkeypatch.setattr(lstm_sweep, "ACC_MIN_MNK", 0 if path == "halves_acc" else 1 << 62)
     elif path == "per_step":
         monkeypatch.setattr(parallel, "_idle_sleep", False)  # OpenBLAS's default spin
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("direction", DIRECTIONS)
-@pytest.mark.parametrize("path", ["whole", "per_step", "halves", "halves_blas"])
+@pytest.mark.parametrize("path", ["whole", "per_step", "halves", "halves_blas", "halves_acc"])
 def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, path):
     rng = np.random.default_rng(31)
     S, nb, I, H = 7, 5, 4, 6
@@ -550,6 +552,44 @@ def test_compiled_agrees_with_numpy(monkeypatch, dtype, direction, path):
             np.testing.assert_array_equal(g, a, err_msg=name)  # deterministic
             scale = max(1.0, float(np.abs(r).max()))
             np.testing.assert_allclose(g / scale, r / scale, err_msg=f"{name} {with_sl} {with_p} {with_h0}", **tol)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_accumulated_weight_gradients_over_many_chunks(monkeypatch, direction):
+    """Where each chunk's products are added straight into dW and dR (``sweep.accumulating``), over chunks of
+    2 steps (the last one shorter), with sequence lengths and H0: the packed kernels' ``gemm_acc``/``gemm2``
+    are really called, the results agree with the NumPy kernels (fresh partial products, then added) and
+    are the same bits on one thread and on two."""
+    from gradir.backends.cpu.kernels import _jit_goto as jo
+
+    rng = np.random.default_rng(41)
+    S, nb, I, H = 9, 6, 5, 4
+    D = 2 if direction == "bidirectional" else 1
+    force_path(monkeypatch, "halves_acc")
+    monkeypatch.setattr(ops_lstm, "CHUNK_BYTES", 2 * nb * D * 4 * H * 4)
+    calls = []
+    for name in ("gemm_acc", "gemm2"):
+        real = getattr(jo, name)
+        monkeypatch.setattr(jo, name, lambda *a, _real=real, _name=name, **k: (calls.append(_name), _real(*a, **k)))
+    ops = make_layer(rng, S, nb, I, H, direction, with_sl=True, with_p=True, with_h0=True, dtype=np.float32)
+    up = upstream(rng, S, nb, H, D, "all", dtype=np.float32)
+    fwd = run_forward(ops, H, direction)
+    saved = jit.enabled()
+    jit.set_enabled(True)
+    try:
+        got = {}
+        for threads in (1, 2):
+            with parallel.cores(threads):
+                got[threads] = run_grad(ops, fwd, up, H, direction)
+    finally:
+        jit.set_enabled(saved)
+    assert "gemm2" in calls and "gemm_acc" in calls
+    with jit.disabled():
+        ref = run_grad(ops, fwd, up, H, direction)
+    for name, a, b, r in zip(("dX", "dW", "dR", "dB", "dH0", "dC0", "dP"), got[1], got[2], ref):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        scale = max(1.0, float(np.abs(r).max()))
+        np.testing.assert_allclose(a / scale, r / scale, rtol=2e-5, atol=2e-6, err_msg=name)
 
 
 def test_compiled_float32_tanh_accuracy():

@@ -56,7 +56,7 @@ def test_revolve_rejects_empty_chains():
 
 def test_lstm_plans_are_a_small_pareto_front_from_one_extra_forward_down():
     plans = revolve.lstm_plans(2048, 32, 2 * 32 * 512 * 4, 6 * 32 * 512 * 4, 1 << 20, 1e-4)
-    assert 2 <= len(plans) <= 8
+    assert 2 <= len(plans) <= 24
     assert plans[0].recomputed_steps == 2048 and plans[0].max_recomputations == 1
     assert all(p.segment % 32 == 0 for p in plans)
     for p, q in zip(plans, plans[1:]):
@@ -135,7 +135,7 @@ def test_checkpointed_ops_have_the_bits_of_lstm_training_and_lstm_grad(direction
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
-@pytest.mark.parametrize("path", ["per_step", "halves", "halves_blas"])
+@pytest.mark.parametrize("path", ["per_step", "halves", "halves_blas", "halves_acc"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_checkpointed_ops_have_the_bits_on_the_large_problem_paths(monkeypatch, direction, path, threads,
                                                                    chunk_bytes):
@@ -178,7 +178,7 @@ def _check_donated_bits(rng, S, nb, H, direction, sl, T0, schedules):  # type: i
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
-@pytest.mark.parametrize("path", ["default", "per_step", "halves", "halves_blas"])
+@pytest.mark.parametrize("path", ["default", "per_step", "halves", "halves_blas", "halves_acc"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dx_written_over_dhall_has_the_bits_of_fresh_buffers(monkeypatch, direction, path, threads, chunk_bytes):
     if path != "default":

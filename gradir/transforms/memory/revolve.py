@@ -159,7 +159,7 @@ class LSTMLayerPlan:
 
 
 def lstm_plans(S: int, chunk: int, state_bytes: int, step_tape_bytes: int, scratch_bytes: int,
-               step_seconds: float, most: int = 8) -> list[LSTMLayerPlan]:
+               step_seconds: float, most: int = 24) -> list[LSTMLayerPlan]:
     """A Pareto set (memory down, extra time up) of at most ``most`` checkpointing plans for a layer of
     ``S`` steps: segments of ``L`` steps (multiples of ``chunk``) and ``s`` slots, from every segment
     boundary a snapshot (one extra forward) down to the least memory.  ``state_bytes`` is one (h, c)
@@ -177,7 +177,8 @@ def lstm_plans(S: int, chunk: int, state_bytes: int, step_tape_bytes: int, scrat
         if n in seen or n > 256:
             continue
         seen.add(n)
-        for s in sorted({min(n, v) for v in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, n)}):
+        for s in sorted({min(n, v) for v in (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80,
+                                              96, 112, 128, 160, 192, 224, n)}):
             steps = recomputed_units(n, s) * L
             mem = s * state_bytes + (min(L, S) + 1) * step_tape_bytes + scratch_bytes
             cands.append(LSTMLayerPlan(L, n, s, mem, steps, steps * step_seconds, max_recomputations(n, s)))

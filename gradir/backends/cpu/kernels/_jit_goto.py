@@ -37,7 +37,7 @@ from numba.extending import intrinsic
 from ._jit_core import INLINE, prefetch_span, stream32, vector_copy
 from ._jit_gemm import data, vectors
 
-__all__ = ["MR", "MC", "KC", "NC", "gemm", "gemm2", "fits2", "buffers", "prepacked_size", "stream_packed",
+__all__ = ["MR", "MC", "KC", "NC", "gemm", "gemm_acc", "gemm2", "fits2", "buffers", "prepacked_size", "stream_packed",
            "unpacked"]
 
 MR = 6  # rows per register tile
@@ -332,18 +332,31 @@ def gemm(A, B, C, Ap, Bp, tmp):  # type: ignore[no-untyped-def]
     N = B.shape[1]
     for j0 in range(0, N, NC):  # blocks of NC columns: ``_products`` with no second product
         j1 = min(N, j0 + NC)
-        _products(A, B[:, j0:j1], B[:, j0:j0], B[:0, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp, Ap[:0], 0, 0)
+        _products(A, B[:, j0:j1], B[:, j0:j0], B[:0, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp, Ap[:0], 0, 0, 0)
+
+
+def gemm_acc(A: np.ndarray, B: np.ndarray, C: np.ndarray, Ap: np.ndarray, Bp: np.ndarray, tmp: np.ndarray) -> None:
+    """``C += A·B`` (``gemm``'s operands): each element's chain of fused multiply-adds starts from its value in
+    ``C`` instead of zero, so products over consecutive pieces of ``k`` added this way give the bits of one
+    product over all of them (an LSTM's weight gradients, chunk by chunk: ``lstm.sweep``)."""
+    (M, K), N = A.shape, B.shape[1]
+    if B.shape[0] != K or C.shape != (M, N) or (C.shape[1] > 1 and C.shape[0] and C.strides[1] != C.itemsize):
+        raise ValueError(f"gemm_acc: shapes {A.shape}, {B.shape} -> {C.shape} (or output strides) it does not take")
+    for j0 in range(0, N, NC):
+        j1 = min(N, j0 + NC)
+        _products(A, B[:, j0:j1], B[:, j0:j0], B[:0, j0:j0], C[:, j0:j1], C[:, j0:j0], Ap, Bp, tmp, Ap[:0], 0, 0, 1)
 
 
 _SIGS2 = [f"void({t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[:, :], {t}[::1], {t}[::1], "
-          f"{t}[:, ::1], {t}[::1], intp, intp)" for t in ("float32", "float64")]
+          f"{t}[:, ::1], {t}[::1], intp, intp, intp)" for t in ("float32", "float64")]
 
 
 def gemm2(A: np.ndarray, B1: np.ndarray, B2: np.ndarray, C1: np.ndarray, C2: np.ndarray, Ap: np.ndarray,
           Bp: np.ndarray, tmp: np.ndarray, B2y: np.ndarray | None = None, Apre: np.ndarray | None = None,
-          nt: int = 0, t0: int = 0) -> None:
-    """``C1 = A·B1`` and ``C2 = A·B2`` with each block of ``A`` packed once for both (an LSTM's
-    ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm`` calls.  With ``B2y``,
+          nt: int = 0, t0: int = 0, acc: bool = False) -> None:
+    """``C1 = A·B1`` and ``C2 = A·B2`` (with ``acc``: ``+=``, as ``gemm_acc``) with each block of ``A``
+    packed once for both (an LSTM's ``dW = daᵀ·X`` and ``dR = daᵀ·H_{t-1}``): the bits of two ``gemm``
+    calls.  With ``B2y``,
     ``B2``'s rows are those of ``B2`` then those of ``B2y`` (an LSTM's ``H0`` beside ``HAll``,
     with no copy).  ``C1`` and ``C2`` need unit column strides and ``B1`` and ``B2`` at most
     ``NC`` columns together (``fits2``): checked here, since the compiled loop trusts them.
@@ -364,14 +377,14 @@ def gemm2(A: np.ndarray, B1: np.ndarray, B2: np.ndarray, C1: np.ndarray, C2: np.
             or any(c.strides[1] != c.itemsize for c in (C1, C2) if c.shape[1] > 1 and c.shape[0])):
         raise ValueError(f"gemm2: shapes {A.shape}, {B1.shape}, {B2.shape} + {B2y.shape} -> {C1.shape}, "
                          f"{C2.shape} (or output strides) it does not take")
-    _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp, Apre, nt, t0)
+    _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp, Apre, nt, t0, 1 if acc else 0)
 
 
 @njit(**_OPTS)
-def _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp, Apre, nt, t0):  # type: ignore[no-untyped-def]
+def _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp, Apre, nt, t0, acc):  # type: ignore[no-untyped-def]
     """``C1 = A·B1`` and ``C2 = A·[B2; B2y]`` for at most ``NC`` columns together: the loop of
     ``gemm`` (per block of columns, with an empty second product) and ``gemm2`` (``A``'s blocks
-    taken from ``Apre`` when it is not empty)."""
+    taken from ``Apre`` when it is not empty); ``acc``: added to ``C1`` and ``C2`` (``gemm_acc``)."""
     M, K = A.shape
     N1, N2 = B1.shape[1], B2.shape[1]
     K2 = B2.shape[0]
@@ -379,7 +392,7 @@ def _products(A, B1, B2, B2y, C1, C2, Ap, Bp, tmp, Apre, nt, t0):  # type: ignor
     np1, np2 = (N1 + pw - 1) // pw, (N2 + pw - 1) // pw
     for k0 in range(0, K, KC):
         kc = min(KC, K - k0)
-        accf = 1 if k0 > 0 else 0
+        accf = 1 if k0 > 0 or acc else 0
         ts, ps = kc * MR + _PAD, kc * pw + _PAD
         _pack_b(B1, Bp, k0, kc, 0, N1, pw, ps, 0, 0)
         if k0 < K2:

@@ -221,6 +221,10 @@ def _goto(jo, a2: np.ndarray, b2: np.ndarray, o2: np.ndarray) -> None:  # type: 
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: Optional[np.ndarray]) -> np.ndarray:
+    if a.ndim == 2 and b.ndim == 2 and a.shape[0] * a.shape[1] * b.shape[-1] < GOTO_MIN_MNK:
+        # one call whatever follows (``partition`` gives no split below 2 x MIN_BLOCK_FLOPS, and
+        # ``_goto_kernel`` takes nothing this small): spared their checks, a small LSTM's products
+        return np.matmul(a, b, out=out)
     if a.ndim == 2 and b.ndim == 2 and a.strides[0] == a.itemsize and a.shape[1] == b.shape[0]:
         jo = _goto_kernel(a, b, out)
         if jo is not None:

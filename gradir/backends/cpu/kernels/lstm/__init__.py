@@ -71,6 +71,7 @@ from ..registry import kernel
 from .backward import lstm_grad, release_scratch
 from .checkpointed import lstm_grad_recompute, lstm_training_checkpointed
 from .cell import grad_lstm_cell_input, grad_lstm_cell_input_fused, lstm_cell
+from . import sweep
 from .common import this_thread
 from .forward import lstm_training
 
@@ -123,7 +124,7 @@ KEPT_MAX_BYTES = 256 << 20
 def _grad_buffers(operands: Any, results: Any) -> tuple[int, int, int]:
     """Bytes of LSTMGrad's buffers (``sweep.Sweep``): a chunk's window of da (``T0 + 1`` steps of
     ``[B, D, 4H]``), the step loops' two-row ring, and the chunk's fresh partial product of dW, then of dR
-    (one buffer)."""
+    (one buffer; none where each chunk's products are added straight into them, ``sweep.accumulating``)."""
     X, dW = results[0], results[1]
     S, nb, I = X.shape
     D, h4 = dW.shape[0], dW.shape[1]
@@ -131,7 +132,9 @@ def _grad_buffers(operands: Any, results: Any) -> tuple[int, int, int]:
     T0 = chunk_steps(S, nb, D, h4 // 4, item)
     da = (min(S, T0 + 1) * nb * D * h4) * item + 64
     ring = 2 * nb * D * (h4 + 64 // item) * item + 64
-    tmp = h4 * max(I, h4 // 4) * item  # dW's partial product, then dR's, in one buffer
+    # dW's partial product, then dR's, in one buffer; none where the products are added straight into them
+    acc = sweep.accumulating(nb, T0, I, h4 // 4, np.dtype(f"f{item}")) if item in (4, 8) else None
+    tmp = 0 if acc is not None else h4 * max(I, h4 // 4) * item
     return da, ring, tmp
 
 

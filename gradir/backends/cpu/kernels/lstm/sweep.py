@@ -4,9 +4,11 @@ backward (``checkpointed.py``).
 The steps go in fixed chunks of ``T0`` steps (``common.chunk_steps``: a function of the shapes alone),
 each direction's chunks in the order its backward visits them.  Per chunk: the step loops write the
 chunk's gate gradients ``da`` (a scratch of ``T0 + 1`` steps, the only one that grows with the
-problem, bounded by the chunk), then its rows of ``dX = da·W`` and its partial products of the weight
-gradients (``daᵀ·X``, ``daᵀ·H_{t∓1}``, with the ``H0`` terms of rows that start in it), each fresh,
-then added to the sums in the chunks' order; ``dB`` and ``dP`` are summed step by step (compiled) or
+problem, bounded by the chunk), then its rows of ``dX = da·W`` and its terms of the weight gradients
+(``daᵀ·X``, ``daᵀ·H_{t∓1}``, with the ``H0`` terms of rows that start in it): where the packed kernels
+are used (``accumulating``) added straight into dW and dR, each element's chain of fused multiply-adds
+going on from chunk to chunk; elsewhere each chunk's partial products fresh, then added to the sums in the
+chunks' order; ``dB`` and ``dP`` are summed step by step (compiled) or
 per chunk (NumPy) in the same order.  A chunk reads the forward's values only through a *window*:
 the chunk's steps and the one step before them in the forward's order (``C_{t∓1}``, ``H_{t∓1}``),
 given as arrays whose index 0 is step ``base``; LSTMGrad passes views of HAll, CAll and iofc, the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +28,7 @@ from . import common
 from .bptt import Direction, Grad
 from .common import this_thread, view
 
-__all__ = ["Sweep", "visit_chunks", "window"]
+__all__ = ["Sweep", "visit_chunks", "window", "accumulating"]
 
 # Elements of ``da`` (steps x rows x 4H) per compiled call of the step loop: between calls a Ctrl-C
 # stops the loops.
@@ -34,6 +37,10 @@ BLOCK_ELEMENTS = 1 << 21
 DX_IN_LOOP = True
 # da streamed to memory from a ring in cache by the step loops (False: written in place; the same bits)
 STREAM = True
+
+# A chunk's products (rows x 4H x (I + H)) from this size on are added straight into dW and dR by the packed
+# kernels (``accumulating``); below it, packing costs more than it saves (tests force either way)
+ACC_MIN_MNK = blocked.GOTO_MIN_MNK
 
 _scratch_local = threading.local()
 _SCRATCH_MAX_BYTES = 256 << 20
@@ -58,6 +65,24 @@ def release() -> None:
     """Drop the calling thread's kept buffers."""
     _scratch_local.buf = None
     _scratch_local.ring = None
+
+
+def accumulating(nb: int, T0: int, I: int, h: int, dtype: Any) -> Any:
+    """``_jit_goto`` when the weight gradients are summed by adding each chunk's products straight into dW
+    and dR (``_jit_goto.gemm_acc``/``gemm2(acc=True)``: every element one chain of fused multiply-adds over
+    all the steps' rows, in the chunks' order, whatever the chunking or the split of rows between
+    threads), else None: then each chunk's partial product is made fresh in a buffer and added (NumPy's
+    BLAS, or compiled kernels off).  Where the packed kernels are used (``_jit_gemm.FAST_LARGE``), the JIT
+    is on and a chunk's products are large enough to pay for packing (``blocked.GOTO_MIN_MNK``).  A
+    function of the shapes and the machine: LSTMGrad and the checkpointed backward take the same one."""
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64) or T0 * nb * 4 * h * (I + h) < ACC_MIN_MNK:
+        return None
+    jl = jit.load("lstm")
+    if jl is None or not jl.gemm_module.FAST_LARGE:
+        return None
+    jo = jit.load("goto")
+    return jo if jo is not None and jo.fits2(I, h, dt) else None
 
 
 def visit_chunks(S: int, T0: int, rev: bool) -> list[tuple[int, int]]:
@@ -115,6 +140,10 @@ class Sweep:
         self.dHA = None if k.dHAll is None else np.ascontiguousarray(k.dHAll)
         self.wanted = common.split_wanted(self.jl, nb, h) if wanted is None else wanted
         self._part: np.ndarray | None = None  # a chunk's partial product of dW, then of dR (``_products``)
+        jo = accumulating(nb, self.T0, k.I, h, dt) if self.jl is not None else None
+        # (the products go straight into dW and dR: they must take the compiled kernel's layout)
+        self.jo = jo if jo is not None and all(a.flags.c_contiguous and a.flags.aligned
+                                               for a in (k.dW, k.dR)) else None
 
     def __enter__(self) -> "Sweep":
         k = self.k
@@ -281,11 +310,14 @@ class Sweep:
         if self.jl is None:  # dB's sums (the compiled loops sum them step by step)
             part = np.matmul(np.ones(dac.shape[0], dt), dac) if dac.shape[0] >= 1024 else np.add.reduce(dac, axis=0)
             self.db[0][d] += part
-        # the weight gradients: this chunk's partial products, fresh, then added; dW's and dR's one after the
-        # other through one buffer (the same products and additions: the same bits, half the scratch)
         fresh = self.first_dW
         self.first_dW = False
         dW, dR = k.dW[d], k.dR[d]
+        if self.jo is not None:
+            self._accumulate(lo, c_hi, base, da, dac, X2, HA, fresh)
+            return
+        # the weight gradients: this chunk's partial products, fresh, then added; dW's and dR's one after the
+        # other through one buffer (the same products and additions: the same bits, half the scratch)
         if not fresh and self._part is None:
             self._part = np.empty(4 * h * max(I, h), dt)
         pW = dW if fresh else view(self._part[: 4 * h * I], (4 * h, I))
@@ -313,3 +345,52 @@ class Sweep:
                 k.mm(first_da.T, k.H0[d][starts], pR, np.empty_like(pR))
         if not fresh:
             dR += pR
+
+    def _accumulate(self, lo: int, c_hi: int, base: int, da: np.ndarray, dac: np.ndarray, X2: np.ndarray,
+                    HA: np.ndarray, fresh: bool) -> None:
+        """The weight gradients' terms of steps ``lo .. c_hi-1`` added straight into dW and dR (``accumulating``:
+        no partial product, no buffer): ``daᵀ·X`` and ``daᵀ·H_{t∓1}`` as one ``gemm2`` (each block of ``daᵀ``
+        packed once for both) where every step has its ``H_{t∓1}``, then the ``H0`` terms of rows that start
+        here; the rows of dW and dR in two halves, one per core when the call has two."""
+        k, d, rev, jo = self.k, self.d, self.rev, self.jo
+        S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
+        dW, dR = k.dW[d], k.dR[d]
+        if fresh:  # every element's chain starts from zero
+            dW[...] = 0
+            dR[...] = 0
+        Xr = jit.readable(X2)
+        a, b = (max(lo, 1), c_hi) if not rev else (lo, min(c_hi, S - 1))
+        jobs: list[tuple] = []
+        hp2 = None
+        if b > a:
+            s = 1 if rev else -1
+            hp = HA[a + s - base: b + s - base, d]
+            hp2 = view(hp, ((b - a) * nb, h)) if D == 1 else np.ascontiguousarray(hp).reshape((b - a) * nb, h)
+            hp2 = jit.readable(hp2)
+        if hp2 is not None and (a, b) == (lo, c_hi):
+            jobs.append((dac.T, Xr, hp2, dW, dR))
+        else:
+            jobs.append((dac.T, Xr, None, dW, None))
+            if hp2 is not None:
+                da2 = view(da, (da.shape[0] * nb, D * 4 * h))[:, d * 4 * h: (d + 1) * 4 * h]
+                jobs.append((da2[(a - base) * nb: (b - base) * nb].T, hp2, None, dR, None))
+        if k.H0 is not None:  # each row's first step starts from H0: its term
+            starts = np.flatnonzero((self.first >= lo) & (self.first < c_hi))
+            if starts.size:
+                first_da = da[self.first[starts] - base, starts, d]
+                jobs.append((first_da.T, np.ascontiguousarray(k.H0[d][starts]), None, dR, None))
+        mr = jo.MR
+
+        def half(which: int) -> None:
+            bufs = blocked.goto_buffers(jo, dt)
+            for A, B1, B2, C1, C2 in jobs:
+                m = (A.shape[0] // 2 + mr - 1) // mr * mr
+                r0, r1 = (0, m) if which == 0 else (m, A.shape[0])
+                if r1 <= r0:
+                    continue
+                if B2 is None:
+                    jo.gemm_acc(A[r0:r1], B1, C1[r0:r1], *bufs)
+                else:
+                    jo.gemm2(A[r0:r1], B1, B2, C1[r0:r1], C2[r0:r1], *bufs, acc=True)
+
+        parallel.run_two(lambda stop: half(0), lambda stop: half(1), concurrent=parallel.threads_here() >= 2)
