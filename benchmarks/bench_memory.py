@@ -11,9 +11,9 @@ Cases (``memory_cases.py``):
   budget and with ``memory_budget`` = 50% of its unbudgeted planned peak (goal: time <= 1.2x).  PyTorch runs
   the same function eager, with ``torch.utils.checkpoint.checkpoint(block, x, ..., use_reentrant=False)`` per
   block, and under ``torch.compile`` with ``torch._functorch.config.activation_memory_budget`` at each of
-  ``--compile-budgets``.  gradir at 50% is compared with the checkpointed model and with the torch.compile
-  budget whose measured peak is closest to gradir's without being above it (goal: gradir faster at equal
-  memory).
+  ``--compile-budgets``.  For each torch configuration that measures less than gradir at 50%, gradir runs
+  again at the budget that measures the same (``match_torch_memory``); each torch configuration is judged
+  against the fastest gradir row that measured no more memory (goal: gradir faster at equal memory).
 * ``lstm``: the judged LSTM language model (X [2048, 32, 512], hidden 512, 256 classes, mean cross-entropy
   (``SoftmaxCrossEntropyLoss``) of int targets; gradients of W, R, B, W_out, and X with ``--with-dx``),
   without a budget and with 25% of the unbudgeted planned peak: planned peaks, the measured peak against the

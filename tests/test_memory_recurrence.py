@@ -118,6 +118,11 @@ def _check_bits(rng, S, nb, I, H, direction, dt, sl, h0, p, T0, schedules=SCHEDU
         for a, b in zip((HA, HF, CF, *want), (HA2, HF2, CF2, *got)):
             assert np.array_equal(a, b), where
         assert np.array_equal(States, saved), where  # the operand is left as it was
+        # reuse_states: the backward's snapshots written over the operand, the same bits
+        mine = saved.copy()
+        got = lstm_grad_recompute(X, W, R, B, SL, H0, C0, P, mine, *dy, reuse_states=1, **attrs)
+        for a, b in zip(want, got):
+            assert np.array_equal(a, b), (*where, "reuse_states")
 
 
 @pytest.fixture
@@ -189,6 +194,37 @@ def test_dx_written_over_dhall_has_the_bits_of_fresh_buffers(monkeypatch, direct
         for sl in (False, True):
             _check_donated_bits(rng, 17, 6, 5, direction, sl, T0=2, schedules=[(2, 9), (4, 2)])
         _check_donated_bits(rng, 12, 64, 80, direction, True, T0=4, schedules=[(4, 2)])  # the large paths
+
+
+def _recompute_graph(states_line: str, output: str, reuse: int) -> str:
+    return f"""
+input t0 : Float32 [4, 2, 3]
+input t1 : Float32 [1, 8, 3]
+input t2 : Float32 [1, 8, 2]
+input t9 : Float32 [4, 1, 2, 2]
+{states_line}
+t10, t11, t12, t13, t14, t15, t16 = LSTMGradRecompute(t0, t1, t2, _, _, _, _, _, t8, t9, hidden_size=2, segment=1, checkpoints=2, reuse_states={reuse})
+output {output}
+"""
+
+
+@pytest.mark.parametrize("case, why", [
+    ("output", "is an output of the graph"), ("input", "is an input of the graph"), ("other", "is read by Neg too")])
+def test_writing_over_the_states_is_refused_unless_it_is_read_by_that_op_alone(case, why):
+    """``reuse_states=1`` overwrites ``States``: a located error when anything else could see it; the same
+    graph with ``reuse_states=0`` compiles, and the rewrite's own graphs (States read once) compile and run."""
+    made = "t5, t6, t7, t8 = LSTMTrainingCheckpointed(t0, t1, t2, hidden_size=2, segment=1, checkpoints=2)"
+    states = {"input": "input t8 : Float32 [2, 2, 1, 2, 2]"}.get(case, made)
+    out = {"output": "t10, t8", "other": "t10, t17"}.get(case, "t10")
+    if case == "other":
+        states = made + "\nt17 = Neg(t8)"
+    with pytest.raises(gradir.CompileError) as e:
+        gradir.compile(_recompute_graph(states, out, 1))
+    msg = str(e.value)
+    assert "LSTMGradRecompute writes over its operand States (t8)" in msg and why in msg, msg
+    line = 8 if case == "other" else 7
+    assert msg.startswith(f"<string>:{line}:") and "= LSTMGradRecompute(" in msg and "^^^" in msg, msg  # at the op
+    gradir.compile(_recompute_graph(states, out, 0))
 
 
 # -- the provider: choices, their intervals against the plan, a checkpointed LM run ------------------

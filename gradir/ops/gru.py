@@ -179,7 +179,7 @@ def chunk_steps(S: int, nb: int, D: int, h: int, itemsize: int) -> int:
 
 
 def scratch_bytes(kind: str, S: int, nb: int, I: int, h: int, D: int, itemsize: int, direction: str,
-                  segment: int = 1, checkpoints: int = 1) -> int:
+                  segment: int = 1, checkpoints: int = 1, reuse_states: int = 0) -> int:
     """The bytes a GRU kernel allocates beside its results (``KernelInfo.scratch``), the buffers that grow
     with the sequence or the chunk: ``kind`` one of ``"training"``, ``"grad"``, ``"checkpointed"``,
     ``"recompute"`` (``kernels/gru.py``, ``kernels/gru_checkpointed.py``).  A reverse direction runs on
@@ -201,7 +201,8 @@ def scratch_bytes(kind: str, S: int, nb: int, I: int, h: int, D: int, itemsize: 
             L = unit_steps(segment, T0, S)
             m = min(L, S)
             s = min(checkpoints, -(-S // L))
-            n += (m + 1) * nb * h + m * nb * 3 * h + s * nb * h  # a unit's HAll and gates, its snapshots
+            # a unit's HAll and gates, and its copy of the snapshots (none when it writes over States)
+            n += (m + 1) * nb * h + m * nb * 3 * h + (0 if reuse_states else s * nb * h)
             n += z + (S * nb * (3 * I + h) if rev else 0)  # X, dHAll, dX copies; dX reversed back
     return n * itemsize
 

@@ -20,6 +20,11 @@ CHECKPOINT_ATTRS = LAYER_ATTRS + (
     Attr("segment", "int", min=1, doc="steps per unit (rounded up to whole fixed chunks of the kernels)"),
     Attr("checkpoints", "int", min=1, doc="snapshot slots of the (h, c) state (binomial checkpointing)"),
 )
+# the backward ops' snapshots written over their States operand (docs/memory.md, "Recurrences")
+REUSE_STATES = Attr("reuse_states", "int", 0, min=0, max=1,
+                    doc="1: the backward writes its new snapshots over States (which must then be read by this op "
+                        "alone, and be neither an input nor an output: checked when the graph is compiled); 0: "
+                        "into a copy of its own. The memory planner's rewrite sets 1")
 _NO_ONNX = "a gradir memory-planning rewrite of LSTMTraining/LSTMGrad (export the unbudgeted program)"
 
 
@@ -133,7 +138,12 @@ class LSTMGradRecomputeOp(BackwardOp):
                 Operand("dHAll", optional=True), Operand("dHFinal", optional=True),
                 Operand("dCFinal", optional=True))
     RESULTS = LSTMGradOp.RESULTS
-    ATTRS = CHECKPOINT_ATTRS
+    ATTRS = CHECKPOINT_ATTRS + (REUSE_STATES,)
+
+    @classmethod
+    def overwrites(cls, attrs: Any) -> tuple[int, ...]:
+        """The operands the kernel writes over (``schedule.build_plan`` checks nothing else reads them)."""
+        return (8,) if attrs.get("reuse_states") else ()
 
     def check_attrs(self, ctx: InferContext) -> None:
         check_layer_attrs(ctx)

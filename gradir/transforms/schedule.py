@@ -214,6 +214,7 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
         steps.append(st)
 
     views = _views(steps, types, inputs, outputs)
+    _check_overwrites(steps, readers, views, inputs, outputs, program)
 
     # liveness (a value's buffer lives until the last reader of any view of it is done)
     last_use: dict[str, int] = {}
@@ -294,6 +295,32 @@ def build_plan(program: Program, pass_log: list[tuple[str, str]], kernels: str =
     return Plan(steps, list(program.inputs), list(program.outputs), dict(program.aliases), types, pass_log,
                 peak, naive, _reader_counts(readers, views), inputs | outputs, static, bool(blas),
                 bool(heavy), any(st.kernel.blas for st in steps), views, curve, recycle, kept_bytes=held)
+
+
+def _check_overwrites(steps: list[Step], readers: dict[str, list[int]], views: dict[str, str], inputs: set[str],
+                      outputs: set[str], program: Program) -> None:
+    """An op that writes over an operand (``Op.overwrites``: ``LSTMGradRecompute`` with ``reuse_states=1``)
+    must be its only reader, and the operand neither an input, an output nor a view: else a located error."""
+    diags = []
+    for st in steps:
+        over = getattr(type(st.op), "overwrites", None)
+        for i in over(st.op.attrs) if over is not None else ():
+            v = st.operands[i] if i < len(st.operands) else None
+            if v is None:
+                continue
+            others = [p for w in [v, *(r for r, b in views.items() if b == v)] for p in readers.get(w, ())
+                      if p != st.index]
+            why = ("is an input of the graph" if v in inputs else "is an output of the graph" if v in outputs
+                   else "is a view of another value" if v in views
+                   else f"is read by {steps[others[0]].op.op_name} too" if others
+                   else "is read twice by it" if st.operands.count(v) > 1 else None)
+            if why:
+                name = st.op.OPERANDS[i].name if i < len(st.op.OPERANDS) else f"operand {i}"
+                diags.append(Diagnostic(f"{st.op.op_name} writes over its operand {name} ({v}), but {v} {why}: "
+                                        f"{v} must be read by this op alone (set reuse_states=0 to keep it)",
+                                        st.op.loc.name if st.op.loc else None, program.graph.source))
+    if diags:
+        raise CompileError(diags)
 
 
 def donations(st: Step, types: dict) -> set[tuple[int, int]]:

@@ -84,7 +84,7 @@ def _choice(program: Program, plan: Any, f: Any, readers: dict[str, list[int]], 
     options = []
     for p in revolve.lstm_plans(S, T0, state, tape, 0, step_seconds):
         L = unit_steps(p.segment, T0, S)
-        work = (min(L, S) + 1) * tape + p.slots * state  # the unit's buffer and the backward's own snapshots
+        work = (min(L, S) + 1) * tape  # the unit's buffer (the backward's snapshots go over States: reuse_states)
         fwd_scratch = min(T0, S) * D * nb * 5 * h * itemsize
         values = [Interval(-removed + p.slots * state, f.index, g.index)]
         if free_h and h_end + 1 <= g.index:
@@ -182,7 +182,8 @@ def _gru_choice(plan: Any, f: Any, readers: dict[str, list[int]], keep: set[str]
             values.append(Interval(-value_bytes(th), h_end + 1, g.index))
         # the kernels' declared scratch, new against old (``gradir.ops.gru.scratch_bytes``)
         sizes = (S, nb, tx.shape[2], h, D, itemsize, attrs.get("direction", "forward"), L, p.slots)
-        scratch = [Interval(gru_scratch("recompute", *sizes) - gru_scratch("grad", *sizes), g.index, g.index),
+        scratch = [Interval(gru_scratch("recompute", *sizes, reuse_states=1) - gru_scratch("grad", *sizes),
+                            g.index, g.index),
                    Interval(gru_scratch("checkpointed", *sizes) - gru_scratch("training", *sizes), f.index, f.index)]
         label = (f"{HAll}: GRU keeps {p.slots} checkpoint{'s' if p.slots != 1 else ''} of h for {n} "
                  f"segment{'s' if n != 1 else ''} of {L} steps, recomputes the gates ({p.recomputed_steps} steps)")
@@ -214,8 +215,8 @@ def _gru_apply(fres: list[str], gres: list[str], attrs: dict[str, Any], segment:
             [HAll, HFinal, states], ops[:6], a, result_types=[program.types[v] for v in (HAll, HFinal, states)],
             loc=fwd.loc)
         gops = list(grad.operands) + [None] * (10 - len(grad.operands))
-        program.ops[gi] = OPS["GRUGradRecompute"](
-            list(grad.results), ops[:6] + [states] + gops[8:10], a,
+        program.ops[gi] = OPS["GRUGradRecompute"](  # States is read by it alone: it may write over it
+            list(grad.results), ops[:6] + [states] + gops[8:10], dict(a, reuse_states=1),
             result_types=[program.types[v] for v in grad.results], loc=grad.loc)
         program.types.pop(ZRH, None)
 
@@ -251,8 +252,8 @@ def _apply(fres: list[str], gres: list[str], attrs: dict[str, Any], segment: int
             [HAll, HFinal, CFinal, states], ops[:8], a,
             result_types=[program.types[v] for v in (HAll, HFinal, CFinal, states)], loc=fwd.loc)
         gops = list(grad.operands) + [None] * (13 - len(grad.operands))
-        program.ops[gi] = OPS["LSTMGradRecompute"](
-            list(grad.results), ops[:8] + [states] + gops[9:12], a,
+        program.ops[gi] = OPS["LSTMGradRecompute"](  # States is read by it alone: it may write over it
+            list(grad.results), ops[:8] + [states] + gops[9:12], dict(a, reuse_states=1),
             result_types=[program.types[v] for v in grad.results], loc=grad.loc)
         for v in (CAll, iofc):
             program.types.pop(v, None)

@@ -412,7 +412,7 @@ def declared_scratch(kind: str):  # type: ignore[no-untyped-def]
         S, nb, I = X.shape
         D, h = W.shape[0], W.shape[1] // 3
         return scratch_bytes(kind, S, nb, I, h, D, X.dtype.itemsize, attrs.get("direction", "forward"),
-                             attrs.get("segment", 1), attrs.get("checkpoints", 1))
+                             attrs.get("segment", 1), attrs.get("checkpoints", 1), attrs.get("reuse_states", 0))
     return scratch
 
 

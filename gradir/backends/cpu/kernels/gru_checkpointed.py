@@ -86,8 +86,10 @@ def gru_grad_recompute(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarra
                        H0: np.ndarray | None, States: np.ndarray, dHAll: np.ndarray | None = None,
                        dHFinal: np.ndarray | None = None, *, hidden_size: int, direction: str = "forward",
                        activations: Any = None, clip: Any = None, linear_before_reset: int = 0, segment: int,
-                       checkpoints: int, out: Any = None) -> tuple[np.ndarray, ...]:
-    """GRUGrad from GRUTrainingCheckpointed's ``States``; returns ``(dX, dW, dR, dB, dH0)``."""
+                       checkpoints: int, reuse_states: int = 0, out: Any = None) -> tuple[np.ndarray, ...]:
+    """GRUGrad from GRUTrainingCheckpointed's ``States``; returns ``(dX, dW, dR, dB, dH0)``.  With
+    ``reuse_states`` the backward's new snapshots go over ``States`` (the plan checked that nothing else
+    reads it), else into a copy of its own."""
     op = "GRUGradRecompute"
     if States is None:
         raise ValueError(f"{op}: operand States is required")
@@ -122,7 +124,9 @@ def gru_grad_recompute(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarra
         dall = None if dHAll is None else (reverse_rows(dHAll[:, d], idx) if rev else dHAll[:, d])
         target = np.empty((S, nb, I), dt) if rev else (dX if d == 0 else dxd)
         h0 = np.zeros((nb, n), dt) if parts[4] is None else np.ascontiguousarray(parts[4], dt)
-        slots = np.array(States[:s, d], dt)  # the backward's own snapshots (its operand stays as it is)
+        # the backward's snapshots: over the operand's (read by this op alone) or a copy (the operand stays as it is)
+        own = reuse_states and States.dtype == dt and States.flags.writeable
+        slots = States[:s, d] if own else np.array(States[:s, d], dt)
 
         def forward(lo: int, hi: int, keep: bool) -> None:
             for a, b in chunks(lo, hi, T0):

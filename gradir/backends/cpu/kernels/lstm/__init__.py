@@ -152,7 +152,7 @@ def _grad_kept(operands: Any, results: Any, attrs: Any) -> dict[str, int]:
 
 def _recompute_scratch(operands: Any, results: Any, attrs: Any) -> int:
     """LSTMGradRecompute's scratch: LSTMGrad's buffers, plus a unit's recomputed values (``L + 1`` steps of
-    the gates, C and H: ``[L + 1, D, B, 6H]``) and its own copy of the used snapshot slots
+    the gates, C and H: ``[L + 1, D, B, 6H]``) and, unless ``reuse_states``, its own copy of the used snapshot slots
     (``checkpointed.lstm_grad_recompute``; ``recurrence.py`` counts the same, against LSTMGrad's)."""
     X, dW = results[0], results[1]
     S, nb, _ = X.shape
@@ -160,7 +160,8 @@ def _recompute_scratch(operands: Any, results: Any, attrs: Any) -> int:
     item = X.dtype.itemsize
     L = unit_steps(attrs["segment"], chunk_steps(S, nb, D, h, item), S)
     s = min(attrs["checkpoints"], -(-S // L))
-    return _grad_scratch(operands, results, attrs) + ((min(L, S) + 1) * 6 + s * 2) * D * nb * h * item
+    copy = 0 if attrs.get("reuse_states") else s * 2  # the snapshots' copy (none when written over States)
+    return _grad_scratch(operands, results, attrs) + ((min(L, S) + 1) * 6 + copy) * D * nb * h * item
 
 
 def _checkpointed_scratch(operands: Any, results: Any, attrs: Any) -> int:

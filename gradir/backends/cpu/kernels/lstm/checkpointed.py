@@ -113,8 +113,11 @@ def lstm_grad_recompute(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarr
                         dHAll: np.ndarray | None = None, dHFinal: np.ndarray | None = None,
                         dCFinal: np.ndarray | None = None, *, out: Any = None, hidden_size: int,
                         direction: str = "forward", activations: Any = None, clip: float | None = None,
-                        input_forget: int = 0, segment: int, checkpoints: int) -> tuple[np.ndarray, ...]:
-    """LSTMGrad from LSTMTrainingCheckpointed's ``States``; returns ``(dX, dW, dR, dB, dH0, dC0, dP)``."""
+                        input_forget: int = 0, segment: int, checkpoints: int,
+                        reuse_states: int = 0) -> tuple[np.ndarray, ...]:
+    """LSTMGrad from LSTMTrainingCheckpointed's ``States``; returns ``(dX, dW, dR, dB, dH0, dC0, dP)``.  With
+    ``reuse_states`` the backward's new snapshots go over ``States`` (the plan checked that nothing else reads
+    it), else into a copy of its own."""
     op = "LSTMGradRecompute"
     if States is None:
         raise ValueError(f"{op}: operand States is required")
@@ -126,7 +129,9 @@ def lstm_grad_recompute(X: np.ndarray, W: np.ndarray, R: np.ndarray, B: np.ndarr
     S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
     T0, L, n, s = layout(S, nb, D, h, dt, segment, checkpoints)
     actions = revolve.backward_actions(revolve.schedule(n, s))
-    slots = np.array(States[:s], dt)  # the backward's own snapshots (its operand stays as it is)
+    # the backward's snapshots: over the operand's (read by this op alone) or in a copy (the operand stays as it is)
+    own = reuse_states and States.dtype == dt and States.flags.c_contiguous and States.flags.writeable
+    slots = States[:s] if own else np.array(States[:s], dt)
     m = min(L, S) + 1
     G = np.empty((m, D, nb, 4 * h), dt)  # one unit's values and the step before it
     CA = np.empty((m, D, nb, h), dt)
