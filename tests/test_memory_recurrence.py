@@ -196,35 +196,41 @@ def test_dx_written_over_dhall_has_the_bits_of_fresh_buffers(monkeypatch, direct
         _check_donated_bits(rng, 12, 64, 80, direction, True, T0=4, schedules=[(4, 2)])  # the large paths
 
 
-def _recompute_graph(states_line: str, output: str, reuse: int) -> str:
-    return f"""
-input t0 : Float32 [4, 2, 3]
-input t1 : Float32 [1, 8, 3]
-input t2 : Float32 [1, 8, 2]
-input t9 : Float32 [4, 1, 2, 2]
-{states_line}
-t10, t11, t12, t13, t14, t15, t16 = LSTMGradRecompute(t0, t1, t2, _, _, _, _, _, t8, t9, hidden_size=2, segment=1, checkpoints=2, reuse_states={reuse})
-output {output}
-"""
+# each backward op with its forward, the layer's weights and the States it writes over (operand 8 / 6)
+_RECOMPUTE = {
+    "lstm": ("input t1 : Float32 [1, 8, 3]\ninput t2 : Float32 [1, 8, 2]",
+             "t5, t6, t7, t8 = LSTMTrainingCheckpointed(t0, t1, t2, hidden_size=2, segment=1, checkpoints=2)",
+             "t10, t11, t12, t13, t14, t15, t16 = LSTMGradRecompute(t0, t1, t2, _, _, _, _, _, t8, t9",
+             "Float32 [2, 2, 1, 2, 2]"),
+    "gru": ("input t1 : Float32 [1, 6, 3]\ninput t2 : Float32 [1, 6, 2]",
+            "t5, t6, t8 = GRUTrainingCheckpointed(t0, t1, t2, hidden_size=2, segment=1, checkpoints=2)",
+            "t10, t11, t12, t13, t14 = GRUGradRecompute(t0, t1, t2, _, _, _, t8, t9", "Float32 [2, 1, 2, 2]"),
+}
 
 
+@pytest.mark.parametrize("kind", sorted(_RECOMPUTE))
 @pytest.mark.parametrize("case, why", [
     ("output", "is an output of the graph"), ("input", "is an input of the graph"), ("other", "is read by Neg too")])
-def test_writing_over_the_states_is_refused_unless_it_is_read_by_that_op_alone(case, why):
+def test_writing_over_the_states_is_refused_unless_it_is_read_by_that_op_alone(kind, case, why):
     """``reuse_states=1`` overwrites ``States``: a located error when anything else could see it; the same
-    graph with ``reuse_states=0`` compiles, and the rewrite's own graphs (States read once) compile and run."""
-    made = "t5, t6, t7, t8 = LSTMTrainingCheckpointed(t0, t1, t2, hidden_size=2, segment=1, checkpoints=2)"
-    states = {"input": "input t8 : Float32 [2, 2, 1, 2, 2]"}.get(case, made)
-    out = {"output": "t10, t8", "other": "t10, t17"}.get(case, "t10")
+    graph with ``reuse_states=0`` compiles.  (The planner's rewrites set it; they run in the tests below.)"""
+    weights, made, call, states_type = _RECOMPUTE[kind]
+    states = f"input t8 : {states_type}" if case == "input" else made
     if case == "other":
-        states = made + "\nt17 = Neg(t8)"
+        states += "\nt17 = Neg(t8)"
+    out = {"output": "t10, t8", "other": "t10, t17"}.get(case, "t10")
+
+    def graph(reuse: int) -> str:
+        return (f"input t0 : Float32 [4, 2, 3]\n{weights}\ninput t9 : Float32 [4, 1, 2, 2]\n{states}\n"
+                f"{call}, hidden_size=2, segment=1, checkpoints=2, reuse_states={reuse})\noutput {out}\n")
     with pytest.raises(gradir.CompileError) as e:
-        gradir.compile(_recompute_graph(states, out, 1))
+        gradir.compile(graph(1))
     msg = str(e.value)
-    assert "LSTMGradRecompute writes over its operand States (t8)" in msg and why in msg, msg
-    line = 8 if case == "other" else 7
-    assert msg.startswith(f"<string>:{line}:") and "= LSTMGradRecompute(" in msg and "^^^" in msg, msg  # at the op
-    gradir.compile(_recompute_graph(states, out, 0))
+    op = call.split(" = ")[1].split("(")[0]
+    assert f"{op} writes over its operand States (t8)" in msg and why in msg, msg
+    line = 7 if case == "other" else 6
+    assert msg.startswith(f"<string>:{line}:") and f"= {op}(" in msg and "^^^" in msg, msg  # located at the op
+    gradir.compile(graph(0))
 
 
 # -- the provider: choices, their intervals against the plan, a checkpointed LM run ------------------
