@@ -313,8 +313,25 @@ class Sweep:
         fresh = self.first_dW
         self.first_dW = False
         dW, dR = k.dW[d], k.dR[d]
+        # steps whose H_{t∓1} is a step: t >= 1 (forward) or t <= S-2 (reverse): their rows of da and H_{t∓1}
+        a, b = (max(lo, 1), c_hi) if not rev else (lo, min(c_hi, S - 1))
+        prev = None
+        if b > a:
+            s = 1 if rev else -1
+            hp = HA[a + s - base: b + s - base, d]
+            if D == 1:
+                hp2 = view(hp, ((b - a) * nb, h))
+            else:
+                hp2 = np.empty(((b - a) * nb, h), dt)
+                view(hp2, (b - a, nb, h))[...] = hp
+            prev = (da2[(a - base) * nb: (b - base) * nb], hp2)
+        first = None  # each row's first step starts from H0: its da row and H0's
+        if k.H0 is not None:
+            starts = np.flatnonzero((self.first >= lo) & (self.first < c_hi))
+            if starts.size:
+                first = (da[self.first[starts] - base, starts, d], k.H0[d][starts])
         if self.jo is not None:
-            self._accumulate(lo, c_hi, base, da, dac, X2, HA, fresh)
+            self._accumulate(dac, X2, prev, (a, b) == (lo, c_hi), first, fresh)
             return
         # the weight gradients: this chunk's partial products, fresh, then added; dW's and dR's one after the
         # other through one buffer (the same products and additions: the same bits, half the scratch)
@@ -324,65 +341,42 @@ class Sweep:
         k.mm(dac.T, X2, pW)
         if not fresh:
             dW += pW
-        # steps whose H_{t∓1} is a step: t >= 1 (forward) or t <= S-2 (reverse)
-        a, b = (max(lo, 1), c_hi) if not rev else (lo, min(c_hi, S - 1))
         pR = dR if fresh else view(self._part[: 4 * h * h], (4 * h, h))
-        if b > a:
-            s = 1 if rev else -1
-            hp = HA[a + s - base: b + s - base, d]
-            if D == 1:
-                hp2 = view(hp, ((b - a) * nb, h))
-            else:
-                hp2 = np.empty(((b - a) * nb, h), dt)
-                view(hp2, (b - a, nb, h))[...] = hp
-            k.mm(da2[(a - base) * nb: (b - base) * nb].T, hp2, pR)
+        if prev is not None:
+            k.mm(prev[0].T, prev[1], pR)
         else:
             pR[...] = 0
-        if k.H0 is not None:  # each row's first step starts from H0: its term
-            starts = np.flatnonzero((self.first >= lo) & (self.first < c_hi))
-            if starts.size:
-                first_da = da[self.first[starts] - base, starts, d]
-                k.mm(first_da.T, k.H0[d][starts], pR, np.empty_like(pR))
+        if first is not None:
+            k.mm(first[0].T, first[1], pR, np.empty_like(pR))
         if not fresh:
             dR += pR
 
-    def _accumulate(self, lo: int, c_hi: int, base: int, da: np.ndarray, dac: np.ndarray, X2: np.ndarray,
-                    HA: np.ndarray, fresh: bool) -> None:
-        """The weight gradients' terms of steps ``lo .. c_hi-1`` added straight into dW and dR (``accumulating``:
-        no partial product, no buffer): ``daᵀ·X`` and ``daᵀ·H_{t∓1}`` as one ``gemm2`` (each block of ``daᵀ``
-        packed once for both) where every step has its ``H_{t∓1}``, then the ``H0`` terms of rows that start
-        here; the rows of dW and dR in two halves, one per core when the call has two."""
-        k, d, rev, jo = self.k, self.d, self.rev, self.jo
-        S, nb, h, D, dt = k.S, k.nb, k.h, k.D, k.dtype
+    def _accumulate(self, dac: np.ndarray, X2: np.ndarray, prev: tuple | None, whole: bool, first: tuple | None,
+                    fresh: bool) -> None:
+        """The weight gradients' terms of a chunk (``dac``: its rows of da) added straight into dW and dR
+        (``accumulating``: no partial product, no buffer): ``daᵀ·X`` and ``daᵀ·H_{t∓1}`` (``prev``: the rows of
+        da and H_{t∓1} of the steps that have one) as one ``gemm2`` (each block of ``daᵀ`` packed once for
+        both) where every step of the chunk has one (``whole``), then the ``H0`` terms of rows that start
+        here (``first``); the rows of dW and dR in two halves, one per core when the call has two."""
+        k, d, jo = self.k, self.d, self.jo
         dW, dR = k.dW[d], k.dR[d]
         if fresh:  # every element's chain starts from zero
             dW[...] = 0
             dR[...] = 0
         Xr = jit.readable(X2)
-        a, b = (max(lo, 1), c_hi) if not rev else (lo, min(c_hi, S - 1))
         jobs: list[tuple] = []
-        hp2 = None
-        if b > a:
-            s = 1 if rev else -1
-            hp = HA[a + s - base: b + s - base, d]
-            hp2 = view(hp, ((b - a) * nb, h)) if D == 1 else np.ascontiguousarray(hp).reshape((b - a) * nb, h)
-            hp2 = jit.readable(hp2)
-        if hp2 is not None and (a, b) == (lo, c_hi):
-            jobs.append((dac.T, Xr, hp2, dW, dR))
+        if prev is not None and whole:
+            jobs.append((dac.T, Xr, jit.readable(prev[1]), dW, dR))
         else:
             jobs.append((dac.T, Xr, None, dW, None))
-            if hp2 is not None:
-                da2 = view(da, (da.shape[0] * nb, D * 4 * h))[:, d * 4 * h: (d + 1) * 4 * h]
-                jobs.append((da2[(a - base) * nb: (b - base) * nb].T, hp2, None, dR, None))
-        if k.H0 is not None:  # each row's first step starts from H0: its term
-            starts = np.flatnonzero((self.first >= lo) & (self.first < c_hi))
-            if starts.size:
-                first_da = da[self.first[starts] - base, starts, d]
-                jobs.append((first_da.T, np.ascontiguousarray(k.H0[d][starts]), None, dR, None))
+            if prev is not None:
+                jobs.append((prev[0].T, jit.readable(prev[1]), None, dR, None))
+        if first is not None:
+            jobs.append((first[0].T, np.ascontiguousarray(first[1]), None, dR, None))
         mr = jo.MR
 
         def half(which: int) -> None:
-            bufs = blocked.goto_buffers(jo, dt)
+            bufs = blocked.goto_buffers(jo, k.dtype)
             for A, B1, B2, C1, C2 in jobs:
                 m = (A.shape[0] // 2 + mr - 1) // mr * mr
                 r0, r1 = (0, m) if which == 0 else (m, A.shape[0])
