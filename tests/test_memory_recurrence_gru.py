@@ -13,14 +13,14 @@ import pytest
 
 import gradir
 import gradir.ops.gru as ops_gru
-from gradir.backends.base import get_backend
 from gradir.backends.cpu.kernels import gru_weights, parallel
 from gradir.backends.cpu.kernels.gru import gru_grad, gru_training
 from gradir.backends.cpu.kernels.gru_checkpointed import gru_grad_recompute, gru_training_checkpointed
 from gradir.ops.gru_checkpointed import GRUTrainingCheckpointedOp
 from gradir.transforms.memory import recurrence
-from gradir.transforms.passes.pipeline import Program, lint, run_passes
+from gradir.transforms.passes.pipeline import lint
 from gradir.transforms.schedule import build_plan
+from test_memory_recurrence import _compiled, _inputs  # the same helpers as the LSTM's
 
 DIRECTIONS = ["forward", "reverse", "bidirectional"]
 # (segment, checkpoints): every boundary a snapshot, binomial with few slots, one slot, one unit
@@ -145,17 +145,6 @@ output t14
     return gradir.grad(gradir.parse(text), wrt=["t0", "t1", "t2", "t3", "t4"])
 
 
-def _compiled(graph: gradir.Graph):  # type: ignore[no-untyped-def]
-    lower = get_backend("cpu")
-    program = Program(graph, lower)
-    log = run_passes(program)
-    return lower, program, log, build_plan(program, log, lower.kernels)
-
-
-def _inputs(graph: gradir.Graph, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
-    return {i.name: (0.5 * rng.standard_normal([int(d) for d in i.type.shape])).astype(np.float32)
-            for i in graph.inputs}
 
 
 @pytest.mark.parametrize("direction, lbr", [("forward", 1), ("bidirectional", 0)])

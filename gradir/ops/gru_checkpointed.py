@@ -17,7 +17,7 @@ from . import references
 from .gru import (LAYER_ATTRS, GRUCheck, GRUGradOp, GRUTrainingOp, check_layer_attrs, chunk_steps, layer_example,
                   layer_flops)
 from .lstm import unit_steps
-from .lstm_checkpointed import REUSE_STATES, descent_slots
+from .lstm_checkpointed import REUSE_STATES, descent_slots, states_overwritten
 
 CHECKPOINT_ATTRS = LAYER_ATTRS + (
     Attr("segment", "int", min=1, doc="steps per unit (rounded up to whole fixed chunks of the kernels)"),
@@ -114,10 +114,7 @@ class GRUGradRecomputeOp(BackwardOp):
     RESULTS = GRUGradOp.RESULTS
     ATTRS = CHECKPOINT_ATTRS + (REUSE_STATES,)
 
-    @classmethod
-    def overwrites(cls, attrs: Any) -> tuple[int, ...]:
-        """The operands the kernel writes over (``schedule.build_plan`` checks nothing else reads them)."""
-        return (6,) if attrs.get("reuse_states") else ()
+    overwrites = classmethod(states_overwritten)
 
     def check_attrs(self, ctx: InferContext) -> None:
         check_layer_attrs(ctx)

@@ -25,6 +25,12 @@ REUSE_STATES = Attr("reuse_states", "int", 0, min=0, max=1,
                     doc="1: the backward writes its new snapshots over States (which must then be read by this op "
                         "alone, and be neither an input nor an output: checked when the graph is compiled); 0: "
                         "into a copy of its own. The memory planner's rewrite sets 1")
+def states_overwritten(op: type, attrs: Any) -> tuple[int, ...]:
+    """``Op.overwrites`` of the checkpointed backward ops: their ``States`` operand when ``reuse_states``
+    (``schedule.build_plan`` checks that nothing else reads it)."""
+    return tuple(i for i, o in enumerate(op.OPERANDS) if o.name == "States") if attrs.get("reuse_states") else ()
+
+
 _NO_ONNX = "a gradir memory-planning rewrite of LSTMTraining/LSTMGrad (export the unbudgeted program)"
 
 
@@ -140,10 +146,7 @@ class LSTMGradRecomputeOp(BackwardOp):
     RESULTS = LSTMGradOp.RESULTS
     ATTRS = CHECKPOINT_ATTRS + (REUSE_STATES,)
 
-    @classmethod
-    def overwrites(cls, attrs: Any) -> tuple[int, ...]:
-        """The operands the kernel writes over (``schedule.build_plan`` checks nothing else reads them)."""
-        return (8,) if attrs.get("reuse_states") else ()
+    overwrites = classmethod(states_overwritten)
 
     def check_attrs(self, ctx: InferContext) -> None:
         check_layer_attrs(ctx)
